@@ -1,0 +1,70 @@
+/**
+ * @file
+ * @brief C API of libgpumem, for other languages. Same operations as <gpumem/gpumem.hpp>.
+ *
+ * Every function that can fail returns a gpumem_status; GPUMEM_OK is 0. The text of the last
+ * failure on the calling thread is available from gpumem_last_error().
+ */
+#ifndef GPUMEM_GPUMEM_H
+#define GPUMEM_GPUMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The numbers are those of the protocol (gpumem::errc) and never change. */
+typedef enum gpumem_status {
+  GPUMEM_OK = 0,
+  GPUMEM_BAD_MESSAGE = 1,
+  GPUMEM_UNSUPPORTED_VERSION = 2,
+  GPUMEM_UNKNOWN_MESSAGE_TYPE = 3,
+  GPUMEM_INVALID_NAME = 4,
+  GPUMEM_INVALID_ARGUMENT = 5,
+  GPUMEM_NOT_FOUND = 6,
+  GPUMEM_ALREADY_EXISTS = 7,
+  GPUMEM_OUT_OF_MEMORY = 8,
+  GPUMEM_NO_SUCH_DEVICE = 9,
+  GPUMEM_PERMISSION_DENIED = 10,
+  GPUMEM_UNEXPECTED_HANDLE = 11,
+  GPUMEM_CONNECTION_CLOSED = 12,
+  GPUMEM_IO_ERROR = 13,
+  GPUMEM_INTERNAL = 14,
+  GPUMEM_CUDA_ERROR = 15,
+  GPUMEM_NOT_SUPPORTED = 16
+} gpumem_status;
+
+#define GPUMEM_HOST (-1)
+
+typedef struct gpumem_client gpumem_client;
+typedef struct gpumem_buffer gpumem_buffer;
+
+/** @param socket_path NULL for the default locations. */
+gpumem_status gpumem_connect(const char* socket_path, gpumem_client** client);
+/** Closes the client; buffers it handed out stay valid until released. NULL is ignored. */
+void gpumem_disconnect(gpumem_client* client);
+
+/** @param name NULL or "" for an anonymous allocation. */
+gpumem_status gpumem_allocate(gpumem_client* client, size_t bytes, int device, const char* name,
+                              gpumem_buffer** buffer);
+gpumem_status gpumem_open(gpumem_client* client, const char* name, int read_only,
+                          gpumem_buffer** buffer);
+/** Lets go of the buffer and frees the handle, whatever the status. NULL is ignored. */
+gpumem_status gpumem_release(gpumem_buffer* buffer);
+
+void* gpumem_buffer_data(const gpumem_buffer* buffer);
+size_t gpumem_buffer_size(const gpumem_buffer* buffer);
+uint64_t gpumem_buffer_id(const gpumem_buffer* buffer);
+
+/** Text of the last failure on this thread; "" when none. */
+const char* gpumem_last_error(void);
+/** Fixed description of a status, e.g. "no such object". */
+const char* gpumem_status_string(int status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUMEM_GPUMEM_H */

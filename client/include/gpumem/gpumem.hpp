@@ -1,0 +1,171 @@
+#pragma once
+/// @file
+/// @brief libgpumem, the C++20 client of gpumemd.
+///
+/// @code
+///   auto client = gpumem::Client::connect();
+///   gpumem::Buffer frames = client.allocate(1 << 20, {.device = gpumem::kHost, .name = "frames"});
+///   std::memset(frames.data(), 7, frames.size());
+///   // in another process:
+///   gpumem::Buffer same = gpumem::Client::connect().open("frames");
+/// @endcode
+///
+/// Every failure throws gpumem::Error, whose code() is in the "gpumem" category (gpumem::errc).
+/// A Client and its Buffers may be used from several threads; a request is one round trip on
+/// the client's socket, serialised by a mutex. A Client belongs to the process that connected
+/// it: after fork(), the child connects its own.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "gpumem/proto/errc.hpp"
+
+namespace gpumem {
+
+using errc = proto::errc;
+
+/// Device number of the host backend (shared host memory); CUDA devices count from 0.
+inline constexpr int kHost = -1;
+
+/// @brief The one exception type of libgpumem. code() says what failed; what() says which
+/// object and why, in the daemon's words where the daemon refused.
+class Error : public std::system_error {
+ public:
+  Error(errc code, const std::string& what) : std::system_error(make_error_code(code), what) {}
+  errc status() const noexcept { return static_cast<errc>(code().value()); }
+};
+
+enum class Access { read_write, read_only };
+
+struct ConnectOptions {
+  std::string socket_path;  ///< empty: $GPUMEM_SOCKET, then the default locations
+  std::string label;        ///< shown by `gpumemctl clients`; empty: the program's name
+};
+
+struct AllocateOptions {
+  int device = kHost;
+  std::string_view name;  ///< empty: anonymous; else other processes can open() it
+  std::string_view pool;  ///< empty: the device's default pool
+};
+
+struct OpenOptions {
+  Access access = Access::read_write;
+};
+
+namespace detail {
+class connection;
+}
+
+/// @brief Memory shared through gpumemd. Move-only; the destructor lets go of it (the memory
+/// itself lives on while another process holds it).
+class Buffer {
+ public:
+  Buffer() noexcept = default;
+  Buffer(Buffer&&) noexcept;
+  Buffer& operator=(Buffer&&) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  /// The daemon's id for the allocation; the same in every process that holds it.
+  std::uint64_t id() const noexcept { return id_; }
+  int device() const noexcept { return device_; }
+  Access access() const noexcept { return access_; }
+  explicit operator bool() const noexcept { return id_ != 0; }
+
+  /// @brief Lets go now, reporting failure (the destructor swallows it).
+  /// @post !*this
+  /// @throws Error when the daemon cannot be told.
+  void release();
+
+  void swap(Buffer& other) noexcept;
+
+ private:
+  friend class detail::connection;
+  std::shared_ptr<detail::connection> connection_;
+  void* data_ = nullptr;
+  void* mapping_ = nullptr;
+  std::size_t mapping_size_ = 0;
+  std::size_t size_ = 0;
+  std::uint64_t id_ = 0;
+  int device_ = kHost;
+  Access access_ = Access::read_write;
+};
+
+struct PoolStats {
+  std::string name;
+  std::uint32_t id = 0;
+  int device = kHost;
+  std::uint64_t size_limit = 0;
+  std::uint64_t bytes_in_use = 0;
+  std::uint64_t bytes_reserved = 0;
+  std::uint64_t bytes_in_use_high = 0;
+  std::uint64_t allocations = 0;
+};
+
+struct Stats {
+  std::vector<PoolStats> pools;
+  std::uint32_t clients = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t uptime_ms = 0;
+  std::uint32_t daemon_pid = 0;
+  bool cuda = false;
+};
+
+struct ClientInfo {
+  std::uint64_t id = 0;
+  std::uint32_t pid = 0;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::uint32_t allocations_owned = 0;
+  std::uint32_t allocations_opened = 0;
+  std::uint64_t bytes_owned = 0;
+  std::uint64_t connected_ms = 0;
+  std::string label;
+};
+
+struct AllocationInfo {
+  std::uint64_t id = 0;
+  std::uint64_t size = 0;
+  std::uint64_t owner_client = 0;  ///< 0 once the owner let go while others still hold it
+  std::uint32_t pool = 0;
+  std::uint32_t holders = 0;
+  std::string name;
+};
+
+/// @brief A session with gpumemd. Move-only; Buffers keep the session open after the Client
+/// object is gone.
+class Client {
+ public:
+  /// @throws Error(io_error) when no daemon answers at the path, with the path in what().
+  static Client connect(const ConnectOptions& options = {});
+
+  /// @throws Error: invalid_name, already_exists, no_such_device, out_of_memory, ...
+  Buffer allocate(std::size_t bytes, const AllocateOptions& options = {});
+  /// @throws Error(not_found) when no allocation has that name.
+  Buffer open(std::string_view name, const OpenOptions& options = {});
+
+  /// @brief One round trip that does nothing: a liveness check and a latency floor.
+  void ping();
+
+  Stats stats();
+  std::vector<ClientInfo> clients();
+  std::vector<AllocationInfo> allocations();
+
+  std::uint64_t id() const noexcept;
+  const std::string& socket_path() const noexcept;
+
+ private:
+  explicit Client(std::shared_ptr<detail::connection> connection);
+
+  std::shared_ptr<detail::connection> connection_;
+};
+
+}  // namespace gpumem

@@ -1,0 +1,33 @@
+#pragma once
+/// @file
+/// @brief Pool of shared host memory: one sealed memfd the size of the pool; allocations are
+/// page-aligned ranges of it that clients mmap from the pool's fd.
+
+#include "gpumem/shared/unique_fd.hpp"
+#include "pool.hpp"
+#include "range_allocator.hpp"
+
+namespace gpumem::daemon {
+
+class host_pool final : public pool {
+ public:
+  /// @throws std::system_error when the memfd cannot be made.
+  host_pool(std::uint32_t id, pool_config config);
+
+  int shareable_fd() const noexcept override { return memfd_.get(); }
+  proto::handle_type handle_kind() const noexcept override {
+    return proto::handle_type::host_memfd;
+  }
+
+ private:
+  std::optional<placement> do_allocate(std::uint64_t size) override;
+  void do_free(const placement& where, std::uint64_t size) noexcept override;
+  std::uint64_t largest_possible() const noexcept override {
+    return ranges_.largest_free_block();
+  }
+
+  unique_fd memfd_;
+  range_allocator ranges_;
+};
+
+}  // namespace gpumem::daemon

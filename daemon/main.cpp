@@ -1,0 +1,73 @@
+// gpumemd: the per-node daemon that owns shareable memory pools.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "config.hpp"
+#include "host_pool.hpp"
+#include "registry.hpp"
+#include "server.hpp"
+
+namespace {
+
+using namespace gpumem::daemon;
+
+std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config) {
+  std::vector<std::unique_ptr<pool>> pools;
+  for (const auto& each : config.pools) {
+    const auto id = static_cast<std::uint32_t>(pools.size());
+    if (each.device != gpumem::proto::kHostDevice) {
+      throw config_error("pool '" + each.name + "': CUDA pools are not built into this gpumemd");
+    }
+    pools.push_back(std::make_unique<host_pool>(id, each));
+  }
+  return pools;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpumemd: shares GPU and host memory between processes"};
+  std::string config_path;
+  std::string socket_path;
+  std::string log_level;
+  bool check_only = false;
+  app.add_option("-c,--config", config_path, "YAML configuration (default: embedded)")
+      ->check(CLI::ExistingFile);
+  app.add_option("-s,--socket", socket_path, "socket path (default: $GPUMEM_SOCKET, ...)");
+  app.add_option("-l,--log-level", log_level, "trace, debug, info, warn, error, critical, off");
+  app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("gpumemd"));
+  try {
+    daemon_config config =
+        config_path.empty() ? embedded_default_config() : load_config_file(config_path);
+    if (!socket_path.empty()) config.socket_path = socket_path;
+    if (!log_level.empty()) config.log_level = log_level;
+    const auto level = spdlog::level::from_str(config.log_level);
+    if (level == spdlog::level::off && config.log_level != "off") {
+      throw config_error("log level '" + config.log_level + "' is not one of " +
+                         "trace, debug, info, warn, error, critical, off");
+    }
+    spdlog::set_level(level);
+    if (check_only) {
+      std::printf("configuration is valid: %zu pool(s)\n", config.pools.size());
+      return 0;
+    }
+    boost::asio::io_context io(1);
+    registry books(config, make_pools(config));
+    server listener(io, config, books);
+    listener.run();
+    return 0;
+  } catch (const config_error& error) {
+    spdlog::critical("configuration: {}", error.what());
+    return 2;
+  } catch (const std::exception& error) {
+    spdlog::critical("{}", error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,44 @@
+#pragma once
+/// @file
+/// @brief Best-fit allocator of offsets inside a fixed range, with coalescing of free blocks.
+/// Both lookups are O(log n) in the number of free blocks; it owns no memory itself.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+namespace gpumem::daemon {
+
+class range_allocator {
+ public:
+  /// @param capacity size of the range; @param alignment a power of two every offset and
+  ///        size is rounded to.
+  range_allocator(std::uint64_t capacity, std::uint64_t alignment);
+
+  /// @brief Rounded size a request for @p size takes, or nullopt when it overflows.
+  std::optional<std::uint64_t> rounded(std::uint64_t size) const noexcept;
+
+  /// @return the offset of a block of rounded(@p size) bytes, or nullopt when none is free.
+  std::optional<std::uint64_t> allocate(std::uint64_t size);
+
+  /// @brief Returns a block; @p size as given to allocate().
+  void free(std::uint64_t offset, std::uint64_t size);
+
+  std::uint64_t capacity() const noexcept { return capacity_; }
+  std::uint64_t bytes_allocated() const noexcept { return allocated_; }
+  std::uint64_t largest_free_block() const noexcept;
+
+ private:
+  void insert_free(std::uint64_t offset, std::uint64_t size);
+  void erase_free(std::map<std::uint64_t, std::uint64_t>::iterator block);
+
+  std::uint64_t capacity_;
+  std::uint64_t alignment_;
+  std::uint64_t allocated_ = 0;
+  std::map<std::uint64_t, std::uint64_t> free_by_offset_;       // offset -> size
+  std::set<std::pair<std::uint64_t, std::uint64_t>> free_by_size_;  // (size, offset)
+};
+
+}  // namespace gpumem::daemon

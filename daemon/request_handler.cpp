@@ -1,0 +1,127 @@
+#include "request_handler.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+
+using proto::errc;
+using proto::message_type;
+
+void append_error(std::vector<std::byte>& out, std::uint32_t request_id, errc code,
+                  std::string_view text) {
+  proto::append_frame(out, static_cast<std::uint16_t>(message_type::error), request_id,
+                      proto::make_error_reply(code, text));
+}
+
+reply_attachment request_handler::handle(client_state& client, const proto::frame_view& frame,
+                                         std::vector<std::byte>& out) {
+  const auto id = frame.head.request_id;
+  reply_attachment attach;
+  if (frame.head.fd_count != 0) {
+    append_error(out, id, errc::unexpected_handle, "requests carry no file descriptors");
+    return attach;
+  }
+  const auto type = static_cast<message_type>(frame.head.type);
+  if (!client.greeted && type != message_type::hello) {
+    append_error(out, id, errc::bad_message, "the first request of a session must be hello");
+    return attach;
+  }
+  const std::size_t rollback = out.size();
+  try {
+    switch (type) {
+#define GPUMEM_X(name, number, request, reply, fds, summary)                                       \
+  case message_type::name: {                                                                       \
+    proto::request message{};                                                                      \
+    if (auto error = proto::decode_payload(frame.payload, message)) {                              \
+      throw request_error(static_cast<errc>(error.value()),                                        \
+                          fmt::format("{} request: {}", #name, error.message()));                  \
+    }                                                                                              \
+    const auto answer = on_##name(client, message, attach);                                        \
+    proto::append_frame(out, proto::reply_type(type), id, answer, attach.fd >= 0 ? 1 : 0,          \
+                        attach.handle);                                                            \
+    return attach;                                                                                 \
+  }
+      GPUMEM_MESSAGE_TABLE(GPUMEM_X)
+#undef GPUMEM_X
+      default:
+        throw request_error(errc::unknown_message_type,
+                            fmt::format("message type {:#x} is not a request", frame.head.type));
+    }
+  } catch (const request_error& error) {
+    spdlog::debug("client {}: request {} failed: {}", client.client_id, id, error.what());
+    out.resize(rollback);
+    append_error(out, id, error.code(), error.what());
+  } catch (const std::exception& error) {
+    spdlog::error("client {}: request {} failed unexpectedly: {}", client.client_id, id,
+                  error.what());
+    out.resize(rollback);
+    append_error(out, id, errc::internal, error.what());
+  }
+  return {};
+}
+
+proto::hello_reply request_handler::on_hello(client_state& client,
+                                             const proto::hello_request& message,
+                                             reply_attachment&) {
+  if (client.greeted) throw request_error(errc::bad_message, "hello was already sent");
+  client.greeted = true;
+  books_.set_label(client.client_id, std::string(message.client_label.view()));
+  return {client.client_id, static_cast<std::uint32_t>(books_.pool_count()),
+          proto::kMaxPayloadSize, static_cast<std::uint32_t>(::getpid()), 0};
+}
+
+proto::empty_payload request_handler::on_ping(client_state&, const proto::empty_payload&,
+                                              reply_attachment&) {
+  return {};
+}
+
+proto::pool_reply request_handler::on_get_pool(client_state&,
+                                               const proto::get_pool_request& message,
+                                               reply_attachment& attach) {
+  const pool& found = books_.find_pool(message.pool_id);
+  attach = {found.shareable_fd(), found.handle_kind()};
+  proto::pool_reply reply{found.id(), found.config().device, found.config().size, {}};
+  (void)proto::make_wire_name(found.config().name, reply.name);
+  return reply;
+}
+
+proto::allocation_reply request_handler::on_allocate(client_state& client,
+                                                     const proto::allocate_request& message,
+                                                     reply_attachment&) {
+  return books_.allocate(client.client_id, message);
+}
+
+proto::allocation_reply request_handler::on_open(client_state& client,
+                                                 const proto::open_request& message,
+                                                 reply_attachment&) {
+  return books_.open(client.client_id, message);
+}
+
+proto::empty_payload request_handler::on_release(client_state& client,
+                                                 const proto::release_request& message,
+                                                 reply_attachment&) {
+  books_.release(client.client_id, message.alloc_id);
+  return {};
+}
+
+proto::stats_reply request_handler::on_stats(client_state&, const proto::empty_payload&,
+                                             reply_attachment&) {
+  return books_.stats();
+}
+
+proto::client_list_reply request_handler::on_list_clients(client_state&,
+                                                          const proto::list_request& message,
+                                                          reply_attachment&) {
+  return books_.list_clients(message.after_id);
+}
+
+proto::allocation_list_reply request_handler::on_list_allocations(
+    client_state&, const proto::list_request& message, reply_attachment&) {
+  return books_.list_allocations(message.after_id);
+}
+
+}  // namespace gpumem::daemon

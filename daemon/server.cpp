@@ -1,0 +1,128 @@
+#include "server.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "gpumem/shared/socket_path.hpp"
+#include "systemd_notify.hpp"
+
+namespace gpumem::daemon {
+
+namespace asio = boost::asio;
+using stream = asio::local::stream_protocol;
+
+namespace {
+constexpr int kListenBacklog = 512;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error("socket " + path + ": " + what);
+}
+
+bool someone_answers(const std::string& path) {
+  asio::io_context probe;
+  stream::socket socket(probe);
+  boost::system::error_code error;
+  socket.connect(stream::endpoint(path), error);
+  return !error;
+}
+
+void prepare_folder(const std::string& path) {
+  const auto folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) return;
+  std::error_code error;
+  if (std::filesystem::create_directories(folder, error)) {
+    // A per-user folder under /tmp must not be readable by others; the system folder is
+    // made by systemd (RuntimeDirectory=) with the operator's mode.
+    ::chmod(folder.c_str(), 0700);
+  } else if (error) {
+    fail(path, "cannot create folder " + folder.string() + ": " + error.message());
+  }
+}
+}  // namespace
+
+server::server(asio::io_context& io, const daemon_config& config, registry& books)
+    : io_(io),
+      config_(config),
+      books_(books),
+      handler_(books),
+      socket_path_(config.socket_path.empty() ? default_daemon_socket_path() : config.socket_path),
+      acceptor_(io),
+      signals_(io, SIGINT, SIGTERM) {
+  if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
+    fail(socket_path_, "path longer than the " + std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
+                           " bytes a Unix socket address holds");
+  }
+  prepare_folder(socket_path_);
+  struct stat existing{};
+  if (::lstat(socket_path_.c_str(), &existing) == 0) {
+    if (!S_ISSOCK(existing.st_mode)) fail(socket_path_, "exists and is not a socket");
+    if (someone_answers(socket_path_)) fail(socket_path_, "another gpumemd is listening on it");
+    ::unlink(socket_path_.c_str());
+  }
+  acceptor_.open(stream());
+  // bind creates the socket file; the umask gives it the configured mode from the first instant.
+  const mode_t previous = ::umask(static_cast<mode_t>(~config.socket_mode & 0777));
+  boost::system::error_code error;
+  acceptor_.bind(stream::endpoint(socket_path_), error);
+  ::umask(previous);
+  if (error) fail(socket_path_, error.message());
+  acceptor_.listen(kListenBacklog);
+}
+
+server::~server() {
+  if (acceptor_.is_open()) ::unlink(socket_path_.c_str());
+}
+
+void server::run() {
+  signals_.async_wait([this](const boost::system::error_code& error, int signal) {
+    if (!error) shut_down(signal == SIGINT ? "SIGINT" : "SIGTERM");
+  });
+  asio::co_spawn(io_, accept_loop(), asio::detached);
+  spdlog::info("gpumemd {} listening on {} with {} pool(s)", ::getpid(), socket_path_,
+               books_.pool_count());
+  notify_systemd("READY=1\nSTATUS=accepting clients");
+  io_.run();
+}
+
+asio::awaitable<void> server::accept_loop() {
+  while (acceptor_.is_open()) {
+    boost::system::error_code error;
+    stream::socket socket =
+        co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, error));
+    if (error == asio::error::operation_aborted) break;
+    if (error) {
+      // EMFILE and friends: say so and keep serving the clients we have.
+      spdlog::warn("accept failed: {}", error.message());
+      continue;
+    }
+    auto client = std::make_shared<session>(std::move(socket), books_, handler_,
+                                            config_.max_output_bytes,
+                                            [this](session& ended) { sessions_.erase(&ended); });
+    sessions_.emplace(client.get(), client);
+    try {
+      client->start();
+    } catch (const std::exception& failure) {
+      spdlog::warn("could not start a session: {}", failure.what());
+      client->stop("could not be set up");
+    }
+  }
+}
+
+void server::shut_down(const char* why) {
+  spdlog::info("{}: shutting down, releasing {} client(s)", why, sessions_.size());
+  notify_systemd("STOPPING=1");
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  ::unlink(socket_path_.c_str());
+  const auto live = sessions_;  // stop() removes each from sessions_
+  for (const auto& [key, each] : live) each->stop("daemon shutting down");
+  io_.stop();
+}
+
+}  // namespace gpumem::daemon

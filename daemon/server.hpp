@@ -1,0 +1,44 @@
+#pragma once
+/// @file
+/// @brief Owns the listening socket, the signal handling and the live sessions.
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "asio.hpp"
+#include "config.hpp"
+#include "registry.hpp"
+#include "request_handler.hpp"
+#include "session.hpp"
+
+namespace gpumem::daemon {
+
+class server {
+ public:
+  /// @brief Binds the socket (creating its folder) and refuses to start if another daemon
+  /// answers on it; a stale socket file is replaced.
+  /// @throws std::runtime_error naming the path and the cause.
+  server(boost::asio::io_context& io, const daemon_config& config, registry& books);
+  ~server();
+
+  /// @brief Accepts clients until SIGINT or SIGTERM, then ends every session and returns.
+  void run();
+
+  const std::string& socket_path() const noexcept { return socket_path_; }
+
+ private:
+  boost::asio::awaitable<void> accept_loop();
+  void shut_down(const char* why);
+
+  boost::asio::io_context& io_;
+  const daemon_config& config_;
+  registry& books_;
+  request_handler handler_;
+  std::string socket_path_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::signal_set signals_;
+  std::unordered_map<session*, std::shared_ptr<session>> sessions_;
+};
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,184 @@
+#include "session.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "gpumem/shared/fd_passing.hpp"
+#include "peer_process.hpp"
+
+namespace gpumem::daemon {
+
+namespace asio = boost::asio;
+using proto::errc;
+
+namespace {
+constexpr std::size_t kMaxFrameSize = sizeof(proto::header) + proto::kMaxPayloadSize;
+
+bool would_block(const std::error_code& error) {
+  return error == std::errc::resource_unavailable_try_again ||
+         error == std::errc::operation_would_block;
+}
+}  // namespace
+
+session::session(socket_type socket, registry& books, request_handler& handler,
+                 std::uint64_t max_output_bytes, on_end ended)
+    : socket_(std::move(socket)),
+      process_watch_(socket_.get_executor()),
+      books_(books),
+      handler_(handler),
+      max_output_bytes_(max_output_bytes),
+      ended_(std::move(ended)),
+      in_(kMaxFrameSize) {}
+
+void session::start() {
+  socket_.non_blocking(true);
+  const credentials who = peer_credentials(socket_.native_handle());
+  state_.client_id = books_.add_client(who);
+  unique_fd pidfd = peer_pidfd(socket_.native_handle(), who);
+  spdlog::info("client {} connected: pid {} uid {} gid {}{}", state_.client_id, who.pid, who.uid,
+               who.gid, pidfd ? "" : " (process not visible: watching the socket only)");
+  if (pidfd) watch_process_exit(std::move(pidfd));
+  asio::co_spawn(socket_.get_executor(),
+                 [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
+}
+
+void session::watch_process_exit(unique_fd pidfd) {
+  process_watch_.assign(pidfd.release());
+  // A pidfd becomes readable once the process has exited: the decisive sign, which a forked
+  // child holding a copy of the socket cannot hide.
+  process_watch_.async_wait(asio::posix::stream_descriptor::wait_read,
+                            [weak = weak_from_this()](const boost::system::error_code& error) {
+                              if (auto self = weak.lock(); self && !error) {
+                                self->stop("process exited");
+                              }
+                            });
+}
+
+void session::stop(const char* reason) {
+  if (stopped_) return;
+  stopped_ = true;
+  spdlog::info("client {} gone: {}", state_.client_id, reason);
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  process_watch_.close(ignored);
+  books_.remove_client(state_.client_id);
+  out_fds_.clear();
+  ended_(*this);
+}
+
+asio::awaitable<void> session::read_loop() {
+  auto self = shared_from_this();
+  std::vector<unique_fd> fds;
+  while (!stopped_) {
+    std::error_code error;
+    const std::size_t received = recv_with_fds(
+        socket_.native_handle(), std::span(in_).subspan(in_filled_), fds, error);
+    if (would_block(error)) {
+      boost::system::error_code wait_error;
+      co_await socket_.async_wait(socket_type::wait_read,
+                                  asio::redirect_error(asio::use_awaitable, wait_error));
+      if (wait_error) break;
+      continue;
+    }
+    if (error) {
+      stop(error == std::errc::protocol_error ? "sent a truncated control message"
+                                               : "socket error");
+      break;
+    }
+    if (received == 0) {
+      stop("closed the connection");
+      break;
+    }
+    if (!fds.empty()) {
+      // Clients never send descriptors; the bytes that came with them cannot be trusted.
+      fds.clear();
+      append_error(out_, 0, errc::unexpected_handle, "clients may not send file descriptors");
+      flush();
+      stop("sent a file descriptor");
+      break;
+    }
+    in_filled_ += received;
+    if (!handle_frames() || !flush()) break;
+  }
+}
+
+bool session::handle_frames() {
+  std::size_t consumed = 0;
+  for (;;) {
+    proto::frame_view frame;
+    std::error_code error;
+    const auto status =
+        proto::parse_frame(std::span(in_).first(in_filled_).subspan(consumed), frame, error);
+    if (status == proto::parse_status::incomplete) break;
+    if (status == proto::parse_status::invalid) {
+      // The stream cannot be resynchronised after a bad header: answer, then hang up.
+      append_error(out_, 0, static_cast<errc>(error.value()),
+                   "bad frame header: " + error.message());
+      flush();
+      stop("sent a bad frame header");
+      return false;
+    }
+    const std::size_t frame_start = out_.size();
+    const reply_attachment attach = handler_.handle(state_, frame, out_);
+    if (attach.fd >= 0) queue_attachment(attach, frame_start);
+    consumed += frame.frame_size();
+  }
+  if (consumed > 0) {
+    std::memmove(in_.data(), in_.data() + consumed, in_filled_ - consumed);
+    in_filled_ -= consumed;
+  }
+  return true;
+}
+
+void session::queue_attachment(const reply_attachment& attach, std::size_t frame_start) {
+  // The pool keeps its own descriptor; the queue owns a duplicate until it is sent.
+  unique_fd copy(::fcntl(attach.fd, F_DUPFD_CLOEXEC, 0));
+  if (!copy) {
+    out_.resize(frame_start);
+    append_error(out_, 0, errc::internal, std::string("dup: ") + std::strerror(errno));
+    return;
+  }
+  out_fds_.push_back({frame_start, std::move(copy)});
+}
+
+bool session::flush() {
+  if (waiting_to_write_) return true;
+  while (out_sent_ < out_.size()) {
+    std::size_t end = out_.size();
+    std::vector<int> fds;
+    auto next = out_fds_.begin();
+    for (; next != out_fds_.end() && next->offset == out_sent_; ++next) fds.push_back(next->fd.get());
+    if (next != out_fds_.end()) end = next->offset;
+    std::error_code error;
+    const std::size_t sent = send_with_fds(socket_.native_handle(),
+                                           std::span(out_).subspan(out_sent_, end - out_sent_),
+                                           fds, error);
+    if (would_block(error)) {
+      if (out_.size() - out_sent_ > max_output_bytes_) {
+        stop("not reading its replies");
+        return false;
+      }
+      waiting_to_write_ = true;
+      socket_.async_wait(socket_type::wait_write,
+                         [self = shared_from_this()](const boost::system::error_code& wait_error) {
+                           self->waiting_to_write_ = false;
+                           if (!wait_error && !self->stopped_) self->flush();
+                         });
+      return true;
+    }
+    if (error) {
+      stop("socket error while replying");
+      return false;
+    }
+    out_fds_.erase(out_fds_.begin(), next);
+    out_sent_ += sent;
+  }
+  out_.clear();
+  out_sent_ = 0;
+  return true;
+}
+
+}  // namespace gpumem::daemon

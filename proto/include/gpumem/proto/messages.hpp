@@ -1,0 +1,209 @@
+#pragma once
+/// @file
+/// @brief Every message of protocol version 1: payload layouts and the table that names them.
+///
+/// A reply carries the request's type with kReplyBit set and the request's id; a failed request
+/// is answered by an `error` message instead. Layouts are frozen: a change means a new version.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gpumem/proto/wire.hpp"
+
+namespace gpumem::proto {
+
+/// Device number of the host backend (shared host memory); CUDA devices count from 0.
+inline constexpr std::int32_t kHostDevice = -1;
+
+/// Feature bits in hello_reply::features and stats_head::features.
+inline constexpr std::uint32_t kFeatureCuda = 1u << 0;
+
+enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
+
+struct empty_payload {};
+
+struct hello_request {
+  std::uint32_t protocol_version;
+  std::uint32_t reserved;
+  wire_name client_label;  ///< free text shown by gpumemctl clients; may be empty
+};
+static_assert(sizeof(hello_request) == 72);
+
+struct hello_reply {
+  std::uint64_t client_id;
+  std::uint32_t pool_count;
+  std::uint32_t max_payload_size;
+  std::uint32_t daemon_pid;
+  std::uint32_t features;
+};
+static_assert(sizeof(hello_reply) == 24);
+
+struct get_pool_request {
+  std::uint32_t pool_id;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(get_pool_request) == 8);
+
+/// Sent with exactly one fd: the pool's shareable handle, of the type the header names.
+struct pool_reply {
+  std::uint32_t pool_id;
+  std::int32_t device;
+  std::uint64_t size_limit;
+  wire_name name;
+};
+static_assert(sizeof(pool_reply) == 80);
+
+struct allocate_request {
+  std::uint64_t size;
+  std::int32_t device;
+  std::uint32_t flags;  ///< zero in version 1
+  wire_name name;       ///< empty for an anonymous allocation
+  wire_name pool;       ///< empty for the device's default pool
+};
+static_assert(sizeof(allocate_request) == 144);
+static_assert(offsetof(allocate_request, name) == 16);
+
+struct open_request {
+  wire_name name;
+  access_mode access;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(open_request) == 72);
+
+struct allocation_reply {
+  std::uint64_t alloc_id;
+  std::uint64_t offset;  ///< within the pool's mapping
+  std::uint64_t size;
+  std::uint32_t pool_id;
+  access_mode access;
+};
+static_assert(sizeof(allocation_reply) == 32);
+
+struct release_request {
+  std::uint64_t alloc_id;
+};
+static_assert(sizeof(release_request) == 8);
+
+/// Pagination for the list requests: records with an id greater than after_id.
+struct list_request {
+  std::uint64_t after_id;
+};
+static_assert(sizeof(list_request) == 8);
+
+struct list_head {
+  std::uint32_t count;  ///< records that follow
+  std::uint32_t more;   ///< 1 when another page follows: ask again after the last id
+};
+static_assert(sizeof(list_head) == 8);
+
+struct stats_head {
+  std::uint32_t count;  ///< pool_stats records that follow
+  std::uint32_t client_count;
+  std::uint64_t uptime_ms;
+  std::uint32_t daemon_pid;
+  std::uint32_t features;
+  std::uint64_t allocation_count;
+};
+static_assert(sizeof(stats_head) == 32);
+
+struct pool_stats {
+  wire_name name;
+  std::uint32_t pool_id;
+  std::int32_t device;
+  std::uint64_t size_limit;
+  std::uint64_t bytes_in_use;     ///< sum of live allocation sizes, from the daemon's books
+  std::uint64_t bytes_reserved;   ///< backing memory held, including rounding
+  std::uint64_t bytes_in_use_high;
+  std::uint64_t allocations;
+};
+static_assert(sizeof(pool_stats) == 112);
+
+struct client_record {
+  std::uint64_t client_id;
+  std::uint32_t pid;
+  std::uint32_t uid;
+  std::uint32_t gid;
+  std::uint32_t allocations_owned;
+  std::uint32_t allocations_opened;
+  std::uint32_t reserved;
+  std::uint64_t bytes_owned;
+  std::uint64_t connected_ms;
+  wire_name label;
+};
+static_assert(sizeof(client_record) == 112);
+
+struct allocation_record {
+  std::uint64_t alloc_id;
+  std::uint64_t size;
+  std::uint64_t owner_client_id;  ///< 0 once the owner has let go while others still hold it
+  std::uint32_t pool_id;
+  std::uint32_t holders;  ///< clients holding it, owner included
+  wire_name name;
+};
+static_assert(sizeof(allocation_record) == 96);
+
+inline constexpr std::size_t kErrorTextCapacity = 240;
+struct error_reply {
+  std::uint32_t code;  ///< an errc
+  std::uint32_t reserved;
+  char text[kErrorTextCapacity];  ///< NUL-terminated, printable
+};
+static_assert(sizeof(error_reply) == 248);
+
+/// A payload that is a head followed by `head.count` fixed records.
+template <class Head, class Record>
+struct list_payload {
+  static constexpr std::size_t kMaxRecords = (kMaxPayloadSize - sizeof(Head)) / sizeof(Record);
+  Head head{};
+  std::vector<Record> records;
+};
+
+using stats_reply = list_payload<stats_head, pool_stats>;
+using client_list_reply = list_payload<list_head, client_record>;
+using allocation_list_reply = list_payload<list_head, allocation_record>;
+
+// X(name, id, request payload, reply payload, reply fd count, summary)
+#define GPUMEM_MESSAGE_TABLE(X)                                                                    \
+  X(hello, 1, hello_request, hello_reply, 0, "open a session")                                     \
+  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                           \
+  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")             \
+  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")                    \
+  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                         \
+  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                      \
+  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                         \
+  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                      \
+  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")
+
+inline constexpr std::uint16_t kReplyBit = 0x8000;
+
+enum class message_type : std::uint16_t {
+#define GPUMEM_X(name, id, request, reply, fds, summary) name = id,
+  GPUMEM_MESSAGE_TABLE(GPUMEM_X)
+#undef GPUMEM_X
+  error = 0x7fff,
+};
+
+constexpr std::uint16_t reply_type(message_type request) noexcept {
+  return static_cast<std::uint16_t>(static_cast<std::uint16_t>(request) | kReplyBit);
+}
+
+/// What the table says about one message type, for code that iterates over all of them.
+struct message_info {
+  message_type type;
+  const char* name;
+  const char* summary;
+  std::uint16_t reply_fds;
+};
+
+inline constexpr message_info kMessages[] = {
+#define GPUMEM_X(name, id, request, reply, fds, summary)                                           \
+  {message_type::name, #name, summary, fds},
+    GPUMEM_MESSAGE_TABLE(GPUMEM_X)
+#undef GPUMEM_X
+};
+
+/// @return the table entry for a request type, or nullptr when @p raw names none.
+const message_info* find_request(std::uint16_t raw) noexcept;
+
+}  // namespace gpumem::proto

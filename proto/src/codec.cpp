@@ -1,0 +1,126 @@
+#include "gpumem/proto/codec.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace gpumem::proto {
+
+namespace {
+std::error_code bad() noexcept { return errc::bad_message; }
+
+bool is_known_access(access_mode mode) noexcept {
+  return mode == access_mode::read_write || mode == access_mode::read_only;
+}
+
+// The set of types a receiver may see in a header: requests, their replies, and error.
+bool is_known_type(std::uint16_t raw) noexcept {
+  if (raw == static_cast<std::uint16_t>(message_type::error)) return true;
+  return find_request(static_cast<std::uint16_t>(raw & ~kReplyBit)) != nullptr;
+}
+}  // namespace
+
+std::error_code check_header(const header& head) noexcept {
+  if (head.magic != kMagic || head.reserved != 0) return bad();
+  if (head.version != kProtocolVersion) return errc::unsupported_version;
+  if (head.payload_size > kMaxPayloadSize) return bad();
+  if (!is_known_type(head.type)) return errc::unknown_message_type;
+  if (!is_known_handle_type(head.handle) || head.fd_count > kMaxFdsPerMessage) return bad();
+  const bool has_fds = head.fd_count != 0;
+  const bool names_handle = head.handle != static_cast<std::uint16_t>(handle_type::none);
+  if (has_fds != names_handle) return errc::unexpected_handle;
+  return {};
+}
+
+parse_status parse_frame(std::span<const std::byte> bytes, frame_view& out,
+                         std::error_code& error) noexcept {
+  if (bytes.size() < sizeof(header)) return parse_status::incomplete;
+  std::memcpy(&out.head, bytes.data(), sizeof(header));
+  if ((error = check_header(out.head))) return parse_status::invalid;
+  if (bytes.size() - sizeof(header) < out.head.payload_size) return parse_status::incomplete;
+  out.payload = bytes.subspan(sizeof(header), out.head.payload_size);
+  return parse_status::complete;
+}
+
+std::error_code validate(const empty_payload&) noexcept { return {}; }
+
+std::error_code validate(const hello_request& m) noexcept {
+  if (m.reserved != 0) return bad();
+  if (m.protocol_version != kProtocolVersion) return errc::unsupported_version;
+  return check_wire_name(m.client_label, true);
+}
+
+std::error_code validate(const hello_reply& m) noexcept {
+  return m.client_id != 0 && m.max_payload_size == kMaxPayloadSize ? std::error_code{} : bad();
+}
+
+std::error_code validate(const get_pool_request& m) noexcept {
+  return m.reserved == 0 ? std::error_code{} : bad();
+}
+
+std::error_code validate(const pool_reply& m) noexcept {
+  if (m.device < kHostDevice) return bad();
+  return check_wire_name(m.name, false);
+}
+
+std::error_code validate(const allocate_request& m) noexcept {
+  if (m.flags != 0 || m.device < kHostDevice) return bad();
+  if (m.size == 0) return errc::invalid_argument;
+  if (auto error = check_wire_name(m.name, true)) return error;
+  return check_wire_name(m.pool, true);
+}
+
+std::error_code validate(const open_request& m) noexcept {
+  if (m.reserved != 0 || !is_known_access(m.access)) return bad();
+  return check_wire_name(m.name, false);
+}
+
+std::error_code validate(const allocation_reply& m) noexcept {
+  return m.alloc_id != 0 && m.size != 0 && is_known_access(m.access) ? std::error_code{} : bad();
+}
+
+std::error_code validate(const release_request& m) noexcept {
+  return m.alloc_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
+}
+
+std::error_code validate(const list_request&) noexcept { return {}; }
+
+std::error_code validate(const list_head& m) noexcept {
+  return m.more <= 1 ? std::error_code{} : bad();
+}
+
+std::error_code validate(const stats_head&) noexcept { return {}; }
+
+std::error_code validate(const pool_stats& m) noexcept {
+  if (m.device < kHostDevice) return bad();
+  return check_wire_name(m.name, false);
+}
+
+std::error_code validate(const client_record& m) noexcept {
+  if (m.reserved != 0) return bad();
+  return check_wire_name(m.label, true);
+}
+
+std::error_code validate(const allocation_record& m) noexcept {
+  if (m.alloc_id == 0) return bad();
+  return check_wire_name(m.name, true);
+}
+
+std::error_code validate(const error_reply& m) noexcept {
+  if (m.reserved != 0 || !is_known_errc(m.code) || m.code == 0) return bad();
+  const std::size_t length = ::strnlen(m.text, kErrorTextCapacity);
+  if (length == kErrorTextCapacity) return bad();
+  const bool printable = std::all_of(m.text, m.text + length,
+                                     [](char c) { return c >= 0x20 && c < 0x7f; });
+  return printable ? std::error_code{} : bad();
+}
+
+error_reply make_error_reply(errc code, std::string_view text) noexcept {
+  error_reply reply{};
+  reply.code = static_cast<std::uint32_t>(code);
+  const std::size_t length = std::min(text.size(), kErrorTextCapacity - 1);
+  std::transform(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(length), reply.text,
+                 [](char c) { return c >= 0x20 && c < 0x7f ? c : '?'; });
+  return reply;
+}
+
+}  // namespace gpumem::proto
