@@ -1,6 +1,7 @@
 #include "session.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
@@ -47,14 +48,25 @@ void session::start() {
 
 void session::watch_process_exit(unique_fd pidfd) {
   process_watch_.assign(pidfd.release());
+  wait_for_process_exit();
+}
+
+void session::wait_for_process_exit() {
   // A pidfd becomes readable once the process has exited: the decisive sign, which a forked
-  // child holding a copy of the socket cannot hide.
-  process_watch_.async_wait(asio::posix::stream_descriptor::wait_read,
-                            [weak = weak_from_this()](const boost::system::error_code& error) {
-                              if (auto self = weak.lock(); self && !error) {
-                                self->stop("process exited");
-                              }
-                            });
+  // child holding a copy of the socket cannot hide. The reactor can wake a wait spuriously
+  // when descriptors are recycled, so readiness is confirmed before anyone is declared dead.
+  process_watch_.async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      [weak = weak_from_this()](const boost::system::error_code& error) {
+        const auto self = weak.lock();
+        if (!self || error || self->stopped_) return;
+        pollfd exited{self->process_watch_.native_handle(), POLLIN, 0};
+        if (::poll(&exited, 1, 0) == 1) {
+          self->stop("process exited");
+        } else {
+          self->wait_for_process_exit();
+        }
+      });
 }
 
 void session::stop(const char* reason) {
@@ -145,6 +157,10 @@ void session::queue_attachment(const reply_attachment& attach, std::size_t frame
 }
 
 bool session::flush() {
+  if (out_.size() - out_sent_ > max_output_bytes_) {
+    stop("not reading its replies");
+    return false;
+  }
   if (waiting_to_write_) return true;
   while (out_sent_ < out_.size()) {
     std::size_t end = out_.size();
@@ -157,10 +173,6 @@ bool session::flush() {
                                            std::span(out_).subspan(out_sent_, end - out_sent_),
                                            fds, error);
     if (would_block(error)) {
-      if (out_.size() - out_sent_ > max_output_bytes_) {
-        stop("not reading its replies");
-        return false;
-      }
       waiting_to_write_ = true;
       socket_.async_wait(socket_type::wait_write,
                          [self = shared_from_this()](const boost::system::error_code& wait_error) {

@@ -39,6 +39,7 @@ class session : public std::enable_shared_from_this<session> {
   /// @return false when the session had to stop.
   bool flush();
   void watch_process_exit(unique_fd pidfd);
+  void wait_for_process_exit();
 
   socket_type socket_;
   boost::asio::posix::stream_descriptor process_watch_;

@@ -43,14 +43,14 @@ class Error : public std::system_error {
 enum class Access { read_write, read_only };
 
 struct ConnectOptions {
-  std::string socket_path;  ///< empty: $GPUMEM_SOCKET, then the default locations
-  std::string label;        ///< shown by `gpumemctl clients`; empty: the program's name
+  std::string socket_path{};  ///< empty: $GPUMEM_SOCKET, then the default locations
+  std::string label{};        ///< shown by `gpumemctl clients`; empty: the program's name
 };
 
 struct AllocateOptions {
   int device = kHost;
-  std::string_view name;  ///< empty: anonymous; else other processes can open() it
-  std::string_view pool;  ///< empty: the device's default pool
+  std::string_view name{};  ///< empty: anonymous; else other processes can open() it
+  std::string_view pool{};  ///< empty: the device's default pool
 };
 
 struct OpenOptions {

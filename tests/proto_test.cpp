@@ -1,0 +1,280 @@
+#include "gpumem/proto/codec.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace gpumem::proto {
+namespace {
+
+wire_name name_of(std::string_view text) {
+  wire_name name{};
+  EXPECT_FALSE(make_wire_name(text, name));
+  return name;
+}
+
+// One valid, non-trivial value of every payload type; the table below cannot name a payload
+// without one.
+template <class T>
+T sample();
+template <> empty_payload sample() { return {}; }
+template <> hello_request sample() { return {kProtocolVersion, 0, name_of("trainer-7")}; }
+template <> hello_reply sample() { return {42, 3, kMaxPayloadSize, 1234, kFeatureCuda}; }
+template <> get_pool_request sample() { return {2, 0}; }
+template <> pool_reply sample() { return {2, 1, 1ull << 34, name_of("gpu1")}; }
+template <> allocate_request sample() {
+  return {1 << 20, kHostDevice, 0, name_of("frames"), name_of("host")};
+}
+template <> open_request sample() { return {name_of("frames"), access_mode::read_only, 0}; }
+template <> allocation_reply sample() { return {7, 4096, 1 << 20, 0, access_mode::read_write}; }
+template <> release_request sample() { return {7}; }
+template <> list_request sample() { return {99}; }
+template <> stats_reply sample() {
+  stats_reply reply;
+  reply.head = {2, 5, 1000, 77, 0, 9};
+  reply.records.push_back({name_of("host"), 0, kHostDevice, 1 << 30, 10, 4096, 20, 1});
+  reply.records.push_back({name_of("gpu0"), 1, 0, 1ull << 33, 0, 0, 0, 0});
+  return reply;
+}
+template <> client_list_reply sample() {
+  client_list_reply reply;
+  reply.head = {1, 0};
+  reply.records.push_back({3, 100, 1000, 1000, 1, 2, 0, 4096, 55, name_of("worker")});
+  return reply;
+}
+template <> allocation_list_reply sample() {
+  allocation_list_reply reply;
+  reply.head = {2, 1};
+  reply.records.push_back({1, 64, 3, 0, 2, name_of("a")});
+  reply.records.push_back({2, 128, 0, 0, 1, wire_name{}});
+  return reply;
+}
+
+template <class T>
+std::vector<std::byte> payload_bytes(const T& value) {
+  std::vector<std::byte> frame;
+  append_frame(frame, 1, 0, value);
+  return {frame.begin() + sizeof(header), frame.end()};
+}
+
+template <class T>
+void expect_round_trip(std::uint16_t type) {
+  const T original = sample<T>();
+  std::vector<std::byte> frame;
+  append_frame(frame, type, 0xabcdef, original);
+  frame_view view;
+  std::error_code error;
+  ASSERT_EQ(parse_frame(frame, view, error), parse_status::complete) << error.message();
+  EXPECT_EQ(view.head.type, type);
+  EXPECT_EQ(view.head.request_id, 0xabcdefu);
+  EXPECT_EQ(view.frame_size(), frame.size());
+  T decoded{};
+  const auto error_decoding = decode_payload(view.payload, decoded);
+  ASSERT_FALSE(error_decoding) << "message type " << type << ": " << error_decoding.message();
+  EXPECT_EQ(payload_bytes(decoded), payload_bytes(original)) << "message type " << type;
+}
+
+TEST(Protocol, EveryRequestAndReplyRoundTrips) {
+#define GPUMEM_X(name, id, request, reply, fds, summary)                                           \
+  expect_round_trip<request>(id);                                                                  \
+  expect_round_trip<reply>(reply_type(message_type::name));
+  GPUMEM_MESSAGE_TABLE(GPUMEM_X)
+#undef GPUMEM_X
+  const auto refusal = make_error_reply(errc::not_found, "no allocation named 'x'");
+  std::vector<std::byte> frame;
+  append_frame(frame, static_cast<std::uint16_t>(message_type::error), 1, refusal);
+  frame_view view;
+  std::error_code error;
+  ASSERT_EQ(parse_frame(frame, view, error), parse_status::complete);
+  error_reply decoded{};
+  ASSERT_FALSE(decode_payload(view.payload, decoded));
+  EXPECT_EQ(decoded.code, static_cast<std::uint32_t>(errc::not_found));
+  EXPECT_STREQ(decoded.text, "no allocation named 'x'");
+}
+
+TEST(Protocol, TableNamesAreUniqueAndFindable) {
+  for (const auto& info : kMessages) {
+    ASSERT_NE(find_request(static_cast<std::uint16_t>(info.type)), nullptr) << info.name;
+    EXPECT_STREQ(find_request(static_cast<std::uint16_t>(info.type))->name, info.name);
+  }
+  EXPECT_EQ(find_request(0), nullptr);
+  EXPECT_EQ(find_request(reply_type(message_type::ping)), nullptr);
+}
+
+class MalformedFrame : public ::testing::Test {
+ protected:
+  MalformedFrame() { append_frame(frame, static_cast<std::uint16_t>(message_type::ping), 1, empty_payload{}); }
+  header& head() { return *reinterpret_cast<header*>(frame.data()); }
+  std::error_code parse_error() {
+    frame_view view;
+    std::error_code error;
+    EXPECT_EQ(parse_frame(frame, view, error), parse_status::invalid);
+    return error;
+  }
+  std::vector<std::byte> frame;
+};
+
+TEST_F(MalformedFrame, ShortHeaderIsIncompleteNotAnError) {
+  frame_view view;
+  std::error_code error;
+  EXPECT_EQ(parse_frame(std::span(frame).first(sizeof(header) - 1), view, error),
+            parse_status::incomplete);
+  EXPECT_FALSE(error);
+}
+
+TEST_F(MalformedFrame, BadMagicIsRejected) {
+  head().magic ^= 1;
+  EXPECT_EQ(parse_error(), errc::bad_message);
+}
+
+TEST_F(MalformedFrame, OtherVersionIsRejected) {
+  head().version = kProtocolVersion + 1;
+  EXPECT_EQ(parse_error(), errc::unsupported_version);
+}
+
+TEST_F(MalformedFrame, OversizedLengthIsRejectedBeforeThePayloadArrives) {
+  head().payload_size = kMaxPayloadSize + 1;
+  EXPECT_EQ(parse_error(), errc::bad_message);
+  head().payload_size = 0xffffffff;
+  EXPECT_EQ(parse_error(), errc::bad_message);
+}
+
+TEST_F(MalformedFrame, UnknownTypeIsRejected) {
+  head().type = 0x1234;
+  EXPECT_EQ(parse_error(), errc::unknown_message_type);
+  head().type = 0;
+  EXPECT_EQ(parse_error(), errc::unknown_message_type);
+}
+
+TEST_F(MalformedFrame, NonZeroReservedWordIsRejected) {
+  head().reserved = 1;
+  EXPECT_EQ(parse_error(), errc::bad_message);
+}
+
+TEST_F(MalformedFrame, DescriptorsWithoutATypeOrTypeWithoutDescriptorsAreRejected) {
+  head().fd_count = 1;
+  EXPECT_EQ(parse_error(), errc::unexpected_handle);
+  head().fd_count = 0;
+  head().handle = static_cast<std::uint16_t>(handle_type::host_memfd);
+  EXPECT_EQ(parse_error(), errc::unexpected_handle);
+}
+
+TEST_F(MalformedFrame, TooManyDescriptorsOrUnknownHandleTypeIsRejected) {
+  head().handle = static_cast<std::uint16_t>(handle_type::host_memfd);
+  head().fd_count = kMaxFdsPerMessage + 1;
+  EXPECT_EQ(parse_error(), errc::bad_message);
+  head().fd_count = 1;
+  head().handle = 99;
+  EXPECT_EQ(parse_error(), errc::bad_message);
+}
+
+TEST_F(MalformedFrame, TruncatedPayloadWaitsForMoreBytes) {
+  frame.clear();
+  append_frame(frame, static_cast<std::uint16_t>(message_type::release), 1, release_request{5});
+  frame_view view;
+  std::error_code error;
+  EXPECT_EQ(parse_frame(std::span(frame).first(frame.size() - 1), view, error),
+            parse_status::incomplete);
+}
+
+TEST(MalformedPayload, WrongSizeIsRejected) {
+  auto bytes = payload_bytes(sample<release_request>());
+  release_request decoded{};
+  EXPECT_EQ(decode_payload(std::span(bytes).first(7), decoded), errc::bad_message);
+  bytes.push_back(std::byte{0});
+  EXPECT_EQ(decode_payload(bytes, decoded), errc::bad_message);
+  empty_payload nothing;
+  EXPECT_EQ(decode_payload(bytes, nothing), errc::bad_message);
+}
+
+TEST(MalformedPayload, UnterminatedNameIsRejected) {
+  auto request = sample<open_request>();
+  std::memset(request.name.bytes, 'a', kNameCapacity);
+  open_request decoded{};
+  EXPECT_EQ(decode_payload(payload_bytes(request), decoded), errc::invalid_name);
+}
+
+TEST(MalformedPayload, ForbiddenCharactersAndGarbageAfterTheNulAreRejected) {
+  auto request = sample<open_request>();
+  request.name.bytes[1] = '\n';
+  open_request decoded{};
+  EXPECT_EQ(decode_payload(payload_bytes(request), decoded), errc::invalid_name);
+  request = sample<open_request>();
+  request.name.bytes[kNameCapacity - 1] = 'x';
+  EXPECT_EQ(decode_payload(payload_bytes(request), decoded), errc::invalid_name);
+}
+
+TEST(MalformedPayload, EmptyNameIsRejectedWhereOneIsRequired) {
+  auto request = sample<open_request>();
+  request.name = {};
+  open_request decoded{};
+  EXPECT_EQ(decode_payload(payload_bytes(request), decoded), errc::invalid_name);
+}
+
+TEST(MalformedPayload, OutOfRangeEnumsAndFlagsAreRejected) {
+  auto open = sample<open_request>();
+  open.access = static_cast<access_mode>(7);
+  open_request decoded_open{};
+  EXPECT_EQ(decode_payload(payload_bytes(open), decoded_open), errc::bad_message);
+  auto allocate = sample<allocate_request>();
+  allocate.flags = 1;
+  allocate_request decoded_allocate{};
+  EXPECT_EQ(decode_payload(payload_bytes(allocate), decoded_allocate), errc::bad_message);
+  allocate = sample<allocate_request>();
+  allocate.device = -2;
+  EXPECT_EQ(decode_payload(payload_bytes(allocate), decoded_allocate), errc::bad_message);
+  allocate = sample<allocate_request>();
+  allocate.size = 0;
+  EXPECT_EQ(decode_payload(payload_bytes(allocate), decoded_allocate), errc::invalid_argument);
+}
+
+TEST(MalformedPayload, ListCountThatDisagreesWithTheLengthIsRejected) {
+  auto bytes = payload_bytes(sample<client_list_reply>());
+  client_list_reply decoded;
+  auto* head = reinterpret_cast<list_head*>(bytes.data());
+  head->count = 2;
+  EXPECT_EQ(decode_payload(bytes, decoded), errc::bad_message);
+  head->count = 0xffffffff;
+  EXPECT_EQ(decode_payload(bytes, decoded), errc::bad_message);
+  head->count = 1;
+  head->more = 2;
+  EXPECT_EQ(decode_payload(bytes, decoded), errc::bad_message);
+}
+
+TEST(MalformedPayload, ErrorReplyWithUnknownCodeOrUnterminatedTextIsRejected) {
+  auto refusal = make_error_reply(errc::internal, "x");
+  refusal.code = 999;
+  error_reply decoded{};
+  EXPECT_EQ(decode_payload(payload_bytes(refusal), decoded), errc::bad_message);
+  refusal = make_error_reply(errc::internal, "x");
+  std::memset(refusal.text, 'y', sizeof refusal.text);
+  EXPECT_EQ(decode_payload(payload_bytes(refusal), decoded), errc::bad_message);
+}
+
+TEST(WireName, LongestNameFitsAndOneMoreDoesNot) {
+  wire_name name{};
+  EXPECT_FALSE(make_wire_name(std::string(kMaxNameLength, 'n'), name));
+  EXPECT_EQ(name.view().size(), kMaxNameLength);
+  EXPECT_FALSE(check_wire_name(name, false));
+  EXPECT_EQ(make_wire_name(std::string(kMaxNameLength + 1, 'n'), name), errc::invalid_name);
+  EXPECT_EQ(make_wire_name("two words", name), errc::invalid_name);
+  EXPECT_EQ(make_wire_name(std::string("nul\0inside", 10), name), errc::invalid_name);
+}
+
+TEST(ErrorReply, TextIsCutToFitAndMadePrintable) {
+  const auto reply = make_error_reply(errc::internal, std::string(1000, 'z') + "\x01");
+  EXPECT_EQ(std::strlen(reply.text), kErrorTextCapacity - 1);
+  const auto control = make_error_reply(errc::internal, "a\tb");
+  EXPECT_STREQ(control.text, "a?b");
+}
+
+TEST(ErrorCategory, CodesHaveNamesAndACategory) {
+  const std::error_code code = errc::out_of_memory;
+  EXPECT_STREQ(code.category().name(), "gpumem");
+  EXPECT_EQ(code.message(), "pool exhausted");
+  EXPECT_TRUE(is_known_errc(16));
+  EXPECT_FALSE(is_known_errc(17));
+}
+
+}  // namespace
+}  // namespace gpumem::proto

@@ -1,0 +1,146 @@
+#include "registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include "host_pool.hpp"
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+namespace {
+
+using proto::errc;
+
+class Registry : public ::testing::Test {
+ protected:
+  static registry make(bool across_users = false) {
+    daemon_config config = embedded_default_config();
+    config.open_across_users = across_users;
+    config.pools[0].size = 4 << 20;
+    std::vector<std::unique_ptr<pool>> pools;
+    pools.push_back(std::make_unique<host_pool>(0, config.pools[0]));
+    return registry(config, std::move(pools));
+  }
+  static proto::allocate_request request(std::uint64_t size, std::string_view name = {}) {
+    proto::allocate_request r{};
+    r.size = size;
+    r.device = proto::kHostDevice;
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    return r;
+  }
+  static proto::open_request open_request(std::string_view name) {
+    proto::open_request r{};
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    return r;
+  }
+  static errc code_of(const std::function<void()>& work) {
+    try {
+      work();
+    } catch (const request_error& error) {
+      return error.code();
+    }
+    return errc::ok;
+  }
+  std::uint64_t in_use() const { return books.stats().records.at(0).bytes_in_use; }
+
+  registry books = make();
+  std::uint64_t owner = books.add_client({100, 1000, 1000});
+  std::uint64_t reader = books.add_client({101, 1000, 1000});
+};
+
+TEST_F(Registry, NamedAllocationIsSharedAndFreedWhenTheLastHolderLetsGo) {
+  const auto made = books.allocate(owner, request(5000, "frames"));
+  const auto opened = books.open(reader, open_request("frames"));
+  EXPECT_EQ(made.alloc_id, opened.alloc_id);
+  EXPECT_EQ(made.offset, opened.offset);
+  EXPECT_EQ(in_use(), 5000u);
+  books.release(owner, made.alloc_id);
+  EXPECT_EQ(in_use(), 5000u);
+  EXPECT_EQ(books.list_allocations(0).records.at(0).owner_client_id, 0u);
+  // The name lives as long as the memory does.
+  EXPECT_EQ(books.open(owner, open_request("frames")).alloc_id, made.alloc_id);
+  books.release(owner, made.alloc_id);
+  books.release(reader, made.alloc_id);
+  EXPECT_EQ(in_use(), 0u);
+  EXPECT_EQ(code_of([&] { books.open(reader, open_request("frames")); }), errc::not_found);
+}
+
+TEST_F(Registry, RemovingAClientReleasesItsLedgerButNotWhatOthersHold) {
+  const auto shared = books.allocate(owner, request(4096, "shared"));
+  books.allocate(owner, request(8192));
+  books.open(reader, open_request("shared"));
+  books.open(reader, open_request("shared"));  // two references from one client
+  books.remove_client(owner);
+  EXPECT_EQ(in_use(), 4096u);
+  books.release(reader, shared.alloc_id);
+  EXPECT_EQ(in_use(), 4096u);
+  books.remove_client(reader);
+  EXPECT_EQ(in_use(), 0u);
+  EXPECT_EQ(books.stats().head.client_count, 0u);
+}
+
+TEST_F(Registry, BadRequestsAreClearErrorsThatChangeNothing) {
+  books.allocate(owner, request(4096, "taken"));
+  const auto before = books.stats().records.at(0);
+  EXPECT_EQ(code_of([&] { books.allocate(reader, request(4096, "taken")); }), errc::already_exists);
+  EXPECT_EQ(code_of([&] { books.allocate(reader, request(8 << 20)); }), errc::out_of_memory);
+  auto gpu = request(4096);
+  gpu.device = 3;
+  EXPECT_EQ(code_of([&] { books.allocate(reader, gpu); }), errc::no_such_device);
+  auto other_pool = request(4096);
+  EXPECT_FALSE(proto::make_wire_name("nope", other_pool.pool));
+  EXPECT_EQ(code_of([&] { books.allocate(reader, other_pool); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { books.release(reader, 12345); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { books.open(reader, open_request("missing")); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { books.find_pool(9); }), errc::not_found);
+  const auto after = books.stats().records.at(0);
+  EXPECT_EQ(before.bytes_in_use, after.bytes_in_use);
+  EXPECT_EQ(before.allocations, after.allocations);
+}
+
+TEST_F(Registry, AClientCannotReleaseWhatOnlyAnotherHolds) {
+  const auto made = books.allocate(owner, request(4096));
+  EXPECT_EQ(code_of([&] { books.release(reader, made.alloc_id); }), errc::not_found);
+  EXPECT_EQ(in_use(), 4096u);
+}
+
+TEST_F(Registry, OpeningAnotherUsersAllocationNeedsTheSwitch) {
+  const auto stranger = books.add_client({200, 2000, 2000});
+  const auto root = books.add_client({201, 0, 0});
+  books.allocate(owner, request(4096, "private"));
+  EXPECT_EQ(code_of([&] { books.open(stranger, open_request("private")); }),
+            errc::permission_denied);
+  EXPECT_EQ(code_of([&] { books.open(root, open_request("private")); }), errc::ok);
+  registry open_books = make(true);
+  const auto a = open_books.add_client({1, 1000, 1000});
+  const auto b = open_books.add_client({2, 2000, 2000});
+  open_books.allocate(a, request(4096, "private"));
+  EXPECT_EQ(code_of([&] { open_books.open(b, open_request("private")); }), errc::ok);
+}
+
+TEST_F(Registry, ListsPageThroughEverything) {
+  for (std::size_t i = 0; i < registry::kPageSize + 10; ++i) books.allocate(owner, request(1));
+  const auto first = books.list_allocations(0);
+  EXPECT_EQ(first.records.size(), registry::kPageSize);
+  EXPECT_EQ(first.head.more, 1u);
+  const auto second = books.list_allocations(first.records.back().alloc_id);
+  EXPECT_EQ(second.records.size(), 10u);
+  EXPECT_EQ(second.head.more, 0u);
+  const auto clients = books.list_clients(0);
+  ASSERT_EQ(clients.records.size(), 2u);
+  EXPECT_EQ(clients.records[0].allocations_owned, registry::kPageSize + 10);
+  EXPECT_EQ(clients.records[0].bytes_owned, registry::kPageSize + 10);
+}
+
+TEST_F(Registry, StatsKeepAHighWaterMarkAndCountRounding) {
+  const auto a = books.allocate(owner, request(100));
+  books.allocate(owner, request(5000));
+  books.release(owner, a.alloc_id);
+  const auto pool = books.stats().records.at(0);
+  EXPECT_EQ(pool.bytes_in_use, 5000u);
+  EXPECT_EQ(pool.bytes_in_use_high, 5100u);
+  EXPECT_EQ(pool.bytes_reserved, 8192u);
+  EXPECT_EQ(pool.allocations, 1u);
+}
+
+}  // namespace
+}  // namespace gpumem::daemon

@@ -1,0 +1,42 @@
+#pragma once
+// A child process started with fork+exec, its stdout on a pipe, for multi-process tests.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpumem/shared/unique_fd.hpp"
+
+namespace gpumem::testing {
+
+class child_process {
+ public:
+  /// @brief Starts argv[0] (a path) with the parent's environment plus @p extra_env.
+  explicit child_process(const std::vector<std::string>& argv,
+                         const std::vector<std::string>& extra_env = {});
+  child_process(child_process&&) noexcept;
+  child_process& operator=(child_process&&) = delete;
+  ~child_process();  // SIGKILLs and reaps a child still running
+
+  pid_t pid() const noexcept { return pid_; }
+
+  /// @brief Next line of the child's stdout, without the newline; nullopt on EOF or timeout.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  void signal(int number) const;
+  /// @brief Waits for the child to end; its wait status, or nullopt on timeout.
+  std::optional<int> wait(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+ private:
+  pid_t pid_ = -1;
+  unique_fd stdout_;
+  std::string pending_;
+};
+
+/// @brief Exit code of a wait status, or 128+signal when it was killed.
+int exit_code(int status);
+
+}  // namespace gpumem::testing

@@ -1,0 +1,85 @@
+#include "daemon_process.hpp"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+namespace gpumem::testing {
+
+namespace {
+std::string make_folder() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "gpumemd-test-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+std::vector<std::string> daemon_argv(const std::string& socket,
+                                     const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{daemon_binary(), "--socket", socket, "--log-level", (std::getenv("GPUMEM_TEST_LOG") ? std::getenv("GPUMEM_TEST_LOG") : "warn")};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+}  // namespace
+
+std::string daemon_binary() { return GPUMEM_TEST_DAEMON; }
+std::string peer_binary() { return GPUMEM_TEST_PEER; }
+
+daemon_process::daemon_process(const std::vector<std::string>& extra_args)
+    : folder_(make_folder()),
+      socket_path_(folder_ + "/gpumemd.sock"),
+      process_(daemon_argv(socket_path_, extra_args)) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    try {
+      connect("probe").ping();
+      return;
+    } catch (const gpumem::Error&) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("gpumemd did not start on " + socket_path_);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+}
+
+daemon_process::~daemon_process() {
+  stop();
+  std::error_code ignored;
+  std::filesystem::remove_all(folder_, ignored);
+}
+
+gpumem::Client daemon_process::connect(const std::string& label) const {
+  return gpumem::Client::connect({.socket_path = socket_path_, .label = label});
+}
+
+int daemon_process::stop() {
+  if (process_.pid() <= 0) return -1;
+  process_.signal(SIGTERM);
+  const auto status = process_.wait(std::chrono::seconds(20));
+  return status ? exit_code(*status) : -1;
+}
+
+std::size_t daemon_process::open_fd_count() const {
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid()) + "/fd")) {
+    ++count;
+  }
+  return count;
+}
+
+bool daemon_process::wait_for_bytes_in_use(std::uint64_t expected,
+                                           std::chrono::milliseconds within) const {
+  auto client = connect("watcher");
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    if (client.stats().pools.at(0).bytes_in_use == expected) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace gpumem::testing

@@ -1,0 +1,43 @@
+#pragma once
+// A real gpumemd on a socket in a fresh temporary folder, for black-box tests.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "child_process.hpp"
+#include "gpumem/gpumem.hpp"
+
+namespace gpumem::testing {
+
+class daemon_process {
+ public:
+  /// @brief Starts gpumemd with @p extra_args and waits until it answers.
+  explicit daemon_process(const std::vector<std::string>& extra_args = {});
+  ~daemon_process();
+
+  const std::string& socket_path() const noexcept { return socket_path_; }
+  const std::string& folder() const noexcept { return folder_; }
+  pid_t pid() const noexcept { return process_.pid(); }
+  gpumem::Client connect(const std::string& label = "test") const;
+  /// @brief The environment entry that points a child at this daemon.
+  std::string socket_env() const { return "GPUMEM_SOCKET=" + socket_path_; }
+
+  /// @brief SIGTERM and wait; the exit status.
+  int stop();
+  /// @brief Open descriptors of the daemon process right now.
+  std::size_t open_fd_count() const;
+  /// @brief Polls the daemon until bytes_in_use of pool 0 equals @p expected or time is up.
+  bool wait_for_bytes_in_use(std::uint64_t expected, std::chrono::milliseconds within) const;
+
+ private:
+  std::string folder_;
+  std::string socket_path_;
+  child_process process_;
+};
+
+/// Paths of the binaries under test, set by CMake.
+std::string daemon_binary();
+std::string peer_binary();
+
+}  // namespace gpumem::testing

@@ -1,0 +1,29 @@
+#pragma once
+// A position- and seed-dependent fill, so a check catches stale, shifted or foreign bytes.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace gpumem::testing {
+
+inline std::uint8_t pattern_byte(std::size_t index, std::uint32_t seed) {
+  const std::uint64_t mixed = (index + 1) * 0x9e3779b97f4a7c15ull ^ (std::uint64_t{seed} << 17);
+  return static_cast<std::uint8_t>(mixed >> 56);
+}
+
+inline void fill_pattern(void* data, std::size_t size, std::uint32_t seed) {
+  auto* bytes = static_cast<std::uint8_t*>(data);
+  for (std::size_t i = 0; i < size; ++i) bytes[i] = pattern_byte(i, seed);
+}
+
+/// @return the first index that differs, or size when all match.
+inline std::size_t first_mismatch(const void* data, std::size_t size, std::uint32_t seed) {
+  const auto* bytes = static_cast<const std::uint8_t*>(data);
+  for (std::size_t i = 0; i < size; ++i) {
+    if (bytes[i] != pattern_byte(i, seed)) return i;
+  }
+  return size;
+}
+
+}  // namespace gpumem::testing
