@@ -1,6 +1,11 @@
 #pragma once
-// Boost 1.74's awaitable.hpp uses std::exchange without including <utility>.
+/// @file
+/// @brief The one place the daemon includes Boost.Asio from.
+
+// clang-format off
+// Boost 1.74's awaitable.hpp uses std::exchange without including <utility>: keep it first.
 #include <utility>
+// clang-format on
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>

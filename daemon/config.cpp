@@ -17,7 +17,7 @@ struct unit {
   const char* suffix;
   std::uint64_t factor;
 };
-constexpr unit kUnits[] = {{"TiB", kGiB << 10}, {"GiB", kGiB},        {"MiB", 1 << 20},
+constexpr unit kUnits[] = {{"TiB", kGiB << 10}, {"GiB", kGiB},         {"MiB", 1 << 20},
                            {"KiB", 1 << 10},    {"TB", 1000000000000}, {"GB", 1000000000},
                            {"MB", 1000000},     {"KB", 1000},          {"B", 1}};
 
@@ -121,9 +121,9 @@ daemon_config load_config_file(const std::string& path) {
   if (root.IsNull()) return embedded_default_config();
   if (!root.IsMap()) fail(path, "the top level is a map");
   try {
-    check_keys(root, path,
-               {"socket", "socket_mode", "log_level", "open_across_users", "max_output_bytes",
-                "pools"});
+    check_keys(
+        root, path,
+        {"socket", "socket_mode", "log_level", "open_across_users", "max_output_bytes", "pools"});
     if (root["socket"]) config.socket_path = root["socket"].as<std::string>();
     if (root["socket_mode"]) {
       const auto text = root["socket_mode"].as<std::string>();
@@ -133,7 +133,8 @@ daemon_config load_config_file(const std::string& path) {
         mode = std::stoul(text, &used, 8);
       } catch (const std::exception&) {
       }
-      if (used != text.size() || mode > 0777) fail(path + ": socket_mode", "'" + text + "' is not an octal mode");
+      if (used != text.size() || mode > 0777)
+        fail(path + ": socket_mode", "'" + text + "' is not an octal mode");
       config.socket_mode = static_cast<mode_t>(mode);
     }
     if (root["log_level"]) config.log_level = root["log_level"].as<std::string>();

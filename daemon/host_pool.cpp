@@ -9,7 +9,9 @@
 namespace gpumem::daemon {
 
 namespace {
-std::uint64_t page_size() { return static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)); }
+std::uint64_t page_size() {
+  return static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
 
 unique_fd make_sealed_memfd(const pool_config& config) {
   unique_fd fd(::memfd_create(("gpumemd:" + config.name).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));

@@ -22,9 +22,7 @@ class host_pool final : public pool {
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;
   void do_free(const placement& where, std::uint64_t size) noexcept override;
-  std::uint64_t largest_possible() const noexcept override {
-    return ranges_.largest_free_block();
-  }
+  std::uint64_t largest_possible() const noexcept override { return ranges_.largest_free_block(); }
 
   unique_fd memfd_;
   range_allocator ranges_;

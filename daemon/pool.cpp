@@ -11,11 +11,11 @@ namespace gpumem::daemon {
 placement pool::allocate(std::uint64_t size) {
   const auto where = do_allocate(size);
   if (!where) {
-    throw request_error(proto::errc::out_of_memory,
-                        fmt::format("pool '{}' cannot fit {} bytes: {} of {} bytes in use, largest "
-                                    "possible allocation {} bytes",
-                                    config_.name, size, usage_.bytes_in_use, config_.size,
-                                    largest_possible()));
+    throw request_error(
+        proto::errc::out_of_memory,
+        fmt::format("pool '{}' cannot fit {} bytes: {} of {} bytes in use, largest "
+                    "possible allocation {} bytes",
+                    config_.name, size, usage_.bytes_in_use, config_.size, largest_possible()));
   }
   usage_.bytes_in_use += size;
   usage_.bytes_reserved += where->reserved_bytes;

@@ -37,7 +37,7 @@ class range_allocator {
   std::uint64_t capacity_;
   std::uint64_t alignment_;
   std::uint64_t allocated_ = 0;
-  std::map<std::uint64_t, std::uint64_t> free_by_offset_;       // offset -> size
+  std::map<std::uint64_t, std::uint64_t> free_by_offset_;           // offset -> size
   std::set<std::pair<std::uint64_t, std::uint64_t>> free_by_size_;  // (size, offset)
 };
 

@@ -62,10 +62,10 @@ pool& registry::choose_pool(const proto::allocate_request& request) {
     if (pool_name.empty() ? candidate->config().device == request.device
                           : candidate->config().name == pool_name) {
       if (candidate->config().device != request.device) {
-        throw request_error(errc::invalid_argument,
-                            fmt::format("pool '{}' is on {}, not on {}", pool_name,
-                                        device_text(candidate->config().device),
-                                        device_text(request.device)));
+        throw request_error(
+            errc::invalid_argument,
+            fmt::format("pool '{}' is on {}, not on {}", pool_name,
+                        device_text(candidate->config().device), device_text(request.device)));
       }
       return *candidate;
     }
@@ -89,14 +89,16 @@ proto::allocation_reply registry::allocate(std::uint64_t client_id,
   const placement where = home.allocate(request.size);
   const std::uint64_t id = next_alloc_id_++;
   const auto& entry =
-      allocations_.emplace(id, allocation{&home, where, request.size, client_id, owner.who.uid, name})
+      allocations_
+          .emplace(id, allocation{&home, where, request.size, client_id, owner.who.uid, name})
           .first->second;
   if (!name.empty()) names_.emplace(std::move(name), id);
   owner.held.emplace(id, 1);
   return reply_for(id, entry, proto::access_mode::read_write);
 }
 
-proto::allocation_reply registry::open(std::uint64_t client_id, const proto::open_request& request) {
+proto::allocation_reply registry::open(std::uint64_t client_id,
+                                       const proto::open_request& request) {
   client_entry& opener = client(client_id);
   const auto name = request.name.view();
   const auto found = names_.find(std::string(name));
@@ -206,8 +208,8 @@ proto::allocation_list_reply registry::list_allocations(std::uint64_t after_id) 
       break;
     }
     const auto& [id, entry] = *it;
-    reply.records.push_back({id, entry.size, entry.owner, entry.home->id(), entry.holder_count,
-                             to_wire(entry.name)});
+    reply.records.push_back(
+        {id, entry.size, entry.owner, entry.home->id(), entry.holder_count, to_wire(entry.name)});
   }
   reply.head.count = static_cast<std::uint32_t>(reply.records.size());
   return reply;

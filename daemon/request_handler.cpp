@@ -33,17 +33,17 @@ reply_attachment request_handler::handle(client_state& client, const proto::fram
   const std::size_t rollback = out.size();
   try {
     switch (type) {
-#define GPUMEM_X(name, number, request, reply, fds, summary)                                       \
-  case message_type::name: {                                                                       \
-    proto::request message{};                                                                      \
-    if (auto error = proto::decode_payload(frame.payload, message)) {                              \
-      throw request_error(static_cast<errc>(error.value()),                                        \
-                          fmt::format("{} request: {}", #name, error.message()));                  \
-    }                                                                                              \
-    const auto answer = on_##name(client, message, attach);                                        \
-    proto::append_frame(out, proto::reply_type(type), id, answer, attach.fd >= 0 ? 1 : 0,          \
-                        attach.handle);                                                            \
-    return attach;                                                                                 \
+#define GPUMEM_X(name, number, request, reply, fds, summary)                              \
+  case message_type::name: {                                                              \
+    proto::request message{};                                                             \
+    if (auto error = proto::decode_payload(frame.payload, message)) {                     \
+      throw request_error(static_cast<errc>(error.value()),                               \
+                          fmt::format("{} request: {}", #name, error.message()));         \
+    }                                                                                     \
+    const auto answer = on_##name(client, message, attach);                               \
+    proto::append_frame(out, proto::reply_type(type), id, answer, attach.fd >= 0 ? 1 : 0, \
+                        attach.handle);                                                   \
+    return attach;                                                                        \
   }
       GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X
@@ -70,8 +70,8 @@ proto::hello_reply request_handler::on_hello(client_state& client,
   if (client.greeted) throw request_error(errc::bad_message, "hello was already sent");
   client.greeted = true;
   books_.set_label(client.client_id, std::string(message.client_label.view()));
-  return {client.client_id, static_cast<std::uint32_t>(books_.pool_count()),
-          proto::kMaxPayloadSize, static_cast<std::uint32_t>(::getpid()), 0};
+  return {client.client_id, static_cast<std::uint32_t>(books_.pool_count()), proto::kMaxPayloadSize,
+          static_cast<std::uint32_t>(::getpid()), 0};
 }
 
 proto::empty_payload request_handler::on_ping(client_state&, const proto::empty_payload&,

@@ -33,8 +33,8 @@ class request_handler {
                           std::vector<std::byte>& out);
 
  private:
-#define GPUMEM_X(name, id, request, reply, fds, summary)                                           \
-  proto::reply on_##name(client_state& client, const proto::request& message,                   \
+#define GPUMEM_X(name, id, request, reply, fds, summary)                      \
+  proto::reply on_##name(client_state& client, const proto::request& message, \
                          reply_attachment& attach);
   GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X

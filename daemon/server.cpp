@@ -59,7 +59,7 @@ server::server(asio::io_context& io, const daemon_config& config, registry& book
                            " bytes a Unix socket address holds");
   }
   prepare_folder(socket_path_);
-  struct stat existing{};
+  struct stat existing {};
   if (::lstat(socket_path_.c_str(), &existing) == 0) {
     if (!S_ISSOCK(existing.st_mode)) fail(socket_path_, "exists and is not a socket");
     if (someone_answers(socket_path_)) fail(socket_path_, "another gpumemd is listening on it");
@@ -101,9 +101,9 @@ asio::awaitable<void> server::accept_loop() {
       spdlog::warn("accept failed: {}", error.message());
       continue;
     }
-    auto client = std::make_shared<session>(std::move(socket), books_, handler_,
-                                            config_.max_output_bytes,
-                                            [this](session& ended) { sessions_.erase(&ended); });
+    auto client =
+        std::make_shared<session>(std::move(socket), books_, handler_, config_.max_output_bytes,
+                                  [this](session& ended) { sessions_.erase(&ended); });
     sessions_.emplace(client.get(), client);
     try {
       client->start();

@@ -42,8 +42,9 @@ void session::start() {
   spdlog::info("client {} connected: pid {} uid {} gid {}{}", state_.client_id, who.pid, who.uid,
                who.gid, pidfd ? "" : " (process not visible: watching the socket only)");
   if (pidfd) watch_process_exit(std::move(pidfd));
-  asio::co_spawn(socket_.get_executor(),
-                 [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(
+      socket_.get_executor(), [self = shared_from_this()] { return self->read_loop(); },
+      asio::detached);
 }
 
 void session::watch_process_exit(unique_fd pidfd) {
@@ -55,18 +56,17 @@ void session::wait_for_process_exit() {
   // A pidfd becomes readable once the process has exited: the decisive sign, which a forked
   // child holding a copy of the socket cannot hide. The reactor can wake a wait spuriously
   // when descriptors are recycled, so readiness is confirmed before anyone is declared dead.
-  process_watch_.async_wait(
-      asio::posix::stream_descriptor::wait_read,
-      [weak = weak_from_this()](const boost::system::error_code& error) {
-        const auto self = weak.lock();
-        if (!self || error || self->stopped_) return;
-        pollfd exited{self->process_watch_.native_handle(), POLLIN, 0};
-        if (::poll(&exited, 1, 0) == 1) {
-          self->stop("process exited");
-        } else {
-          self->wait_for_process_exit();
-        }
-      });
+  process_watch_.async_wait(asio::posix::stream_descriptor::wait_read,
+                            [weak = weak_from_this()](const boost::system::error_code& error) {
+                              const auto self = weak.lock();
+                              if (!self || error || self->stopped_) return;
+                              pollfd exited{self->process_watch_.native_handle(), POLLIN, 0};
+                              if (::poll(&exited, 1, 0) == 1) {
+                                self->stop("process exited");
+                              } else {
+                                self->wait_for_process_exit();
+                              }
+                            });
 }
 
 void session::stop(const char* reason) {
@@ -86,8 +86,8 @@ asio::awaitable<void> session::read_loop() {
   std::vector<unique_fd> fds;
   while (!stopped_) {
     std::error_code error;
-    const std::size_t received = recv_with_fds(
-        socket_.native_handle(), std::span(in_).subspan(in_filled_), fds, error);
+    const std::size_t received =
+        recv_with_fds(socket_.native_handle(), std::span(in_).subspan(in_filled_), fds, error);
     if (would_block(error)) {
       boost::system::error_code wait_error;
       co_await socket_.async_wait(socket_type::wait_read,
@@ -97,7 +97,7 @@ asio::awaitable<void> session::read_loop() {
     }
     if (error) {
       stop(error == std::errc::protocol_error ? "sent a truncated control message"
-                                               : "socket error");
+                                              : "socket error");
       break;
     }
     if (received == 0) {
@@ -166,12 +166,12 @@ bool session::flush() {
     std::size_t end = out_.size();
     std::vector<int> fds;
     auto next = out_fds_.begin();
-    for (; next != out_fds_.end() && next->offset == out_sent_; ++next) fds.push_back(next->fd.get());
+    for (; next != out_fds_.end() && next->offset == out_sent_; ++next)
+      fds.push_back(next->fd.get());
     if (next != out_fds_.end()) end = next->offset;
     std::error_code error;
-    const std::size_t sent = send_with_fds(socket_.native_handle(),
-                                           std::span(out_).subspan(out_sent_, end - out_sent_),
-                                           fds, error);
+    const std::size_t sent = send_with_fds(
+        socket_.native_handle(), std::span(out_).subspan(out_sent_, end - out_sent_), fds, error);
     if (would_block(error)) {
       waiting_to_write_ = true;
       socket_.async_wait(socket_type::wait_write,

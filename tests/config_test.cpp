@@ -36,7 +36,8 @@ TEST(ParseSize, AcceptsBytesAndBinaryAndDecimalUnits) {
 }
 
 TEST(ParseSize, RejectsWhatIsNotASize) {
-  for (const char* bad : {"", "GiB", "-1GiB", "12XB", "1e400GiB", "0x10", "1.5", "99999999999999999999"}) {
+  for (const char* bad :
+       {"", "GiB", "-1GiB", "12XB", "1e400GiB", "0x10", "1.5", "99999999999999999999"}) {
     EXPECT_THROW(parse_size(bad), config_error) << bad;
   }
 }

@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 
 #include "gpumem/proto/wire.hpp"
 
@@ -52,7 +52,7 @@ std::vector<int> raw(const std::vector<unique_fd>& fds) {
 }
 
 ino_t inode(int fd) {
-  struct stat info{};
+  struct stat info {};
   EXPECT_EQ(::fstat(fd, &info), 0);
   return info.st_ino;
 }
@@ -60,7 +60,8 @@ ino_t inode(int fd) {
 TEST(FdPassing, BytesAndDescriptorsArriveTogetherAndCloseOnExec) {
   socket_pair pair;
   const auto sent_fds = pipes(3);
-  const std::byte payload[5] = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{5}};
+  const std::byte payload[5] = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4},
+                                std::byte{5}};
   std::error_code error;
   EXPECT_EQ(send_with_fds(pair.a.get(), payload, raw(sent_fds), error), sizeof payload);
   ASSERT_FALSE(error);

@@ -1,8 +1,8 @@
-#include "gpumem/proto/codec.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
+
+#include "gpumem/proto/codec.hpp"
 
 namespace gpumem::proto {
 namespace {
@@ -17,32 +17,63 @@ wire_name name_of(std::string_view text) {
 // without one.
 template <class T>
 T sample();
-template <> empty_payload sample() { return {}; }
-template <> hello_request sample() { return {kProtocolVersion, 0, name_of("trainer-7")}; }
-template <> hello_reply sample() { return {42, 3, kMaxPayloadSize, 1234, kFeatureCuda}; }
-template <> get_pool_request sample() { return {2, 0}; }
-template <> pool_reply sample() { return {2, 1, 1ull << 34, name_of("gpu1")}; }
-template <> allocate_request sample() {
+template <>
+empty_payload sample() {
+  return {};
+}
+template <>
+hello_request sample() {
+  return {kProtocolVersion, 0, name_of("trainer-7")};
+}
+template <>
+hello_reply sample() {
+  return {42, 3, kMaxPayloadSize, 1234, kFeatureCuda};
+}
+template <>
+get_pool_request sample() {
+  return {2, 0};
+}
+template <>
+pool_reply sample() {
+  return {2, 1, 1ull << 34, name_of("gpu1")};
+}
+template <>
+allocate_request sample() {
   return {1 << 20, kHostDevice, 0, name_of("frames"), name_of("host")};
 }
-template <> open_request sample() { return {name_of("frames"), access_mode::read_only, 0}; }
-template <> allocation_reply sample() { return {7, 4096, 1 << 20, 0, access_mode::read_write}; }
-template <> release_request sample() { return {7}; }
-template <> list_request sample() { return {99}; }
-template <> stats_reply sample() {
+template <>
+open_request sample() {
+  return {name_of("frames"), access_mode::read_only, 0};
+}
+template <>
+allocation_reply sample() {
+  return {7, 4096, 1 << 20, 0, access_mode::read_write};
+}
+template <>
+release_request sample() {
+  return {7};
+}
+template <>
+list_request sample() {
+  return {99};
+}
+template <>
+stats_reply sample() {
   stats_reply reply;
   reply.head = {2, 5, 1000, 77, 0, 9};
   reply.records.push_back({name_of("host"), 0, kHostDevice, 1 << 30, 10, 4096, 20, 1});
   reply.records.push_back({name_of("gpu0"), 1, 0, 1ull << 33, 0, 0, 0, 0});
   return reply;
 }
-template <> client_list_reply sample() {
+template <>
+client_list_reply sample() {
   client_list_reply reply;
   reply.head = {1, 0};
   reply.records.push_back({3, 100, 1000, 1000, 1, 2, 0, 4096, 55, name_of("worker")});
   return reply;
 }
-template <> allocation_list_reply sample() {
+template <>
+allocation_list_reply sample() {
   allocation_list_reply reply;
   reply.head = {2, 1};
   reply.records.push_back({1, 64, 3, 0, 2, name_of("a")});
@@ -75,8 +106,8 @@ void expect_round_trip(std::uint16_t type) {
 }
 
 TEST(Protocol, EveryRequestAndReplyRoundTrips) {
-#define GPUMEM_X(name, id, request, reply, fds, summary)                                           \
-  expect_round_trip<request>(id);                                                                  \
+#define GPUMEM_X(name, id, request, reply, fds, summary) \
+  expect_round_trip<request>(id);                        \
   expect_round_trip<reply>(reply_type(message_type::name));
   GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X
@@ -103,7 +134,9 @@ TEST(Protocol, TableNamesAreUniqueAndFindable) {
 
 class MalformedFrame : public ::testing::Test {
  protected:
-  MalformedFrame() { append_frame(frame, static_cast<std::uint16_t>(message_type::ping), 1, empty_payload{}); }
+  MalformedFrame() {
+    append_frame(frame, static_cast<std::uint16_t>(message_type::ping), 1, empty_payload{});
+  }
   header& head() { return *reinterpret_cast<header*>(frame.data()); }
   std::error_code parse_error() {
     frame_view view;

@@ -1,10 +1,9 @@
 // gpumemctl: inspect a running gpumemd. Links only libgpumem: everything goes over the socket.
-#include <nlohmann/json.hpp>
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -34,16 +33,15 @@ json pools_json(const gpumem::Stats& stats) {
   return pools;
 }
 
-void print_json(const json& document) { std::cout << document.dump(2) << '\n'; }
+void print_json(const json& document) {
+  std::cout << document.dump(2) << '\n';
+}
 
 void status(gpumem::Client& client, bool as_json) {
   const auto stats = client.stats();
-  const json document{{"daemon_pid", stats.daemon_pid},
-                      {"socket", client.socket_path()},
-                      {"uptime_ms", stats.uptime_ms},
-                      {"cuda", stats.cuda},
-                      {"pools", stats.pools.size()},
-                      {"clients", stats.clients},
+  const json document{{"daemon_pid", stats.daemon_pid},  {"socket", client.socket_path()},
+                      {"uptime_ms", stats.uptime_ms},    {"cuda", stats.cuda},
+                      {"pools", stats.pools.size()},     {"clients", stats.clients},
                       {"allocations", stats.allocations}};
   if (as_json) return print_json(document);
   gpumemctl::table rows({"", ""});
@@ -75,9 +73,9 @@ void pools(gpumem::Client& client, bool as_json) {
   if (as_json) return print_json(pools_json(stats));
   gpumemctl::table rows({"ID", "POOL", "DEVICE", "LIMIT", "IN USE", "RESERVED", "ALLOCATIONS"});
   for (const auto& p : stats.pools) {
-    rows.add({std::to_string(p.id), p.name, device_name(p.device), gpumemctl::bytes_text(p.size_limit),
-              gpumemctl::bytes_text(p.bytes_in_use), gpumemctl::bytes_text(p.bytes_reserved),
-              std::to_string(p.allocations)});
+    rows.add({std::to_string(p.id), p.name, device_name(p.device),
+              gpumemctl::bytes_text(p.size_limit), gpumemctl::bytes_text(p.bytes_in_use),
+              gpumemctl::bytes_text(p.bytes_reserved), std::to_string(p.allocations)});
   }
   rows.print(std::cout);
 }
@@ -100,7 +98,8 @@ void clients(gpumem::Client& client, bool as_json) {
     }
     return print_json(list);
   }
-  gpumemctl::table rows({"ID", "PID", "UID", "LABEL", "OWNED", "OPENED", "BYTES OWNED", "CONNECTED"});
+  gpumemctl::table rows(
+      {"ID", "PID", "UID", "LABEL", "OWNED", "OPENED", "BYTES OWNED", "CONNECTED"});
   for (const auto& c : all) {
     rows.add({std::to_string(c.id) + (c.id == client.id() ? "*" : ""), std::to_string(c.pid),
               std::to_string(c.uid), c.label, std::to_string(c.allocations_owned),

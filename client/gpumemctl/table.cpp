@@ -43,7 +43,8 @@ std::string bytes_text(std::uint64_t bytes) {
 std::string duration_text(std::uint64_t milliseconds) {
   const std::uint64_t seconds = milliseconds / 1000;
   if (seconds < 60) return std::to_string(seconds) + "s";
-  if (seconds < 3600) return std::to_string(seconds / 60) + "m" + std::to_string(seconds % 60) + "s";
+  if (seconds < 3600)
+    return std::to_string(seconds / 60) + "m" + std::to_string(seconds % 60) + "s";
   if (seconds < 86400) {
     return std::to_string(seconds / 3600) + "h" + std::to_string(seconds / 60 % 60) + "m";
   }

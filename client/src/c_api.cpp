@@ -1,7 +1,6 @@
-#include "gpumem/gpumem.h"
-
 #include <string>
 
+#include "gpumem/gpumem.h"
 #include "gpumem/gpumem.hpp"
 
 struct gpumem_client {
@@ -52,7 +51,9 @@ gpumem_status gpumem_connect(const char* socket_path, gpumem_client** client) {
   });
 }
 
-void gpumem_disconnect(gpumem_client* client) { delete client; }
+void gpumem_disconnect(gpumem_client* client) {
+  delete client;
+}
 
 gpumem_status gpumem_allocate(gpumem_client* client, size_t bytes, int device, const char* name,
                               gpumem_buffer** buffer) {
@@ -96,7 +97,9 @@ uint64_t gpumem_buffer_id(const gpumem_buffer* buffer) {
   return buffer != nullptr ? buffer->buffer.id() : 0;
 }
 
-const char* gpumem_last_error(void) { return last_error.c_str(); }
+const char* gpumem_last_error(void) {
+  return last_error.c_str();
+}
 
 const char* gpumem_status_string(int status) {
   if (status < 0 || !gpumem::proto::is_known_errc(static_cast<std::uint32_t>(status))) {

@@ -79,7 +79,8 @@ Client Client::connect(const ConnectOptions& options) {
 Buffer Client::allocate(std::size_t bytes, const AllocateOptions& options) {
   if (bytes == 0) throw Error(errc::invalid_argument, "cannot allocate 0 bytes");
   if (options.device < kHost) {
-    throw Error(errc::no_such_device, "device " + std::to_string(options.device) + " does not exist");
+    throw Error(errc::no_such_device,
+                "device " + std::to_string(options.device) + " does not exist");
   }
   proto::allocate_request request{};
   request.size = bytes;
@@ -95,10 +96,13 @@ Buffer Client::open(std::string_view name, const OpenOptions& options) {
   request.name = checked_name(name, "allocation name");
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
-  return connection_->adopt(connection_->call<proto::allocation_reply>(message_type::open, request));
+  return connection_->adopt(
+      connection_->call<proto::allocation_reply>(message_type::open, request));
 }
 
-void Client::ping() { connection_->call<proto::empty_payload>(message_type::ping, proto::empty_payload{}); }
+void Client::ping() {
+  connection_->call<proto::empty_payload>(message_type::ping, proto::empty_payload{});
+}
 
 Stats Client::stats() {
   const auto reply =
@@ -120,9 +124,15 @@ Stats Client::stats() {
 std::vector<ClientInfo> Client::clients() {
   return list_all<proto::client_record, ClientInfo>(
       *connection_, message_type::list_clients, [](const proto::client_record& r) {
-        return ClientInfo{r.client_id,          r.pid,         r.uid,          r.gid,
-                          r.allocations_owned,  r.allocations_opened, r.bytes_owned,
-                          r.connected_ms,       std::string(r.label.view())};
+        return ClientInfo{r.client_id,
+                          r.pid,
+                          r.uid,
+                          r.gid,
+                          r.allocations_owned,
+                          r.allocations_opened,
+                          r.bytes_owned,
+                          r.connected_ms,
+                          std::string(r.label.view())};
       });
 }
 
@@ -134,8 +144,12 @@ std::vector<AllocationInfo> Client::allocations() {
       });
 }
 
-std::uint64_t Client::id() const noexcept { return connection_->client_id; }
+std::uint64_t Client::id() const noexcept {
+  return connection_->client_id;
+}
 
-const std::string& Client::socket_path() const noexcept { return connection_->path(); }
+const std::string& Client::socket_path() const noexcept {
+  return connection_->path();
+}
 
 }  // namespace gpumem

@@ -57,12 +57,14 @@ std::shared_ptr<connection> connection::open(const ConnectOptions& options) {
     result = ::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
   } while (result != 0 && errno == EINTR);
   if (result != 0) {
-    throw_io("cannot reach gpumemd at " + path + " (is it running? set GPUMEM_SOCKET to its socket)",
-             {errno, std::system_category()});
+    throw_io(
+        "cannot reach gpumemd at " + path + " (is it running? set GPUMEM_SOCKET to its socket)",
+        {errno, std::system_category()});
   }
   auto session = std::make_shared<connection>(std::move(socket), path);
   const auto hello = session->call<proto::hello_reply>(
-      message_type::hello, proto::hello_request{proto::kProtocolVersion, 0, label_for(options.label)});
+      message_type::hello,
+      proto::hello_request{proto::kProtocolVersion, 0, label_for(options.label)});
   session->client_id = hello.client_id;
   return session;
 }
@@ -74,9 +76,9 @@ connection::connection(unique_fd socket, std::string path)
 
 void connection::check_owner_process() const {
   if (::getpid() != owner_pid_) {
-    throw Error(errc::invalid_argument,
-                "this gpumem client was connected by process " + std::to_string(owner_pid_) +
-                    "; a forked child must connect its own");
+    throw Error(errc::invalid_argument, "this gpumem client was connected by process " +
+                                            std::to_string(owner_pid_) +
+                                            "; a forked child must connect its own");
   }
 }
 
@@ -111,10 +113,9 @@ proto::frame_view connection::exchange(message_type type, std::vector<unique_fd>
     throw Error(errc::bad_message, "gpumemd's reply does not match the request");
   }
   if (fds.size() != frame.head.fd_count) {
-    throw Error(errc::unexpected_handle, "gpumemd's reply announced " +
-                                             std::to_string(frame.head.fd_count) +
-                                             " descriptor(s) and carried " +
-                                             std::to_string(fds.size()));
+    throw Error(errc::unexpected_handle,
+                "gpumemd's reply announced " + std::to_string(frame.head.fd_count) +
+                    " descriptor(s) and carried " + std::to_string(fds.size()));
   }
   if (frame.head.type == static_cast<std::uint16_t>(message_type::error)) {
     proto::error_reply refusal{};
@@ -136,7 +137,8 @@ const connection::imported_pool& connection::pool(std::uint32_t pool_id) {
   const auto reply =
       call<proto::pool_reply>(message_type::get_pool, proto::get_pool_request{pool_id, 0}, &fds);
   if (fds.size() != 1 || reply.pool_id != pool_id) {
-    throw Error(errc::unexpected_handle, "gpumemd sent no handle for pool " + std::to_string(pool_id));
+    throw Error(errc::unexpected_handle,
+                "gpumemd sent no handle for pool " + std::to_string(pool_id));
   }
   return pools_.emplace(pool_id, imported_pool{std::move(fds[0]), reply.device}).first->second;
 }
@@ -146,8 +148,8 @@ Buffer connection::adopt(const proto::allocation_reply& grant) {
   buffer.connection_ = shared_from_this();
   buffer.id_ = grant.alloc_id;
   buffer.size_ = grant.size;
-  buffer.access_ = grant.access == proto::access_mode::read_only ? Access::read_only
-                                                                 : Access::read_write;
+  buffer.access_ =
+      grant.access == proto::access_mode::read_only ? Access::read_only : Access::read_write;
   // From here on a throw runs ~Buffer, which gives the grant back: nothing leaks in the daemon.
   const imported_pool& home = pool(grant.pool_id);
   buffer.device_ = home.device;

@@ -36,8 +36,8 @@ class connection : public std::enable_shared_from_this<connection> {
     const proto::frame_view frame = exchange(type, received);
     Reply reply{};
     if (auto error = proto::decode_payload(frame.payload, reply)) {
-      throw Error(errc::bad_message, std::string("gpumemd sent a malformed reply: ") +
-                                         error.message());
+      throw Error(errc::bad_message,
+                  std::string("gpumemd sent a malformed reply: ") + error.message());
     }
     if (fds != nullptr) *fds = std::move(received);
     return reply;

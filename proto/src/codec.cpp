@@ -6,7 +6,9 @@
 namespace gpumem::proto {
 
 namespace {
-std::error_code bad() noexcept { return errc::bad_message; }
+std::error_code bad() noexcept {
+  return errc::bad_message;
+}
 
 bool is_known_access(access_mode mode) noexcept {
   return mode == access_mode::read_write || mode == access_mode::read_only;
@@ -41,7 +43,9 @@ parse_status parse_frame(std::span<const std::byte> bytes, frame_view& out,
   return parse_status::complete;
 }
 
-std::error_code validate(const empty_payload&) noexcept { return {}; }
+std::error_code validate(const empty_payload&) noexcept {
+  return {};
+}
 
 std::error_code validate(const hello_request& m) noexcept {
   if (m.reserved != 0) return bad();
@@ -82,13 +86,17 @@ std::error_code validate(const release_request& m) noexcept {
   return m.alloc_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
 }
 
-std::error_code validate(const list_request&) noexcept { return {}; }
+std::error_code validate(const list_request&) noexcept {
+  return {};
+}
 
 std::error_code validate(const list_head& m) noexcept {
   return m.more <= 1 ? std::error_code{} : bad();
 }
 
-std::error_code validate(const stats_head&) noexcept { return {}; }
+std::error_code validate(const stats_head&) noexcept {
+  return {};
+}
 
 std::error_code validate(const pool_stats& m) noexcept {
   if (m.device < kHostDevice) return bad();
@@ -109,8 +117,8 @@ std::error_code validate(const error_reply& m) noexcept {
   if (m.reserved != 0 || !is_known_errc(m.code) || m.code == 0) return bad();
   const std::size_t length = ::strnlen(m.text, kErrorTextCapacity);
   if (length == kErrorTextCapacity) return bad();
-  const bool printable = std::all_of(m.text, m.text + length,
-                                     [](char c) { return c >= 0x20 && c < 0x7f; });
+  const bool printable =
+      std::all_of(m.text, m.text + length, [](char c) { return c >= 0x20 && c < 0x7f; });
   return printable ? std::error_code{} : bad();
 }
 

@@ -17,8 +17,8 @@ bool is_known_errc(std::uint32_t raw) noexcept {
 
 std::string_view describe(errc code) noexcept {
   switch (code) {
-#define GPUMEM_X(name, value, text)                                                                \
-  case errc::name:                                                                                 \
+#define GPUMEM_X(name, value, text) \
+  case errc::name:                  \
     return text;
     GPUMEM_ERRC_TABLE(GPUMEM_X)
 #undef GPUMEM_X

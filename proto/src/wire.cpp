@@ -29,7 +29,7 @@ std::error_code make_wire_name(std::string_view text, wire_name& out) noexcept {
     return errc::invalid_name;
   }
   out = {};
-  std::memcpy(out.bytes, text.data(), text.size());
+  if (!text.empty()) std::memcpy(out.bytes, text.data(), text.size());
   return {};
 }
 

@@ -14,7 +14,7 @@ const char* non_empty_env(const char* name) {
 }
 
 bool is_socket(const std::string& path) {
-  struct stat info{};
+  struct stat info {};
   return ::stat(path.c_str(), &info) == 0 && S_ISSOCK(info.st_mode);
 }
 }  // namespace

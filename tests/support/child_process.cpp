@@ -69,7 +69,9 @@ std::optional<std::string> child_process::read_line(std::chrono::milliseconds ti
   }
 }
 
-void child_process::signal(int number) const { ::kill(pid_, number); }
+void child_process::signal(int number) const {
+  ::kill(pid_, number);
+}
 
 std::optional<int> child_process::wait(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

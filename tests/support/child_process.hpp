@@ -24,7 +24,8 @@ class child_process {
   pid_t pid() const noexcept { return pid_; }
 
   /// @brief Next line of the child's stdout, without the newline; nullopt on EOF or timeout.
-  std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  std::optional<std::string> read_line(
+      std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
   void signal(int number) const;
   /// @brief Waits for the child to end; its wait status, or nullopt on timeout.

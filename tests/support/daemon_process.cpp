@@ -18,14 +18,20 @@ std::string make_folder() {
 
 std::vector<std::string> daemon_argv(const std::string& socket,
                                      const std::vector<std::string>& extra) {
-  std::vector<std::string> argv{daemon_binary(), "--socket", socket, "--log-level", (std::getenv("GPUMEM_TEST_LOG") ? std::getenv("GPUMEM_TEST_LOG") : "warn")};
+  std::vector<std::string> argv{
+      daemon_binary(), "--socket", socket, "--log-level",
+      (std::getenv("GPUMEM_TEST_LOG") ? std::getenv("GPUMEM_TEST_LOG") : "warn")};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
 }  // namespace
 
-std::string daemon_binary() { return GPUMEM_TEST_DAEMON; }
-std::string peer_binary() { return GPUMEM_TEST_PEER; }
+std::string daemon_binary() {
+  return GPUMEM_TEST_DAEMON;
+}
+std::string peer_binary() {
+  return GPUMEM_TEST_PEER;
+}
 
 daemon_process::daemon_process(const std::vector<std::string>& extra_args)
     : folder_(make_folder()),

@@ -31,7 +31,8 @@ int run(int argc, char** argv) {
     const std::string name = argv[2];
     const std::size_t size = std::stoull(argv[3]);
     auto buffer = client.allocate(size, {.name = name == "-" ? "" : name});
-    gpumem::testing::fill_pattern(buffer.data(), size, static_cast<std::uint32_t>(std::stoul(argv[4])));
+    gpumem::testing::fill_pattern(buffer.data(), size,
+                                  static_cast<std::uint32_t>(std::stoul(argv[4])));
     say("ready " + std::to_string(buffer.id()));
     wait_forever();
   }
@@ -47,8 +48,8 @@ int run(int argc, char** argv) {
       say("size " + std::to_string(buffer.size()));
       return 1;
     }
-    const auto bad = gpumem::testing::first_mismatch(buffer.data(), size,
-                                                     static_cast<std::uint32_t>(std::stoul(argv[4])));
+    const auto bad = gpumem::testing::first_mismatch(
+        buffer.data(), size, static_cast<std::uint32_t>(std::stoul(argv[4])));
     say(bad == size ? "ok" : "mismatch at " + std::to_string(bad));
     return bad == size ? 0 : 1;
   }
@@ -69,7 +70,8 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const gpumem::Error& error) {
-    say(std::string("error ") + std::to_string(static_cast<int>(error.status())) + " " + error.what());
+    say(std::string("error ") + std::to_string(static_cast<int>(error.status())) + " " +
+        error.what());
     return 3;
   }
 }

@@ -12,23 +12,23 @@
 namespace gpumem::proto {
 
 // X(name, value, description)
-#define GPUMEM_ERRC_TABLE(X)                                                                       \
-  X(ok, 0, "success")                                                                              \
-  X(bad_message, 1, "malformed message")                                                           \
-  X(unsupported_version, 2, "unsupported protocol version")                                        \
-  X(unknown_message_type, 3, "unknown message type")                                               \
-  X(invalid_name, 4, "invalid name")                                                               \
-  X(invalid_argument, 5, "invalid argument")                                                       \
-  X(not_found, 6, "no such object")                                                                \
-  X(already_exists, 7, "name already in use")                                                      \
-  X(out_of_memory, 8, "pool exhausted")                                                            \
-  X(no_such_device, 9, "no such device")                                                           \
-  X(permission_denied, 10, "permission denied")                                                    \
-  X(unexpected_handle, 11, "unexpected or missing file descriptor")                                \
-  X(connection_closed, 12, "connection closed")                                                    \
-  X(io_error, 13, "socket error")                                                                  \
-  X(internal, 14, "internal daemon error")                                                         \
-  X(cuda_error, 15, "CUDA error")                                                                  \
+#define GPUMEM_ERRC_TABLE(X)                                        \
+  X(ok, 0, "success")                                               \
+  X(bad_message, 1, "malformed message")                            \
+  X(unsupported_version, 2, "unsupported protocol version")         \
+  X(unknown_message_type, 3, "unknown message type")                \
+  X(invalid_name, 4, "invalid name")                                \
+  X(invalid_argument, 5, "invalid argument")                        \
+  X(not_found, 6, "no such object")                                 \
+  X(already_exists, 7, "name already in use")                       \
+  X(out_of_memory, 8, "pool exhausted")                             \
+  X(no_such_device, 9, "no such device")                            \
+  X(permission_denied, 10, "permission denied")                     \
+  X(unexpected_handle, 11, "unexpected or missing file descriptor") \
+  X(connection_closed, 12, "connection closed")                     \
+  X(io_error, 13, "socket error")                                   \
+  X(internal, 14, "internal daemon error")                          \
+  X(cuda_error, 15, "CUDA error")                                   \
   X(not_supported, 16, "not supported by this daemon")
 
 enum class errc : std::uint32_t {

@@ -112,8 +112,8 @@ struct pool_stats {
   std::uint32_t pool_id;
   std::int32_t device;
   std::uint64_t size_limit;
-  std::uint64_t bytes_in_use;     ///< sum of live allocation sizes, from the daemon's books
-  std::uint64_t bytes_reserved;   ///< backing memory held, including rounding
+  std::uint64_t bytes_in_use;    ///< sum of live allocation sizes, from the daemon's books
+  std::uint64_t bytes_reserved;  ///< backing memory held, including rounding
   std::uint64_t bytes_in_use_high;
   std::uint64_t allocations;
 };
@@ -164,15 +164,15 @@ using client_list_reply = list_payload<list_head, client_record>;
 using allocation_list_reply = list_payload<list_head, allocation_record>;
 
 // X(name, id, request payload, reply payload, reply fd count, summary)
-#define GPUMEM_MESSAGE_TABLE(X)                                                                    \
-  X(hello, 1, hello_request, hello_reply, 0, "open a session")                                     \
-  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                           \
-  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")             \
-  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")                    \
-  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                         \
-  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                      \
-  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                         \
-  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                      \
+#define GPUMEM_MESSAGE_TABLE(X)                                                        \
+  X(hello, 1, hello_request, hello_reply, 0, "open a session")                         \
+  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")               \
+  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle") \
+  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")        \
+  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")             \
+  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")          \
+  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")             \
+  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")          \
   X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
@@ -181,7 +181,7 @@ enum class message_type : std::uint16_t {
 #define GPUMEM_X(name, id, request, reply, fds, summary) name = id,
   GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X
-  error = 0x7fff,
+      error = 0x7fff,
 };
 
 constexpr std::uint16_t reply_type(message_type request) noexcept {
@@ -197,8 +197,7 @@ struct message_info {
 };
 
 inline constexpr message_info kMessages[] = {
-#define GPUMEM_X(name, id, request, reply, fds, summary)                                           \
-  {message_type::name, #name, summary, fds},
+#define GPUMEM_X(name, id, request, reply, fds, summary) {message_type::name, #name, summary, fds},
     GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X
 };

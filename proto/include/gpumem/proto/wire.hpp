@@ -29,9 +29,9 @@ inline constexpr std::size_t kMaxNameLength = kNameCapacity - 1;
 /// What a message's file descriptors are. Fixed numbers: part of the protocol.
 enum class handle_type : std::uint16_t {
   none = 0,
-  host_memfd = 1,        ///< memfd of a host pool, to be mmap'd MAP_SHARED
-  cuda_posix_fd = 2,     ///< CUDA shareable handle of type POSIX file descriptor
-  cuda_fabric = 3,       ///< reserved for CU_MEM_HANDLE_TYPE_FABRIC (sent as bytes, not fds)
+  host_memfd = 1,     ///< memfd of a host pool, to be mmap'd MAP_SHARED
+  cuda_posix_fd = 2,  ///< CUDA shareable handle of type POSIX file descriptor
+  cuda_fabric = 3,    ///< reserved for CU_MEM_HANDLE_TYPE_FABRIC (sent as bytes, not fds)
 };
 
 bool is_known_handle_type(std::uint16_t raw) noexcept;
@@ -43,7 +43,7 @@ struct header {
   std::uint32_t request_id;
   std::uint32_t payload_size;
   std::uint16_t fd_count;
-  std::uint16_t handle;  ///< a handle_type; none exactly when fd_count is 0
+  std::uint16_t handle;    ///< a handle_type; none exactly when fd_count is 0
   std::uint32_t reserved;  ///< zero
 };
 static_assert(sizeof(header) == 24);
