@@ -84,17 +84,23 @@ void session::stop(const char* reason) {
 asio::awaitable<void> session::read_loop() {
   auto self = shared_from_this();
   std::vector<unique_fd> fds;
+  bool drained = false;
   while (!stopped_) {
-    std::error_code error;
-    const std::size_t received =
-        recv_with_fds(socket_.native_handle(), std::span(in_).subspan(in_filled_), fds, error);
-    if (would_block(error)) {
+    if (drained) {
       boost::system::error_code wait_error;
       co_await socket_.async_wait(socket_type::wait_read,
                                   asio::redirect_error(asio::use_awaitable, wait_error));
       if (wait_error) break;
-      continue;
     }
+    const std::size_t space = in_.size() - in_filled_;
+    std::error_code error;
+    const std::size_t received =
+        recv_with_fds(socket_.native_handle(), std::span(in_).subspan(in_filled_), fds, error);
+    // The reactor reports readiness on edges: wait only once the socket is known to be empty.
+    // A read shorter than the room offered took everything queued (as Asio's own speculative
+    // reads assume), which saves a recv that would only say EAGAIN.
+    drained = would_block(error) || (!error && received < space);
+    if (would_block(error)) continue;
     if (error) {
       stop(error == std::errc::protocol_error ? "sent a truncated control message"
                                               : "socket error");

@@ -23,7 +23,8 @@ class ConfigFile : public ::testing::Test {
     }
     return "no error";
   }
-  std::string path = ::testing::TempDir() + "gpumemd-config-test.yaml";
+  std::string path =
+      ::testing::TempDir() + "gpumemd-config-test-" + std::to_string(::getpid()) + ".yaml";
 };
 
 TEST(ParseSize, AcceptsBytesAndBinaryAndDecimalUnits) {

@@ -99,9 +99,10 @@ std::vector<std::byte> hello_frame() {
   return frame;
 }
 
-std::string write_config(const daemon_process* near, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "gpumemd-it-" + std::to_string(::getpid()) + "-" +
-                           std::to_string(reinterpret_cast<std::uintptr_t>(near)) + ".yaml";
+// ctest runs each test in its own process, so the pid keeps parallel tests apart.
+std::string write_config(const std::string& text) {
+  const std::string path =
+      ::testing::TempDir() + "gpumemd-it-" + std::to_string(::getpid()) + ".yaml";
   std::ofstream(path) << text;
   return path;
 }
@@ -272,7 +273,7 @@ TEST(Integration, AClientSendingDescriptorsIsDisconnectedAndNothingLeaks) {
 }
 
 TEST(Integration, AClientThatNeverReadsIsDisconnectedAndOthersCarryOn) {
-  const auto config = write_config(nullptr, "max_output_bytes: 64KiB\n");
+  const auto config = write_config("max_output_bytes: 64KiB\n");
   daemon_process daemon({"--config", config});
   auto steady = daemon.connect();
   auto fd = raw_connect(daemon.socket_path());
@@ -300,7 +301,7 @@ TEST(Integration, AClientThatNeverReadsIsDisconnectedAndOthersCarryOn) {
 
 TEST(Integration, AnotherUsersNamedBufferNeedsOpenAcrossUsers) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
-  const auto config = write_config(nullptr, "socket_mode: \"0666\"\n");
+  const auto config = write_config("socket_mode: \"0666\"\n");
   daemon_process daemon({"--config", config});
   ::chmod(daemon.folder().c_str(), 0755);
   auto owner = daemon.connect();
@@ -444,7 +445,7 @@ TEST(Integration, SigtermEndsEverySessionAndRemovesTheSocket) {
 }
 
 TEST(Integration, ABadConfigurationStopsTheDaemonWithStatus2) {
-  const auto config = write_config(nullptr, "pools:\n  - {name: x, device: host, size: lots}\n");
+  const auto config = write_config("pools:\n  - {name: x, device: host, size: lots}\n");
   child_process daemon({daemon_binary(), "--config", config, "--socket", "/tmp/never.sock"});
   const auto status = daemon.wait();
   ASSERT_TRUE(status);

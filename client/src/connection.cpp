@@ -1,10 +1,12 @@
 #include "connection.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -18,6 +20,14 @@ namespace gpumem::detail {
 using proto::message_type;
 
 namespace {
+// Bumped in every child at fork(): lets a connection notice it crossed a fork without a
+// getpid() system call on every request.
+std::atomic<std::uint64_t> fork_generation{0};
+const bool fork_watch_installed = [] {
+  ::pthread_atfork(nullptr, nullptr, [] { ++fork_generation; });
+  return true;
+}();
+
 std::size_t page_rounded(std::size_t size) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   return (size + page - 1) & ~(page - 1);
@@ -70,12 +80,20 @@ std::shared_ptr<connection> connection::open(const ConnectOptions& options) {
 }
 
 connection::connection(unique_fd socket, std::string path)
-    : socket_(std::move(socket)), path_(std::move(path)), owner_pid_(::getpid()) {
+    : socket_(std::move(socket)),
+      path_(std::move(path)),
+      owner_pid_(::getpid()),
+      fork_generation_(fork_generation.load()) {
+  (void)fork_watch_installed;
   in_.resize(sizeof(proto::header) + proto::kMaxPayloadSize);
 }
 
+bool connection::in_owner_process() const noexcept {
+  return fork_generation.load(std::memory_order_relaxed) == fork_generation_;
+}
+
 void connection::check_owner_process() const {
-  if (::getpid() != owner_pid_) {
+  if (!in_owner_process()) {
     throw Error(errc::invalid_argument, "this gpumem client was connected by process " +
                                             std::to_string(owner_pid_) +
                                             "; a forked child must connect its own");
@@ -172,7 +190,7 @@ void connection::release(Buffer& buffer) {
   buffer.size_ = buffer.mapping_size_ = 0;
   auto self = std::move(buffer.connection_);
   // A forked child's copy of a buffer is only unmapped: the parent still holds it.
-  if (id != 0 && ::getpid() == owner_pid_) {
+  if (id != 0 && in_owner_process()) {
     call<proto::empty_payload>(message_type::release, proto::release_request{id});
   }
 }

@@ -58,12 +58,14 @@ class connection : public std::enable_shared_from_this<connection> {
   };
 
   proto::frame_view exchange(proto::message_type type, std::vector<unique_fd>& fds);
+  bool in_owner_process() const noexcept;
   void check_owner_process() const;
   const imported_pool& pool(std::uint32_t pool_id);
 
   unique_fd socket_;
   std::string path_;
   pid_t owner_pid_;
+  std::uint64_t fork_generation_;
   std::mutex mutex_;
   std::uint32_t last_request_id_ = 0;
   std::vector<std::byte> out_;
