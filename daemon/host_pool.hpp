@@ -18,6 +18,9 @@ class host_pool final : public pool {
   proto::handle_type handle_kind() const noexcept override {
     return proto::handle_type::host_memfd;
   }
+  void describe_grant(const placement& where, proto::allocation_reply& grant) const override {
+    grant.offset = where.offset;
+  }
 
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;

@@ -7,27 +7,11 @@
 #include <iostream>
 
 #include "config.hpp"
-#include "host_pool.hpp"
+#include "pool_factory.hpp"
 #include "registry.hpp"
 #include "server.hpp"
 
-namespace {
-
 using namespace gpumem::daemon;
-
-std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config) {
-  std::vector<std::unique_ptr<pool>> pools;
-  for (const auto& each : config.pools) {
-    const auto id = static_cast<std::uint32_t>(pools.size());
-    if (each.device != gpumem::proto::kHostDevice) {
-      throw config_error("pool '" + each.name + "': CUDA pools are not built into this gpumemd");
-    }
-    pools.push_back(std::make_unique<host_pool>(id, each));
-  }
-  return pools;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gpumemd: shares GPU and host memory between processes"};

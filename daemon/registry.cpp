@@ -88,13 +88,18 @@ proto::allocation_reply registry::allocate(std::uint64_t client_id,
   pool& home = choose_pool(request);
   const placement where = home.allocate(request.size);
   const std::uint64_t id = next_alloc_id_++;
-  const auto& entry =
-      allocations_
-          .emplace(id, allocation{&home, where, request.size, client_id, owner.who.uid, name})
-          .first->second;
+  allocation entry{&home, where, request.size, client_id, owner.who.uid, name};
+  proto::allocation_reply reply;
+  try {
+    reply = reply_for(id, entry, proto::access_mode::read_write);
+  } catch (...) {
+    home.free(where, request.size);
+    throw;
+  }
+  allocations_.emplace(id, std::move(entry));
   if (!name.empty()) names_.emplace(std::move(name), id);
   owner.held.emplace(id, 1);
-  return reply_for(id, entry, proto::access_mode::read_write);
+  return reply;
 }
 
 proto::allocation_reply registry::open(std::uint64_t client_id,
@@ -118,13 +123,18 @@ proto::allocation_reply registry::open(std::uint64_t client_id,
   return reply_for(found->second, entry, request.access);
 }
 
-void registry::release(std::uint64_t client_id, std::uint64_t alloc_id) {
+void registry::release(std::uint64_t client_id, const proto::release_request& request) {
   client_entry& holder = client(client_id);
+  const std::uint64_t alloc_id = request.alloc_id;
   const auto held = holder.held.find(alloc_id);
   if (held == holder.held.end()) {
     throw request_error(errc::not_found,
                         fmt::format("this client holds no allocation {}", alloc_id));
   }
+  // Every reference's release event is waited for: the references may have been used on
+  // different streams of the holder.
+  const allocation& entry = allocations_.at(alloc_id);
+  entry.home->holder_released(entry.where, request);
   if (--held->second > 0) return;
   holder.held.erase(held);
   drop_holder(client_id, alloc_id);
@@ -149,8 +159,30 @@ const pool& registry::find_pool(std::uint32_t pool_id) const {
 }
 
 proto::allocation_reply registry::reply_for(std::uint64_t id, const allocation& entry,
-                                            proto::access_mode access) const {
-  return {id, entry.where.offset, entry.size, entry.home->id(), access};
+                                            proto::access_mode access) {
+  proto::allocation_reply reply{};
+  reply.alloc_id = id;
+  reply.size = entry.size;
+  reply.pool_id = entry.home->id();
+  reply.access = access;
+  entry.home->describe_grant(entry.where, reply);
+  return reply;
+}
+
+bool registry::holds_device_memory(std::uint64_t client_id) const {
+  const auto found = clients_.find(client_id);
+  if (found == clients_.end()) return false;
+  for (const auto& [alloc_id, references] : found->second.held) {
+    if (allocations_.at(alloc_id).home->is_device_memory()) return true;
+  }
+  return false;
+}
+
+std::uint32_t registry::features() const noexcept {
+  for (const auto& candidate : pools_) {
+    if (candidate->is_device_memory()) return proto::kFeatureCuda;
+  }
+  return 0;
 }
 
 proto::stats_reply registry::stats() const {
@@ -160,12 +192,16 @@ proto::stats_reply registry::stats() const {
   reply.head.uptime_ms = milliseconds_since(started_);
   reply.head.daemon_pid = static_cast<std::uint32_t>(::getpid());
   reply.head.allocation_count = allocations_.size();
+  reply.head.features = features();
   for (const auto& candidate : pools_) {
     const auto& usage = candidate->usage();
+    const driver_usage driver = candidate->driver_counters();
+    reply.head.ipc_events_live += candidate->ipc_events_live();
     reply.records.push_back({to_wire(candidate->config().name), candidate->id(),
                              candidate->config().device, candidate->config().size,
                              usage.bytes_in_use, usage.bytes_reserved, usage.bytes_in_use_high,
-                             usage.allocations});
+                             usage.allocations, driver.reserved_current, driver.reserved_high,
+                             driver.used_current, driver.used_high});
   }
   return reply;
 }

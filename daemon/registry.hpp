@@ -41,7 +41,11 @@ class registry {
   /// @throws request_error when no allocation has the name or the caller may not open it.
   proto::allocation_reply open(std::uint64_t client, const proto::open_request& request);
   /// @throws request_error when the client holds no such allocation.
-  void release(std::uint64_t client, std::uint64_t alloc_id);
+  void release(std::uint64_t client, const proto::release_request& request);
+  /// @brief Whether the client holds memory that its GPU work may still be using.
+  bool holds_device_memory(std::uint64_t client) const;
+  /// @brief kFeature* bits for hello and stats.
+  std::uint32_t features() const noexcept;
 
   std::size_t pool_count() const noexcept { return pools_.size(); }
   /// @throws request_error(not_found)
@@ -72,8 +76,8 @@ class registry {
 
   pool& choose_pool(const proto::allocate_request& request);
   client_entry& client(std::uint64_t id);
-  proto::allocation_reply reply_for(std::uint64_t id, const allocation& entry,
-                                    proto::access_mode access) const;
+  static proto::allocation_reply reply_for(std::uint64_t id, const allocation& entry,
+                                           proto::access_mode access);
   /// @brief Called once @p client_id holds no reference to @p alloc_id any more.
   void drop_holder(std::uint64_t client_id, std::uint64_t alloc_id) noexcept;
 

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include "request_error.hpp"
+#ifdef GPUMEM_WITH_CUDA
+#include "gpumem/shared/cuda/driver.hpp"
+#endif
 
 namespace gpumem::daemon {
 
@@ -55,6 +58,12 @@ reply_attachment request_handler::handle(client_state& client, const proto::fram
     spdlog::debug("client {}: request {} failed: {}", client.client_id, id, error.what());
     out.resize(rollback);
     append_error(out, id, error.code(), error.what());
+#ifdef GPUMEM_WITH_CUDA
+  } catch (const cuda::cuda_error& error) {
+    spdlog::error("client {}: request {}: {}", client.client_id, id, error.what());
+    out.resize(rollback);
+    append_error(out, id, errc::cuda_error, error.what());
+#endif
   } catch (const std::exception& error) {
     spdlog::error("client {}: request {} failed unexpectedly: {}", client.client_id, id,
                   error.what());
@@ -84,8 +93,12 @@ proto::pool_reply request_handler::on_get_pool(client_state&,
                                                reply_attachment& attach) {
   const pool& found = books_.find_pool(message.pool_id);
   attach = {found.shareable_fd(), found.handle_kind()};
-  proto::pool_reply reply{found.id(), found.config().device, found.config().size, {}};
+  proto::pool_reply reply{};
+  reply.pool_id = found.id();
+  reply.device = found.config().device;
+  reply.size_limit = found.config().size;
   (void)proto::make_wire_name(found.config().name, reply.name);
+  found.describe_pool(reply);
   return reply;
 }
 
@@ -104,7 +117,7 @@ proto::allocation_reply request_handler::on_open(client_state& client,
 proto::empty_payload request_handler::on_release(client_state& client,
                                                  const proto::release_request& message,
                                                  reply_attachment&) {
-  books_.release(client.client_id, message.alloc_id);
+  books_.release(client.client_id, message);
   return {};
 }
 

@@ -69,6 +69,21 @@ void session::wait_for_process_exit() {
                             });
 }
 
+void session::end_of_stream() {
+  if (process_watch_.is_open() && books_.holds_device_memory(state_.client_id)) {
+    // The process lives on and its GPU work may still use what it holds: the ledger is kept
+    // until the process exits.
+    spdlog::info(
+        "client {} closed the connection holding device memory: kept until its "
+        "process exits",
+        state_.client_id);
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    return;
+  }
+  stop("closed the connection");
+}
+
 void session::stop(const char* reason) {
   if (stopped_) return;
   stopped_ = true;
@@ -107,7 +122,7 @@ asio::awaitable<void> session::read_loop() {
       break;
     }
     if (received == 0) {
-      stop("closed the connection");
+      end_of_stream();
       break;
     }
     if (!fds.empty()) {

@@ -33,6 +33,7 @@ class session : public std::enable_shared_from_this<session> {
 
  private:
   boost::asio::awaitable<void> read_loop();
+  void end_of_stream();
   /// @return false when the session had to stop.
   bool handle_frames();
   void queue_attachment(const reply_attachment& attach, std::size_t frame_start);

@@ -207,7 +207,7 @@ TEST(Integration, GarbageOnTheSocketIsRejectedWithoutDisturbingAWellBehavedClien
   auto fd = raw_connect(daemon.socket_path());
   auto frames = hello_frame();
   proto::append_frame(frames, static_cast<std::uint16_t>(proto::message_type::ping), 2,
-                      proto::release_request{1});  // ping takes no payload
+                      proto::release_request{1, 0, 0, {}});  // ping takes no payload
   send_all(fd.get(), frames);
   ::shutdown(fd.get(), SHUT_WR);
   const auto answer = read_until_closed(fd.get());

@@ -35,7 +35,9 @@ get_pool_request sample() {
 }
 template <>
 pool_reply sample() {
-  return {2, 1, 1ull << 34, name_of("gpu1")};
+  pool_reply reply{2, 1, 1ull << 34, name_of("gpu1"), {}};
+  reply.ready_event[0] = 0xee;
+  return reply;
 }
 template <>
 allocate_request sample() {
@@ -47,11 +49,15 @@ open_request sample() {
 }
 template <>
 allocation_reply sample() {
-  return {7, 4096, 1 << 20, 0, access_mode::read_write};
+  allocation_reply reply{7, 4096, 1 << 20, 0, access_mode::read_write, {}};
+  reply.pointer_export[63] = 0x42;
+  return reply;
 }
 template <>
 release_request sample() {
-  return {7};
+  release_request request{7, kReleaseHasEvent, 0, {}};
+  request.released_event[5] = 0x17;
+  return request;
 }
 template <>
 list_request sample() {
@@ -60,9 +66,9 @@ list_request sample() {
 template <>
 stats_reply sample() {
   stats_reply reply;
-  reply.head = {2, 5, 1000, 77, 0, 9};
-  reply.records.push_back({name_of("host"), 0, kHostDevice, 1 << 30, 10, 4096, 20, 1});
-  reply.records.push_back({name_of("gpu0"), 1, 0, 1ull << 33, 0, 0, 0, 0});
+  reply.head = {2, 5, 1000, 77, 0, 9, 3, 0};
+  reply.records.push_back({name_of("host"), 0, kHostDevice, 1 << 30, 10, 4096, 20, 1, 0, 0, 0, 0});
+  reply.records.push_back({name_of("gpu0"), 1, 0, 1ull << 33, 0, 0, 0, 0, 2 << 20, 4 << 20, 0, 64});
   return reply;
 }
 template <>
@@ -203,7 +209,8 @@ TEST_F(MalformedFrame, TooManyDescriptorsOrUnknownHandleTypeIsRejected) {
 
 TEST_F(MalformedFrame, TruncatedPayloadWaitsForMoreBytes) {
   frame.clear();
-  append_frame(frame, static_cast<std::uint16_t>(message_type::release), 1, release_request{5});
+  append_frame(frame, static_cast<std::uint16_t>(message_type::release), 1,
+               release_request{5, 0, 0, {}});
   frame_view view;
   std::error_code error;
   EXPECT_EQ(parse_frame(std::span(frame).first(frame.size() - 1), view, error),
@@ -213,7 +220,7 @@ TEST_F(MalformedFrame, TruncatedPayloadWaitsForMoreBytes) {
 TEST(MalformedPayload, WrongSizeIsRejected) {
   auto bytes = payload_bytes(sample<release_request>());
   release_request decoded{};
-  EXPECT_EQ(decode_payload(std::span(bytes).first(7), decoded), errc::bad_message);
+  EXPECT_EQ(decode_payload(std::span(bytes).first(bytes.size() - 1), decoded), errc::bad_message);
   bytes.push_back(std::byte{0});
   EXPECT_EQ(decode_payload(bytes, decoded), errc::bad_message);
   empty_payload nothing;

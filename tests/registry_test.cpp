@@ -32,6 +32,7 @@ class Registry : public ::testing::Test {
     EXPECT_FALSE(proto::make_wire_name(name, r.name));
     return r;
   }
+  static proto::release_request release_of(std::uint64_t id) { return {id, 0, 0, {}}; }
   static errc code_of(const std::function<void()>& work) {
     try {
       work();
@@ -53,13 +54,13 @@ TEST_F(Registry, NamedAllocationIsSharedAndFreedWhenTheLastHolderLetsGo) {
   EXPECT_EQ(made.alloc_id, opened.alloc_id);
   EXPECT_EQ(made.offset, opened.offset);
   EXPECT_EQ(in_use(), 5000u);
-  books.release(owner, made.alloc_id);
+  books.release(owner, release_of(made.alloc_id));
   EXPECT_EQ(in_use(), 5000u);
   EXPECT_EQ(books.list_allocations(0).records.at(0).owner_client_id, 0u);
   // The name lives as long as the memory does.
   EXPECT_EQ(books.open(owner, open_request("frames")).alloc_id, made.alloc_id);
-  books.release(owner, made.alloc_id);
-  books.release(reader, made.alloc_id);
+  books.release(owner, release_of(made.alloc_id));
+  books.release(reader, release_of(made.alloc_id));
   EXPECT_EQ(in_use(), 0u);
   EXPECT_EQ(code_of([&] { books.open(reader, open_request("frames")); }), errc::not_found);
 }
@@ -71,7 +72,7 @@ TEST_F(Registry, RemovingAClientReleasesItsLedgerButNotWhatOthersHold) {
   books.open(reader, open_request("shared"));  // two references from one client
   books.remove_client(owner);
   EXPECT_EQ(in_use(), 4096u);
-  books.release(reader, shared.alloc_id);
+  books.release(reader, release_of(shared.alloc_id));
   EXPECT_EQ(in_use(), 4096u);
   books.remove_client(reader);
   EXPECT_EQ(in_use(), 0u);
@@ -89,7 +90,7 @@ TEST_F(Registry, BadRequestsAreClearErrorsThatChangeNothing) {
   auto other_pool = request(4096);
   EXPECT_FALSE(proto::make_wire_name("nope", other_pool.pool));
   EXPECT_EQ(code_of([&] { books.allocate(reader, other_pool); }), errc::not_found);
-  EXPECT_EQ(code_of([&] { books.release(reader, 12345); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { books.release(reader, release_of(12345)); }), errc::not_found);
   EXPECT_EQ(code_of([&] { books.open(reader, open_request("missing")); }), errc::not_found);
   EXPECT_EQ(code_of([&] { books.find_pool(9); }), errc::not_found);
   const auto after = books.stats().records.at(0);
@@ -99,7 +100,7 @@ TEST_F(Registry, BadRequestsAreClearErrorsThatChangeNothing) {
 
 TEST_F(Registry, AClientCannotReleaseWhatOnlyAnotherHolds) {
   const auto made = books.allocate(owner, request(4096));
-  EXPECT_EQ(code_of([&] { books.release(reader, made.alloc_id); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { books.release(reader, release_of(made.alloc_id)); }), errc::not_found);
   EXPECT_EQ(in_use(), 4096u);
 }
 
@@ -134,7 +135,7 @@ TEST_F(Registry, ListsPageThroughEverything) {
 TEST_F(Registry, StatsKeepAHighWaterMarkAndCountRounding) {
   const auto a = books.allocate(owner, request(100));
   books.allocate(owner, request(5000));
-  books.release(owner, a.alloc_id);
+  books.release(owner, release_of(a.alloc_id));
   const auto pool = books.stats().records.at(0);
   EXPECT_EQ(pool.bytes_in_use, 5000u);
   EXPECT_EQ(pool.bytes_in_use_high, 5100u);

@@ -39,7 +39,8 @@ Buffer::Buffer(Buffer&& other) noexcept
       size_(std::exchange(other.size_, 0)),
       id_(std::exchange(other.id_, 0)),
       device_(other.device_),
-      access_(other.access_) {}
+      access_(other.access_),
+      stream_(other.stream_) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   Buffer taken(std::move(other));
@@ -56,6 +57,7 @@ void Buffer::swap(Buffer& other) noexcept {
   std::swap(id_, other.id_);
   std::swap(device_, other.device_);
   std::swap(access_, other.access_);
+  std::swap(stream_, other.stream_);
 }
 
 Buffer::~Buffer() {
@@ -66,7 +68,11 @@ Buffer::~Buffer() {
 }
 
 void Buffer::release() {
-  if (connection_) connection_->release(*this);
+  release(stream_);
+}
+
+void Buffer::release(Stream last_use) {
+  if (connection_) connection_->release(*this, last_use);
 }
 
 Client::Client(std::shared_ptr<detail::connection> connection)
@@ -88,7 +94,7 @@ Buffer Client::allocate(std::size_t bytes, const AllocateOptions& options) {
   if (!options.name.empty()) request.name = checked_name(options.name, "allocation name");
   if (!options.pool.empty()) request.pool = checked_name(options.pool, "pool name");
   return connection_->adopt(
-      connection_->call<proto::allocation_reply>(message_type::allocate, request));
+      connection_->call<proto::allocation_reply>(message_type::allocate, request), options.stream);
 }
 
 Buffer Client::open(std::string_view name, const OpenOptions& options) {
@@ -96,8 +102,8 @@ Buffer Client::open(std::string_view name, const OpenOptions& options) {
   request.name = checked_name(name, "allocation name");
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
-  return connection_->adopt(
-      connection_->call<proto::allocation_reply>(message_type::open, request));
+  return connection_->adopt(connection_->call<proto::allocation_reply>(message_type::open, request),
+                            options.stream);
 }
 
 void Client::ping() {

@@ -12,6 +12,9 @@
 
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/socket_path.hpp"
+#ifdef GPUMEM_WITH_CUDA
+#include "cuda_imports.hpp"
+#endif
 
 extern char* program_invocation_short_name;
 
@@ -92,6 +95,8 @@ bool connection::in_owner_process() const noexcept {
   return fork_generation.load(std::memory_order_relaxed) == fork_generation_;
 }
 
+connection::~connection() = default;
+
 void connection::check_owner_process() const {
   if (!in_owner_process()) {
     throw Error(errc::invalid_argument, "this gpumem client was connected by process " +
@@ -158,19 +163,64 @@ const connection::imported_pool& connection::pool(std::uint32_t pool_id) {
     throw Error(errc::unexpected_handle,
                 "gpumemd sent no handle for pool " + std::to_string(pool_id));
   }
-  return pools_.emplace(pool_id, imported_pool{std::move(fds[0]), reply.device}).first->second;
+  imported_pool entry{std::move(fds[0]), reply.device, reply.device != proto::kHostDevice};
+#ifdef GPUMEM_WITH_CUDA
+  if (entry.cuda) cuda().add_pool(reply, std::move(entry.handle));
+#else
+  if (entry.cuda) cuda();
+#endif
+  return pools_.emplace(pool_id, std::move(entry)).first->second;
 }
 
-Buffer connection::adopt(const proto::allocation_reply& grant) {
+#ifdef GPUMEM_WITH_CUDA
+cuda_imports& connection::cuda() {
+  std::lock_guard lock(cuda_mutex_);
+  if (!cuda_) {
+    std::string why_not;
+    const cuda::driver_api* driver = cuda::driver(&why_not);
+    if (driver == nullptr) throw Error(errc::not_supported, "CUDA is unavailable here: " + why_not);
+    cuda_ = std::make_unique<cuda_imports>(*driver);
+  }
+  return *cuda_;
+}
+
+void* connection::import_device(const proto::allocation_reply& grant, Stream stream) {
+  return reinterpret_cast<void*>(cuda().import(grant, stream));
+}
+
+void connection::release_device(std::uint64_t id, Stream last_use,
+                                proto::release_request& request) {
+  cuda().release(id, last_use, request);
+}
+#else
+cuda_imports& connection::cuda() {
+  throw Error(errc::not_supported, "this libgpumem was built without CUDA support");
+}
+
+void* connection::import_device(const proto::allocation_reply&, Stream) {
+  cuda();
+}
+
+void connection::release_device(std::uint64_t, Stream, proto::release_request&) {
+  cuda();
+}
+#endif
+
+Buffer connection::adopt(const proto::allocation_reply& grant, Stream stream) {
   Buffer buffer;
   buffer.connection_ = shared_from_this();
   buffer.id_ = grant.alloc_id;
   buffer.size_ = grant.size;
+  buffer.stream_ = stream;
   buffer.access_ =
       grant.access == proto::access_mode::read_only ? Access::read_only : Access::read_write;
   // From here on a throw runs ~Buffer, which gives the grant back: nothing leaks in the daemon.
   const imported_pool& home = pool(grant.pool_id);
   buffer.device_ = home.device;
+  if (home.cuda) {
+    buffer.data_ = import_device(grant, stream);
+    return buffer;
+  }
   const int protection = PROT_READ | (buffer.access_ == Access::read_write ? PROT_WRITE : 0);
   const std::size_t length = page_rounded(grant.size);
   void* mapping = ::mmap(nullptr, length, protection, MAP_SHARED, home.handle.get(),
@@ -183,16 +233,19 @@ Buffer connection::adopt(const proto::allocation_reply& grant) {
   return buffer;
 }
 
-void connection::release(Buffer& buffer) {
+void connection::release(Buffer& buffer, Stream last_use) {
   if (buffer.mapping_ != nullptr) ::munmap(buffer.mapping_, buffer.mapping_size_);
+  const bool on_device = buffer.device_ != kHost && buffer.data_ != nullptr;
   const std::uint64_t id = std::exchange(buffer.id_, 0);
   buffer.mapping_ = buffer.data_ = nullptr;
   buffer.size_ = buffer.mapping_size_ = 0;
   auto self = std::move(buffer.connection_);
-  // A forked child's copy of a buffer is only unmapped: the parent still holds it.
-  if (id != 0 && in_owner_process()) {
-    call<proto::empty_payload>(message_type::release, proto::release_request{id});
-  }
+  // A forked child's copy of a buffer is only dropped: the parent still holds it.
+  if (id == 0 || !in_owner_process()) return;
+  proto::release_request request{id, 0, 0, {}};
+  std::lock_guard lock(release_mutex_);
+  if (on_device) release_device(id, last_use, request);
+  call<proto::empty_payload>(message_type::release, request);
 }
 
 }  // namespace gpumem::detail

@@ -17,12 +17,15 @@
 
 namespace gpumem::detail {
 
+class cuda_imports;
+
 class connection : public std::enable_shared_from_this<connection> {
  public:
   /// @throws Error(io_error) naming the path when nobody answers there.
   static std::shared_ptr<connection> open(const ConnectOptions& options);
 
   connection(unique_fd socket, std::string path);
+  ~connection();
 
   /// @brief One round trip. Throws Error with the daemon's code and text when it refuses, and
   /// Error(bad_message) or Error(unexpected_handle) when its reply breaks the protocol.
@@ -43,24 +46,31 @@ class connection : public std::enable_shared_from_this<connection> {
     return reply;
   }
 
-  /// @brief Maps what the daemon granted into this process.
-  Buffer adopt(const proto::allocation_reply& grant);
-  /// @brief Unmaps and tells the daemon; @p buffer is empty afterwards.
-  void release(Buffer& buffer);
+  /// @brief Maps (host) or imports (CUDA) what the daemon granted; a CUDA grant makes
+  /// @p stream wait for the allocation.
+  Buffer adopt(const proto::allocation_reply& grant, Stream stream);
+  /// @brief Unmaps or frees the import after the work on @p last_use, and tells the daemon;
+  /// @p buffer is empty afterwards.
+  void release(Buffer& buffer, Stream last_use);
 
   std::uint64_t client_id = 0;
   const std::string& path() const noexcept { return path_; }
 
  private:
   struct imported_pool {
-    unique_fd handle;
+    unique_fd handle;  ///< host pools: kept to map each allocation; CUDA pools: closed at import
     int device;
+    bool cuda;
   };
 
   proto::frame_view exchange(proto::message_type type, std::vector<unique_fd>& fds);
   bool in_owner_process() const noexcept;
   void check_owner_process() const;
   const imported_pool& pool(std::uint32_t pool_id);
+  /// The CUDA side of this connection, made on first use; throws when CUDA is unavailable.
+  cuda_imports& cuda();
+  void* import_device(const proto::allocation_reply& grant, Stream stream);
+  void release_device(std::uint64_t id, Stream last_use, proto::release_request& request);
 
   unique_fd socket_;
   std::string path_;
@@ -72,6 +82,10 @@ class connection : public std::enable_shared_from_this<connection> {
   std::vector<std::byte> in_;
   std::mutex pools_mutex_;
   std::unordered_map<std::uint32_t, imported_pool> pools_;
+  std::mutex cuda_mutex_;
+  std::unique_ptr<cuda_imports> cuda_;
+  /// Held from recording a release event until the daemon has seen it (see cuda_imports).
+  std::mutex release_mutex_;
 };
 
 }  // namespace gpumem::detail

@@ -83,6 +83,7 @@ std::error_code validate(const allocation_reply& m) noexcept {
 }
 
 std::error_code validate(const release_request& m) noexcept {
+  if (m.reserved != 0 || (m.flags & ~kReleaseHasEvent) != 0) return bad();
   return m.alloc_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
 }
 

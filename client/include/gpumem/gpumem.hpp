@@ -25,7 +25,12 @@
 
 #include "gpumem/proto/errc.hpp"
 
+struct CUstream_st;  // cudaStream_t and CUstream both point to it
+
 namespace gpumem {
+
+/// A CUDA stream: pass a cudaStream_t or CUstream as it is; nullptr is the default stream.
+using Stream = CUstream_st*;
 
 using errc = proto::errc;
 
@@ -51,10 +56,16 @@ struct AllocateOptions {
   int device = kHost;
   std::string_view name{};  ///< empty: anonymous; else other processes can open() it
   std::string_view pool{};  ///< empty: the device's default pool
+  /// CUDA buffers: the stream that uses the buffer first. It is made to wait for the
+  /// allocation (no host synchronisation), and the destructor releases in its order.
+  Stream stream = nullptr;
 };
 
 struct OpenOptions {
+  /// Host buffers are mapped without write permission when read_only. CUDA pool memory
+  /// cannot be mapped read-only by the driver; there it is a statement of intent.
   Access access = Access::read_write;
+  Stream stream = nullptr;  ///< as in AllocateOptions
 };
 
 namespace detail {
@@ -72,18 +83,25 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer();
 
+  /// Host buffers: an address in this process. CUDA buffers: a device pointer, usable in
+  /// kernels and copies on stream() (and, after an event, on any stream of the device).
   void* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
   /// The daemon's id for the allocation; the same in every process that holds it.
   std::uint64_t id() const noexcept { return id_; }
   int device() const noexcept { return device_; }
   Access access() const noexcept { return access_; }
+  /// The stream the buffer was allocated or opened for, where the destructor releases it.
+  Stream stream() const noexcept { return stream_; }
   explicit operator bool() const noexcept { return id_ != 0; }
 
-  /// @brief Lets go now, reporting failure (the destructor swallows it).
+  /// @brief Lets go now, after the work already queued on stream(), reporting failure (the
+  /// destructor swallows it). Never blocks the host on GPU work.
   /// @post !*this
   /// @throws Error when the daemon cannot be told.
   void release();
+  /// @brief As release(), after the work queued on @p last_use instead.
+  void release(Stream last_use);
 
   void swap(Buffer& other) noexcept;
 
@@ -97,6 +115,7 @@ class Buffer {
   std::uint64_t id_ = 0;
   int device_ = kHost;
   Access access_ = Access::read_write;
+  Stream stream_ = nullptr;
 };
 
 struct PoolStats {

@@ -45,14 +45,20 @@ struct get_pool_request {
 };
 static_assert(sizeof(get_pool_request) == 8);
 
+inline constexpr std::size_t kCudaHandleSize = 64;  ///< CU_IPC_HANDLE_SIZE
+
 /// Sent with exactly one fd: the pool's shareable handle, of the type the header names.
 struct pool_reply {
   std::uint32_t pool_id;
   std::int32_t device;
   std::uint64_t size_limit;
   wire_name name;
+  /// CUDA pools: the IPC handle of the pool's ready event. The daemon records it after each
+  /// allocation, on the one stream it allocates on, so waiting on it after receiving a grant
+  /// orders the waiter after that allocation. Zero for host pools.
+  std::uint8_t ready_event[kCudaHandleSize];
 };
-static_assert(sizeof(pool_reply) == 80);
+static_assert(sizeof(pool_reply) == 144);
 
 struct allocate_request {
   std::uint64_t size;
@@ -73,17 +79,27 @@ static_assert(sizeof(open_request) == 72);
 
 struct allocation_reply {
   std::uint64_t alloc_id;
-  std::uint64_t offset;  ///< within the pool's mapping
+  std::uint64_t offset;  ///< host pools: the range's offset in the pool's memfd
   std::uint64_t size;
   std::uint32_t pool_id;
   access_mode access;
+  /// CUDA pools: the CUmemPoolPtrExportData to import the pointer with. Zero for host pools.
+  std::uint8_t pointer_export[kCudaHandleSize];
 };
-static_assert(sizeof(allocation_reply) == 32);
+static_assert(sizeof(allocation_reply) == 96);
+
+/// release_request::flags
+inline constexpr std::uint32_t kReleaseHasEvent = 1u << 0;
 
 struct release_request {
   std::uint64_t alloc_id;
+  std::uint32_t flags;
+  std::uint32_t reserved;
+  /// With kReleaseHasEvent: the IPC handle of an event the client recorded after its last use
+  /// (and after freeing its import); the daemon frees only after that event.
+  std::uint8_t released_event[kCudaHandleSize];
 };
-static_assert(sizeof(release_request) == 8);
+static_assert(sizeof(release_request) == 80);
 
 /// Pagination for the list requests: records with an id greater than after_id.
 struct list_request {
@@ -104,8 +120,10 @@ struct stats_head {
   std::uint32_t daemon_pid;
   std::uint32_t features;
   std::uint64_t allocation_count;
+  std::uint32_t ipc_events_live;  ///< interprocess events the daemon holds now
+  std::uint32_t reserved;
 };
-static_assert(sizeof(stats_head) == 32);
+static_assert(sizeof(stats_head) == 40);
 
 struct pool_stats {
   wire_name name;
@@ -116,8 +134,13 @@ struct pool_stats {
   std::uint64_t bytes_reserved;  ///< backing memory held, including rounding
   std::uint64_t bytes_in_use_high;
   std::uint64_t allocations;
+  /// CUDA pools: what the driver says (cudaMemPoolAttr*), beside the daemon's books above.
+  std::uint64_t driver_reserved_current;
+  std::uint64_t driver_reserved_high;
+  std::uint64_t driver_used_current;
+  std::uint64_t driver_used_high;
 };
-static_assert(sizeof(pool_stats) == 112);
+static_assert(sizeof(pool_stats) == 144);
 
 struct client_record {
   std::uint64_t client_id;

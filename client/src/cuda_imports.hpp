@@ -1,0 +1,71 @@
+#pragma once
+/// @file
+/// @brief A connection's CUDA state: the pools it imported (each once), the import cache of
+/// pointers (so a buffer opened twice is imported once), and the event it records when it
+/// lets go of memory.
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "gpumem/proto/messages.hpp"
+#include "gpumem/shared/cuda/driver.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+
+namespace gpumem::detail {
+
+class cuda_imports {
+ public:
+  explicit cuda_imports(const cuda::driver_api& driver) : cu_(driver) {}
+  cuda_imports(const cuda_imports&) = delete;
+  cuda_imports& operator=(const cuda_imports&) = delete;
+  ~cuda_imports();
+
+  /// @brief Imports a pool from its fd (closed here) and opens its ready event.
+  void add_pool(const proto::pool_reply& pool, unique_fd handle);
+
+  /// @brief The pointer of an allocation in this process, imported on first use; @p stream
+  /// is made to wait for the allocation.
+  CUdeviceptr import(const proto::allocation_reply& grant, CUstream stream);
+
+  /// @brief Lets go of one reference after the work queued on @p stream: the last reference
+  /// frees the import; every release records the release event, whose handle goes in
+  /// @p request for the daemon to wait on. The caller sends @p request before the next
+  /// release: the daemon must see this record, not a later one.
+  void release(std::uint64_t alloc_id, CUstream stream, proto::release_request& request);
+
+ private:
+  struct imported_pool {
+    CUdevice device;
+    CUcontext context;
+    CUmemoryPool pool;
+    CUevent ready;
+  };
+  struct imported_pointer {
+    CUdeviceptr pointer;
+    std::uint32_t pool_id;
+    std::uint32_t references;
+    /// Streams that used earlier references: the final free waits for each of them.
+    std::vector<CUevent> earlier_uses;
+  };
+  /// Makes the pool's context current and puts back the caller's on the way out.
+  class context_scope;
+
+  struct release_marker {
+    CUevent event;
+    CUipcEventHandle handle;
+  };
+  /// The interprocess event this connection records at release on @p home's device.
+  const release_marker& marker_for(const imported_pool& home);
+
+  const cuda::driver_api& cu_;
+  std::mutex mutex_;
+  std::unordered_map<std::uint32_t, imported_pool> pools_;
+  std::unordered_map<std::uint64_t, imported_pointer> pointers_;
+  std::unordered_map<CUdevice, release_marker> markers_;
+};
+
+}  // namespace gpumem::detail

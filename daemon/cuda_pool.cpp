@@ -1,0 +1,161 @@
+#include "cuda_pool.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+
+using cuda::check;
+
+namespace {
+CUmemAccessDesc read_write_on(CUdevice device) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return access;
+}
+}  // namespace
+
+cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_api& driver)
+    : pool(id, std::move(config)), cu_(driver) {
+  const auto& settings = this->config();
+  int devices = 0;
+  check(cu_.cuDeviceGetCount(&devices), "cuDeviceGetCount");
+  if (settings.device >= devices) {
+    throw config_error(fmt::format("pool '{}': device {} does not exist ({} CUDA device(s))",
+                                   settings.name, settings.device, devices));
+  }
+  check(cu_.cuDeviceGet(&device_, settings.device), "cuDeviceGet");
+  check(cu_.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
+  enter();
+
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = device_;
+  props.maxSize = settings.size;
+  check(cu_.cuMemPoolCreate(&pool_, &props), "cuMemPoolCreate");
+  cuuint64_t threshold = settings.release_threshold;
+  check(cu_.cuMemPoolSetAttribute(pool_, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+        "cuMemPoolSetAttribute(release threshold)");
+  int no = 0;
+  check(cu_.cuMemPoolSetAttribute(pool_, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, &no),
+        "cuMemPoolSetAttribute(internal dependencies)");
+  for (const auto peer : settings.peer_access) {
+    CUdevice peer_device = 0;
+    int can_access = 0;
+    if (peer >= devices || cu_.cuDeviceGet(&peer_device, peer) != CUDA_SUCCESS ||
+        cu_.cuDeviceCanAccessPeer(&can_access, peer_device, device_) != CUDA_SUCCESS ||
+        !can_access) {
+      throw config_error(fmt::format("pool '{}': device {} cannot access device {}", settings.name,
+                                     peer, settings.device));
+    }
+    const CUmemAccessDesc access = read_write_on(peer_device);
+    check(cu_.cuMemPoolSetAccess(pool_, &access, 1), "cuMemPoolSetAccess(peer)");
+  }
+  // Pointer export fails until the pool itself has been exported once.
+  int fd = -1;
+  check(
+      cu_.cuMemPoolExportToShareableHandle(&fd, pool_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      "cuMemPoolExportToShareableHandle");
+  exported_.reset(fd);
+  check(cu_.cuStreamCreate(&allocation_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cu_.cuStreamCreate(&release_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cu_.cuEventCreate(&ready_, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS),
+        "cuEventCreate(interprocess)");
+  check(cu_.cuEventRecord(ready_, allocation_stream_), "cuEventRecord");
+  check(cu_.cuIpcGetEventHandle(&ready_handle_, ready_), "cuIpcGetEventHandle");
+  spdlog::info("pool '{}': CUDA device {}, limit {} bytes, peers {}", settings.name,
+               settings.device, settings.size, settings.peer_access.size());
+}
+
+cuda_pool::~cuda_pool() {
+  // Best effort, no throwing: the process is going away and the driver reclaims the rest.
+  if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
+  if (release_stream_ != nullptr) cu_.cuStreamSynchronize(release_stream_);
+  if (ready_ != nullptr) cu_.cuEventDestroy(ready_);
+  if (allocation_stream_ != nullptr) cu_.cuStreamDestroy(allocation_stream_);
+  if (release_stream_ != nullptr) cu_.cuStreamDestroy(release_stream_);
+  if (pool_ != nullptr) cu_.cuMemPoolDestroy(pool_);
+  cu_.cuDevicePrimaryCtxRelease(device_);
+}
+
+void cuda_pool::enter() const {
+  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+}
+
+void cuda_pool::describe_pool(proto::pool_reply& reply) const {
+  static_assert(sizeof(reply.ready_event) == sizeof(ready_handle_));
+  std::memcpy(reply.ready_event, &ready_handle_, sizeof ready_handle_);
+}
+
+std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
+  if (size > largest_possible()) return std::nullopt;
+  enter();
+  CUdeviceptr pointer = 0;
+  const CUresult status = cu_.cuMemAllocFromPoolAsync(&pointer, size, pool_, allocation_stream_);
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
+  check(status, "cuMemAllocFromPoolAsync");
+  // Waiting on the ready event after the reply orders the waiter after this allocation.
+  check(cu_.cuEventRecord(ready_, allocation_stream_), "cuEventRecord(ready)");
+  return placement{pointer, size};
+}
+
+void cuda_pool::describe_grant(const placement& where, proto::allocation_reply& grant) const {
+  enter();
+  CUmemPoolPtrExportData data{};
+  check(cu_.cuMemPoolExportPointer(&data, where.offset), "cuMemPoolExportPointer");
+  static_assert(sizeof(grant.pointer_export) == sizeof(data));
+  std::memcpy(grant.pointer_export, &data, sizeof data);
+}
+
+void cuda_pool::holder_released(const placement&, const proto::release_request& request) {
+  if ((request.flags & proto::kReleaseHasEvent) == 0) return;
+  enter();
+  CUipcEventHandle handle{};
+  std::memcpy(&handle, request.released_event, sizeof handle);
+  CUevent released = nullptr;
+  const CUresult opened = cu_.cuIpcOpenEventHandle(&released, handle);
+  if (opened != CUDA_SUCCESS) {
+    throw request_error(proto::errc::invalid_argument,
+                        "release event handle cannot be opened: " + cuda::describe(opened));
+  }
+  // The wait captures the event as recorded now, so the opened handle can go at once.
+  const CUresult waited = cu_.cuStreamWaitEvent(release_stream_, released, 0);
+  cu_.cuEventDestroy(released);
+  check(waited, "cuStreamWaitEvent(released)");
+}
+
+void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
+  if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
+  if (const CUresult status = cu_.cuMemFreeAsync(where.offset, release_stream_);
+      status != CUDA_SUCCESS) {
+    spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
+  }
+}
+
+std::uint64_t cuda_pool::largest_possible() const noexcept {
+  return config().size > usage().bytes_in_use ? config().size - usage().bytes_in_use : 0;
+}
+
+driver_usage cuda_pool::driver_counters() const {
+  driver_usage counters;
+  const std::pair<CUmemPool_attribute, std::uint64_t*> reads[] = {
+      {CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &counters.reserved_current},
+      {CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &counters.reserved_high},
+      {CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &counters.used_current},
+      {CU_MEMPOOL_ATTR_USED_MEM_HIGH, &counters.used_high}};
+  for (const auto& [attribute, out] : reads) {
+    cuuint64_t value = 0;
+    if (cu_.cuMemPoolGetAttribute(pool_, attribute, &value) == CUDA_SUCCESS) *out = value;
+  }
+  return counters;
+}
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,54 @@
+#pragma once
+/// @file
+/// @brief An IPC-capable CUDA memory pool on one device, exported once as a POSIX fd.
+///
+/// Two streams per pool: allocations go on one, frees on the other. A free waits for the
+/// holders' release events; keeping those waits off the allocation stream means a slow holder
+/// delays only the return of its own memory, never someone else's allocation. The pool is set
+/// to reuse freed memory only once its free has completed (no internal dependencies), for the
+/// same reason.
+
+#include <cuda.h>
+
+#include "gpumem/shared/cuda/driver.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+#include "pool.hpp"
+
+namespace gpumem::daemon {
+
+class cuda_pool final : public pool {
+ public:
+  /// @throws cuda_error or config_error (unknown device, bad peer) naming the pool.
+  cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_api& driver);
+  ~cuda_pool() override;
+
+  int shareable_fd() const noexcept override { return exported_.get(); }
+  proto::handle_type handle_kind() const noexcept override {
+    return proto::handle_type::cuda_posix_fd;
+  }
+  void describe_pool(proto::pool_reply& reply) const override;
+  void describe_grant(const placement& where, proto::allocation_reply& grant) const override;
+  void holder_released(const placement& where, const proto::release_request& request) override;
+  bool is_device_memory() const noexcept override { return true; }
+  driver_usage driver_counters() const override;
+  std::uint32_t ipc_events_live() const noexcept override { return 1; }
+
+ private:
+  std::optional<placement> do_allocate(std::uint64_t size) override;
+  void do_free(const placement& where, std::uint64_t size) noexcept override;
+  std::uint64_t largest_possible() const noexcept override;
+  /// Makes the pool's device context current for the calls that follow.
+  void enter() const;
+
+  const cuda::driver_api& cu_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  CUmemoryPool pool_ = nullptr;
+  CUstream allocation_stream_ = nullptr;
+  CUstream release_stream_ = nullptr;
+  CUevent ready_ = nullptr;
+  CUipcEventHandle ready_handle_{};
+  unique_fd exported_;
+};
+
+}  // namespace gpumem::daemon

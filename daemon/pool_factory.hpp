@@ -1,0 +1,17 @@
+#pragma once
+/// @file
+/// @brief Builds the pools a configuration describes, adding one CUDA pool per visible device
+/// when the configuration names none and the driver is there.
+
+#include <memory>
+#include <vector>
+
+#include "config.hpp"
+#include "pool.hpp"
+
+namespace gpumem::daemon {
+
+/// @throws config_error when a pool cannot be made (with the pool's name and the cause).
+std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config);
+
+}  // namespace gpumem::daemon
