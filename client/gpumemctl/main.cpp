@@ -28,7 +28,11 @@ json pools_json(const gpumem::Stats& stats) {
                      {"bytes_in_use", p.bytes_in_use},
                      {"bytes_reserved", p.bytes_reserved},
                      {"bytes_in_use_high", p.bytes_in_use_high},
-                     {"allocations", p.allocations}});
+                     {"allocations", p.allocations},
+                     {"driver_reserved_current", p.driver_reserved_current},
+                     {"driver_reserved_high", p.driver_reserved_high},
+                     {"driver_used_current", p.driver_used_current},
+                     {"driver_used_high", p.driver_used_high}});
   }
   return pools;
 }
@@ -49,6 +53,7 @@ void status(gpumem::Client& client, bool as_json) {
   rows.add({"socket", client.socket_path()});
   rows.add({"uptime", gpumemctl::duration_text(stats.uptime_ms)});
   rows.add({"cuda backend", stats.cuda ? "yes" : "no"});
+  rows.add({"ipc events live", std::to_string(stats.ipc_events_live)});
   rows.add({"pools", std::to_string(stats.pools.size())});
   rows.add({"clients", std::to_string(stats.clients)});
   rows.add({"allocations", std::to_string(stats.allocations)});
@@ -58,11 +63,17 @@ void status(gpumem::Client& client, bool as_json) {
 void stats(gpumem::Client& client, bool as_json) {
   const auto stats = client.stats();
   if (as_json) return print_json({{"pools", pools_json(stats)}, {"clients", stats.clients}});
-  gpumemctl::table rows({"POOL", "DEVICE", "IN USE", "RESERVED", "HIGH", "LIMIT", "ALLOCATIONS"});
+  // The daemon's books first, then what the driver says of the same pool (CUDA pools only).
+  gpumemctl::table rows({"POOL", "DEVICE", "IN USE", "RESERVED", "HIGH", "LIMIT", "ALLOCATIONS",
+                         "DRIVER USED", "DRIVER RESERVED", "DRIVER HIGH"});
   for (const auto& p : stats.pools) {
+    const bool cuda = p.device != gpumem::kHost;
     rows.add({p.name, device_name(p.device), gpumemctl::bytes_text(p.bytes_in_use),
               gpumemctl::bytes_text(p.bytes_reserved), gpumemctl::bytes_text(p.bytes_in_use_high),
-              gpumemctl::bytes_text(p.size_limit), std::to_string(p.allocations)});
+              gpumemctl::bytes_text(p.size_limit), std::to_string(p.allocations),
+              cuda ? gpumemctl::bytes_text(p.driver_used_current) : "-",
+              cuda ? gpumemctl::bytes_text(p.driver_reserved_current) : "-",
+              cuda ? gpumemctl::bytes_text(p.driver_reserved_high) : "-"});
   }
   rows.print(std::cout);
   std::cout << stats.clients << " client(s)\n";

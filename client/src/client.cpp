@@ -119,10 +119,13 @@ Stats Client::stats() {
   stats.uptime_ms = reply.head.uptime_ms;
   stats.daemon_pid = reply.head.daemon_pid;
   stats.cuda = (reply.head.features & proto::kFeatureCuda) != 0;
+  stats.ipc_events_live = reply.head.ipc_events_live;
   for (const auto& record : reply.records) {
     stats.pools.push_back({std::string(record.name.view()), record.pool_id, record.device,
                            record.size_limit, record.bytes_in_use, record.bytes_reserved,
-                           record.bytes_in_use_high, record.allocations});
+                           record.bytes_in_use_high, record.allocations,
+                           record.driver_reserved_current, record.driver_reserved_high,
+                           record.driver_used_current, record.driver_used_high});
   }
   return stats;
 }

@@ -127,6 +127,11 @@ struct PoolStats {
   std::uint64_t bytes_reserved = 0;
   std::uint64_t bytes_in_use_high = 0;
   std::uint64_t allocations = 0;
+  /// CUDA pools: the driver's counters (cudaMemPoolAttrReservedMem*, UsedMem*).
+  std::uint64_t driver_reserved_current = 0;
+  std::uint64_t driver_reserved_high = 0;
+  std::uint64_t driver_used_current = 0;
+  std::uint64_t driver_used_high = 0;
 };
 
 struct Stats {
@@ -136,6 +141,7 @@ struct Stats {
   std::uint64_t uptime_ms = 0;
   std::uint32_t daemon_pid = 0;
   bool cuda = false;
+  std::uint32_t ipc_events_live = 0;  ///< interprocess events the daemon holds
 };
 
 struct ClientInfo {

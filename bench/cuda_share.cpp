@@ -1,0 +1,267 @@
+// CUDA sharing benchmark: what a shareable allocation, an open by name and a release cost
+// through gpumemd, against cudaMalloc and the legacy cudaIpc* path measured in the same run,
+// and a consumer's read bandwidth on shared memory against its own cudaMalloc memory.
+// Every CUDA user is a forked child: the parent never initialises CUDA.
+//
+//   cuda_share_bench [--iterations N] [--daemon PATH]
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpumem/gpumem.hpp"
+#include "kernels.hpp"
+
+namespace {
+
+using namespace gpumem::testing;
+using clock_type = std::chrono::steady_clock;
+constexpr std::size_t kShareSize = 1 << 20;
+constexpr std::size_t kBandwidthSize = std::size_t{1} << 30;
+
+double micros_since(clock_type::time_point start) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - start).count();
+}
+
+struct summary {
+  double median;
+  double p99;
+};
+
+summary summarise(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  return {samples[samples.size() / 2],
+          samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
+}
+
+// Runs @p work in a forked child that writes its results (doubles) to a pipe.
+std::vector<double> in_child(const std::function<std::vector<double>()>& work) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    int status = 0;
+    try {
+      const auto values = work();
+      const std::size_t count = values.size();
+      (void)!::write(fds[1], &count, sizeof count);
+      (void)!::write(fds[1], values.data(), count * sizeof(double));
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "benchmark child: %s\n", error.what());
+      status = 1;
+    }
+    ::_exit(status);
+  }
+  ::close(fds[1]);
+  std::size_t count = 0;
+  std::vector<double> values;
+  if (::read(fds[0], &count, sizeof count) == sizeof count) {
+    values.resize(count);
+    std::size_t got = 0;
+    while (got < count * sizeof(double)) {
+      const ssize_t n = ::read(fds[0], reinterpret_cast<char*>(values.data()) + got,
+                               count * sizeof(double) - got);
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("a child failed");
+  return values;
+}
+
+// Median and p99 of each of several series measured in one child: the child returns
+// [n, samples of series 0..k-1 each n long].
+std::vector<summary> series(int count, const std::function<std::vector<double>()>& work) {
+  const auto flat = in_child(work);
+  const auto n = static_cast<std::size_t>(flat.at(0));
+  std::vector<summary> out;
+  for (int s = 0; s < count; ++s) {
+    out.push_back(summarise({flat.begin() + 1 + s * n, flat.begin() + 1 + (s + 1) * n}));
+  }
+  return out;
+}
+
+std::vector<double> flatten(const std::vector<std::vector<double>>& all) {
+  std::vector<double> flat{static_cast<double>(all.at(0).size())};
+  for (const auto& one : all) flat.insert(flat.end(), one.begin(), one.end());
+  return flat;
+}
+
+// One process exports with cudaMalloc + cudaIpcGetMemHandle, another opens with
+// cudaIpcOpenMemHandle; timed from the exporter's malloc to the importer's ack.
+std::vector<double> legacy_share(int iterations) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) throw std::runtime_error("socketpair");
+  const pid_t importer = ::fork();
+  if (importer == 0) {
+    ::close(pair[0]);
+    make_stream();  // initialise CUDA before the first handle arrives
+    legacy_ipc_handle handle{};
+    while (::read(pair[1], &handle, sizeof handle) == sizeof handle) {
+      void* data = legacy_ipc_open(handle);
+      const char ack = 1;
+      (void)!::write(pair[1], &ack, 1);
+      legacy_ipc_close(data);
+    }
+    ::_exit(0);
+  }
+  ::close(pair[1]);
+  make_stream();
+  std::vector<double> rounds;
+  for (int i = 0; i < iterations + 10; ++i) {
+    const auto start = clock_type::now();
+    void* data = device_malloc(kShareSize);
+    const auto handle = legacy_ipc_export(data);
+    (void)!::write(pair[0], &handle, sizeof handle);
+    char ack = 0;
+    (void)!::read(pair[0], &ack, 1);
+    const double took = micros_since(start);
+    device_free(data);
+    if (i >= 10) rounds.push_back(took);
+  }
+  ::close(pair[0]);
+  ::waitpid(importer, nullptr, 0);
+  return rounds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpumemd CUDA sharing benchmark"};
+  int iterations = 500;
+  std::string daemon = GPUMEM_BENCH_DAEMON;
+  app.add_option("--iterations", iterations, "samples per figure")->check(CLI::PositiveNumber);
+  app.add_option("--daemon", daemon, "gpumemd binary")->check(CLI::ExistingFile);
+  CLI11_PARSE(app, argc, argv);
+
+  char pattern[] = "/tmp/gpumem-cuda-bench-XXXXXX";
+  const std::string folder = ::mkdtemp(pattern);
+  const std::string socket = folder + "/gpumemd.sock";
+  const pid_t gpumemd = ::fork();
+  if (gpumemd == 0) {
+    ::execl(daemon.c_str(), daemon.c_str(), "--socket", socket.c_str(), "--log-level", "warn",
+            nullptr);
+    ::_exit(127);
+  }
+  while (!std::filesystem::exists(socket))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const gpumem::ConnectOptions connect{.socket_path = socket, .label = "bench"};
+
+  const auto single = series(5, [&] {
+    const auto why = why_no_gpu();
+    if (!why.empty()) throw std::runtime_error(why);
+    auto client = gpumem::Client::connect(connect);
+    stream_t stream = make_stream();
+    std::vector<std::vector<double>> t(5);
+    auto named =
+        client.allocate(kShareSize, {.device = 0, .name = "bench-named", .stream = stream});
+    for (int i = 0; i < iterations + 10; ++i) {
+      auto start = clock_type::now();
+      void* raw = device_malloc(kShareSize);
+      const double malloc_us = micros_since(start);
+      device_free(raw);
+      start = clock_type::now();
+      auto buffer = client.allocate(kShareSize, {.device = 0, .stream = stream});
+      const double allocate_us = micros_since(start);
+      start = clock_type::now();
+      buffer.release();
+      const double release_us = micros_since(start);
+      start = clock_type::now();
+      auto opened = client.open("bench-named", {.stream = stream});
+      const double open_us = micros_since(start);
+      start = clock_type::now();
+      client.ping();
+      const double ping_us = micros_since(start);
+      if (i >= 10) {
+        t[0].push_back(malloc_us);
+        t[1].push_back(allocate_us);
+        t[2].push_back(release_us);
+        t[3].push_back(open_us);
+        t[4].push_back(ping_us);
+      }
+    }
+    synchronize(stream);
+    return flatten(t);
+  });
+  const auto legacy = series(1, [&] { return flatten({legacy_share(iterations)}); });
+
+  // Bandwidth: the owner fills 1 GiB and holds it; a consumer process reads it.
+  int ready[2];
+  if (::pipe(ready) != 0) return 1;
+  const pid_t owner = ::fork();
+  if (owner == 0) {
+    auto client = gpumem::Client::connect(connect);
+    stream_t stream = make_stream();
+    auto big =
+        client.allocate(kBandwidthSize, {.device = 0, .name = "bench-big", .stream = stream});
+    fill_on_device(big.data(), big.size(), 1, stream);
+    synchronize(stream);
+    (void)!::write(ready[1], "r", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char token = 0;
+  (void)!::read(ready[0], &token, 1);
+  const auto rates = in_child([&] {
+    auto client = gpumem::Client::connect(connect);
+    stream_t stream = make_stream();
+    auto shared = client.open("bench-big", {.stream = stream});
+    void* own = device_malloc(kBandwidthSize);
+    fill_on_device(own, kBandwidthSize, 1, stream);
+    synchronize(stream);
+    std::vector<double> out;
+    for (int round = 0; round < 3; ++round) {  // interleaved, so clock drift hits both alike
+      out.push_back(read_bandwidth(shared.data(), kBandwidthSize, stream, 10));
+      out.push_back(read_bandwidth(own, kBandwidthSize, stream, 10));
+    }
+    device_free(own);
+    return out;
+  });
+  ::kill(owner, SIGKILL);
+  ::waitpid(owner, nullptr, 0);
+  ::kill(gpumemd, SIGTERM);
+  ::waitpid(gpumemd, nullptr, 0);
+  std::filesystem::remove_all(folder);
+
+  const std::string heading = "1 MiB unless said (n=" + std::to_string(iterations) + ")";
+  std::printf("%-58s %10s %10s\n", heading.c_str(), "median_us", "p99_us");
+  const auto row = [](const char* what, const summary& s) {
+    std::printf("%-58s %10.1f %10.1f\n", what, s.median, s.p99);
+  };
+  row("cudaMalloc, one process", single[0]);
+  row("cudaMalloc + cudaIpcGetMemHandle + cudaIpcOpenMemHandle", legacy[0]);
+  row("gpumemd allocate (import + stream wait enqueued)", single[1]);
+  row("gpumemd release (stream-ordered, event to daemon)", single[2]);
+  row("gpumemd open existing named buffer", single[3]);
+  row("gpumemd ping (socket round trip)", single[4]);
+  std::printf("ratio allocate / legacy IPC share: %.2f (target <= 0.5)\n",
+              single[1].median / legacy[0].median);
+  std::printf("ratio allocate / cudaMalloc:       %.2f (target <= 1.0)\n",
+              single[1].median / single[0].median);
+  std::vector<double> shared_rates, own_rates;
+  for (std::size_t i = 0; i + 1 < rates.size(); i += 2) {
+    shared_rates.push_back(rates[i]);
+    own_rates.push_back(rates[i + 1]);
+  }
+  const double shared_rate = summarise(shared_rates).median;
+  const double own_rate = summarise(own_rates).median;
+  std::printf(
+      "consumer read of 1 GiB: shared %.0f GB/s, own cudaMalloc %.0f GB/s, ratio %.3f "
+      "(target >= 0.9)\n",
+      shared_rate, own_rate, shared_rate / own_rate);
+  return 0;
+}

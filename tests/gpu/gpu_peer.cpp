@@ -1,0 +1,117 @@
+// gpumem_gpu_peer: a CUDA client process for the GPU tests, driven by its arguments.
+//   produce NAME SIZE SEED   allocate on device 0, fill on the GPU, print "ready ID"; on
+//                            SIGTERM release and print "released"
+//   hold NAME                open, print "ready ID"; on SIGTERM release and print "released"
+//   consume NAME SIZE SEED   open, check on the GPU, print "ok" or "bad N", release
+//   churn SIZE ROUNDS        allocate, fill, check and release ROUNDS times on one stream,
+//                            print "ok" or "bad round R: N"
+//   bandwidth NAME SIZE      open, print "shared GB/s own GB/s" for the same read kernel
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "gpumem/gpumem.hpp"
+#include "kernels.hpp"
+
+namespace {
+
+using namespace gpumem::testing;
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void wait_for_sigterm() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  int signal = 0;
+  sigwait(&stop, &signal);
+}
+
+int run(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before CUDA starts its threads
+  auto client = gpumem::Client::connect({.label = "gpu-peer-" + command});
+  stream_t stream = make_stream();
+  if (command == "produce" && argc == 5) {
+    const std::size_t size = std::stoull(argv[3]);
+    auto buffer = client.allocate(size, {.device = 0, .name = argv[2], .stream = stream});
+    fill_on_device(buffer.data(), size, static_cast<std::uint32_t>(std::stoul(argv[4])), stream);
+    synchronize(stream);  // consumers only sync on the allocation, not on this fill
+    say("ready " + std::to_string(buffer.id()));
+    wait_for_sigterm();
+    buffer.release();
+    synchronize(stream);
+    say("released");
+    return 0;
+  }
+  if (command == "hold" && argc == 3) {
+    auto buffer = client.open(argv[2], {.stream = stream});
+    say("ready " + std::to_string(buffer.id()));
+    wait_for_sigterm();
+    buffer.release();
+    say("released");
+    return 0;
+  }
+  if (command == "consume" && argc == 5) {
+    const std::size_t size = std::stoull(argv[3]);
+    auto buffer = client.open(argv[2], {.access = gpumem::Access::read_only, .stream = stream});
+    if (buffer.size() != size) {
+      say("bad size " + std::to_string(buffer.size()));
+      return 1;
+    }
+    const auto bad = mismatches_on_device(buffer.data(), size,
+                                          static_cast<std::uint32_t>(std::stoul(argv[4])), stream);
+    say(bad == 0 ? "ok" : "bad " + std::to_string(bad));
+    return bad == 0 ? 0 : 1;
+  }
+  if (command == "churn" && argc == 4) {
+    const std::size_t size = std::stoull(argv[2]);
+    const int rounds = std::stoi(argv[3]);
+    for (int round = 0; round < rounds; ++round) {
+      auto buffer = client.allocate(size, {.device = 0, .stream = stream});
+      const auto seed = static_cast<std::uint32_t>(round * 7 + 1);
+      fill_on_device(buffer.data(), size, seed, stream);
+      const auto bad = mismatches_on_device(buffer.data(), size, seed, stream);
+      if (bad != 0) {
+        say("bad round " + std::to_string(round) + ": " + std::to_string(bad));
+        return 1;
+      }
+    }
+    synchronize(stream);
+    say("ok");
+    return 0;
+  }
+  if (command == "bandwidth" && argc == 4) {
+    const std::size_t size = std::stoull(argv[3]);
+    auto shared = client.open(argv[2], {.stream = stream});
+    synchronize(stream);
+    const double shared_rate = read_bandwidth(shared.data(), size, stream, 20);
+    void* own = device_malloc(size);
+    const double own_rate = read_bandwidth(own, size, stream, 20);
+    device_free(own);
+    std::printf("%.1f %.1f\n", shared_rate, own_rate);
+    std::fflush(stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "gpumem_gpu_peer: bad arguments\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    say(std::string("error ") + error.what());
+    return 3;
+  }
+}

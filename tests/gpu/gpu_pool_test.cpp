@@ -1,0 +1,170 @@
+// CUDA pools across real processes: a real gpumemd, real CUDA clients, real signals.
+// Every test skips, with the reason, where no CUDA device is usable.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "gpumem/gpumem.hpp"
+#include "kernels.hpp"
+#include "support/child_process.hpp"
+#include "support/daemon_process.hpp"
+
+namespace gpumem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class GpuPool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const auto why = why_no_gpu(); !why.empty()) GTEST_SKIP() << why;
+    daemon = std::make_unique<daemon_process>();
+    client.emplace(daemon->connect("gpu-test"));
+    ASSERT_TRUE(client->stats().cuda) << "the daemon found no CUDA device";
+    stream = make_stream();
+  }
+  void TearDown() override {
+    if (stream != nullptr) destroy_stream(stream);
+  }
+
+  child_process peer(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{GPUMEM_TEST_GPU_PEER};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return child_process(argv, {daemon->socket_env()});
+  }
+  static std::uint64_t ready(child_process& process) {
+    const auto line = process.read_line(30s);
+    EXPECT_TRUE(line && line->starts_with("ready ")) << (line ? *line : "(no line)");
+    return line && line->starts_with("ready ") ? std::stoull(line->substr(6)) : 0;
+  }
+  PoolStats cuda_pool() {
+    for (const auto& pool : client->stats().pools) {
+      if (pool.device == 0) return pool;
+    }
+    ADD_FAILURE() << "no pool on device 0";
+    return {};
+  }
+  bool wait_for_cuda_bytes(std::uint64_t expected, std::chrono::milliseconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (cuda_pool().bytes_in_use != expected) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(2ms);
+    }
+    return true;
+  }
+
+  std::unique_ptr<daemon_process> daemon;
+  std::optional<gpumem::Client> client;
+  stream_t stream = nullptr;
+};
+
+TEST_F(GpuPool, AProducerKernelsBytesReachConsumerProcessesFrom4KiBTo1GiB) {
+  for (const std::size_t size :
+       {std::size_t{4} << 10, std::size_t{1} << 20, std::size_t{64} << 20, std::size_t{1} << 30}) {
+    const std::string name = "frames-" + std::to_string(size);
+    auto producer = peer({"produce", name, std::to_string(size), "11"});
+    ready(producer);
+    for (int consumer = 0; consumer < 2; ++consumer) {
+      auto reader = peer({"consume", name, std::to_string(size), "11"});
+      EXPECT_EQ(reader.read_line(60s), "ok") << size << " bytes, consumer " << consumer;
+      EXPECT_EQ(exit_code(*reader.wait(30s)), 0);
+    }
+    producer.signal(SIGTERM);
+    EXPECT_EQ(producer.read_line(30s), "released");
+    EXPECT_EQ(exit_code(*producer.wait(30s)), 0);
+  }
+  EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
+}
+
+TEST_F(GpuPool, StreamOrderedReuseOfFreedMemoryNeverShowsStaleBytes) {
+  auto churn = peer({"churn", std::to_string(std::size_t{8} << 20), "200"});
+  EXPECT_EQ(churn.read_line(120s), "ok");
+  EXPECT_EQ(exit_code(*churn.wait(30s)), 0);
+  // The same in this process, with two holders of each buffer on different streams.
+  stream_t other = make_stream();
+  for (std::uint32_t round = 0; round < 50; ++round) {
+    auto buffer = client->allocate(1 << 20, {.device = 0, .name = "reuse", .stream = stream});
+    fill_on_device(buffer.data(), buffer.size(), round + 100, stream);
+    synchronize(stream);
+    auto again = client->open("reuse", {.stream = other});
+    EXPECT_EQ(again.data(), buffer.data()) << "an opened buffer is imported once per process";
+    EXPECT_EQ(mismatches_on_device(again.data(), again.size(), round + 100, other), 0u);
+  }
+  destroy_stream(other);
+  EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
+}
+
+TEST_F(GpuPool, AnAnonymousBufferIsUsableInStreamOrderWithoutHostSync) {
+  auto buffer = client->allocate(32 << 20, {.device = 0, .stream = stream});
+  fill_on_device(buffer.data(), buffer.size(), 5, stream);  // no synchronisation before
+  EXPECT_EQ(mismatches_on_device(buffer.data(), buffer.size(), 5, stream), 0u);
+  EXPECT_EQ(cuda_pool().bytes_in_use, 32u << 20);
+  EXPECT_GE(cuda_pool().driver_used_current, 32u << 20) << "driver counters beside the books";
+  buffer.release();
+  EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
+}
+
+TEST_F(GpuPool, TheOwnersDeathLeavesTheBufferToItsHolder) {
+  auto owner = peer({"produce", "orphan", std::to_string(16 << 20), "21"});
+  ready(owner);
+  auto held = client->open("orphan", {.stream = stream});
+  owner.signal(SIGKILL);
+  owner.wait();
+  for (auto deadline = std::chrono::steady_clock::now() + 1s;
+       client->allocations().at(0).owner_client != 0;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(mismatches_on_device(held.data(), held.size(), 21, stream), 0u);
+  EXPECT_EQ(cuda_pool().bytes_in_use, 16u << 20);
+  held.release();
+  EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
+}
+
+TEST_F(GpuPool, AKilledHoldersShareIsReleasedWithoutItsEvent) {
+  auto owner = peer({"produce", "shared", std::to_string(8 << 20), "3"});
+  ready(owner);
+  auto holder = peer({"hold", "shared"});
+  ready(holder);
+  holder.signal(SIGKILL);
+  holder.wait();
+  owner.signal(SIGTERM);
+  EXPECT_EQ(owner.read_line(30s), "released");
+  EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
+}
+
+TEST_F(GpuPool, MemoryAlreadyImportedOutlivesAKilledDaemon) {
+  auto buffer = client->allocate(64 << 20, {.device = 0, .stream = stream});
+  fill_on_device(buffer.data(), buffer.size(), 77, stream);
+  synchronize(stream);
+  ::kill(daemon->pid(), SIGKILL);
+  EXPECT_EQ(daemon->stop(), 128 + SIGKILL);
+  EXPECT_EQ(mismatches_on_device(buffer.data(), buffer.size(), 77, stream), 0u);
+  fill_on_device(buffer.data(), buffer.size(), 78, stream);
+  EXPECT_EQ(mismatches_on_device(buffer.data(), buffer.size(), 78, stream), 0u);
+  EXPECT_THROW(buffer.release(), gpumem::Error) << "the daemon is gone: release says so";
+}
+
+TEST_F(GpuPool, BadRequestsAreClearErrorsAndOthersCarryOn) {
+  auto kept = client->allocate(1 << 20, {.device = 0, .name = "kept", .stream = stream});
+  const auto expect_error = [](gpumem::errc code, const std::function<void()>& work) {
+    try {
+      work();
+      ADD_FAILURE() << "no error";
+    } catch (const gpumem::Error& error) {
+      EXPECT_EQ(error.status(), code) << error.what();
+    }
+  };
+  expect_error(gpumem::errc::out_of_memory,
+               [&] { client->allocate(std::size_t{1} << 50, {.device = 0, .stream = stream}); });
+  expect_error(gpumem::errc::no_such_device, [&] { client->allocate(1, {.device = 63}); });
+  expect_error(gpumem::errc::already_exists,
+               [&] { client->allocate(1, {.device = 0, .name = "kept"}); });
+  auto reader = peer({"consume", "kept", std::to_string(1 << 20), "0"});
+  reader.read_line(30s);
+  EXPECT_EQ(cuda_pool().bytes_in_use, 1u << 20);
+}
+
+}  // namespace
+}  // namespace gpumem::testing

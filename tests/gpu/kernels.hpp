@@ -1,0 +1,44 @@
+#pragma once
+// Kernels for the GPU tests and benchmarks, behind a plain C++ interface (no CUDA headers).
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;
+
+namespace gpumem::testing {
+
+using stream_t = CUstream_st*;
+
+/// @brief Why no GPU test can run here, or empty when a CUDA device is usable.
+std::string why_no_gpu();
+
+stream_t make_stream();
+void destroy_stream(stream_t stream);
+void synchronize(stream_t stream);
+
+/// Writes the same position- and seed-dependent pattern as pattern.hpp, on the device.
+void fill_on_device(void* data, std::size_t size, std::uint32_t seed, stream_t stream);
+/// Counts bytes that differ from the pattern; waits for the stream.
+std::uint64_t mismatches_on_device(const void* data, std::size_t size, std::uint32_t seed,
+                                   stream_t stream);
+/// Device read bandwidth of a sum kernel over @p size bytes, in GB/s (median of @p repeats).
+double read_bandwidth(const void* data, std::size_t size, stream_t stream, int repeats);
+
+/// cudaMalloc / cudaFree, for baselines.
+void* device_malloc(std::size_t size);
+void device_free(void* data);
+
+/// The legacy CUDA IPC path, the baseline the daemon is measured against.
+struct legacy_ipc_handle {
+  unsigned char bytes[64];
+};
+legacy_ipc_handle legacy_ipc_export(void* data);
+void* legacy_ipc_open(const legacy_ipc_handle& handle);
+void legacy_ipc_close(void* data);
+
+/// A write through a kernel; returns the CUDA error text after the kernel, "" on success.
+std::string try_write_on_device(void* data, stream_t stream);
+
+}  // namespace gpumem::testing
