@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpumem/gpumem.hpp"
+#include "gpumem/slab.hpp"
 #include "kernels.hpp"
 
 namespace {
@@ -161,12 +162,13 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const gpumem::ConnectOptions connect{.socket_path = socket, .label = "bench"};
 
-  const auto single = series(5, [&] {
+  const auto single = series(6, [&] {
     const auto why = why_no_gpu();
     if (!why.empty()) throw std::runtime_error(why);
     auto client = gpumem::Client::connect(connect);
     stream_t stream = make_stream();
-    std::vector<std::vector<double>> t(5);
+    std::vector<std::vector<double>> t(6);
+    auto slab = gpumem::Slab::lease(client, 64 << 20, {.device = 0, .stream = stream});
     auto named =
         client.allocate(kShareSize, {.device = 0, .name = "bench-named", .stream = stream});
     for (int i = 0; i < iterations + 10; ++i) {
@@ -186,12 +188,17 @@ int main(int argc, char** argv) {
       start = clock_type::now();
       client.ping();
       const double ping_us = micros_since(start);
+      constexpr int kPairs = 1000;  // one pair is below the clock's resolution: time a batch
+      start = clock_type::now();
+      for (int pair = 0; pair < kPairs; ++pair) slab.free(slab.allocate(4096 + 256 * (pair % 7)));
+      const double slab_pair_us = micros_since(start) / kPairs;
       if (i >= 10) {
         t[0].push_back(malloc_us);
         t[1].push_back(allocate_us);
         t[2].push_back(release_us);
         t[3].push_back(open_us);
         t[4].push_back(ping_us);
+        t[5].push_back(slab_pair_us);
       }
     }
     synchronize(stream);
@@ -248,10 +255,13 @@ int main(int argc, char** argv) {
   row("gpumemd release (stream-ordered, event to daemon)", single[2]);
   row("gpumemd open existing named buffer", single[3]);
   row("gpumemd ping (socket round trip)", single[4]);
+  row("slab allocate + free pair, 4-6 KiB (no daemon)", single[5]);
   std::printf("ratio allocate / legacy IPC share: %.2f (target <= 0.5)\n",
               single[1].median / legacy[0].median);
   std::printf("ratio allocate / cudaMalloc:       %.2f (target <= 1.0)\n",
               single[1].median / single[0].median);
+  std::printf("ratio slab pair / cudaMalloc:      %.4f (target <= 1/30 = 0.033)\n",
+              single[5].median / single[0].median);
   std::vector<double> shared_rates, own_rates;
   for (std::size_t i = 0; i + 1 < rates.size(); i += 2) {
     shared_rates.push_back(rates[i]);

@@ -102,15 +102,20 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
   const CUresult status = cu_.cuMemAllocFromPoolAsync(&pointer, size, pool_, allocation_stream_);
   if (status == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
   check(status, "cuMemAllocFromPoolAsync");
+  CUmemPoolPtrExportData data{};
+  if (const CUresult exported = cu_.cuMemPoolExportPointer(&data, pointer);
+      exported != CUDA_SUCCESS) {
+    cu_.cuMemFreeAsync(pointer, allocation_stream_);
+    check(exported, "cuMemPoolExportPointer");
+  }
   // Waiting on the ready event after the reply orders the waiter after this allocation.
   check(cu_.cuEventRecord(ready_, allocation_stream_), "cuEventRecord(ready)");
+  exports_.emplace(pointer, data);
   return placement{pointer, size};
 }
 
 void cuda_pool::describe_grant(const placement& where, proto::allocation_reply& grant) const {
-  enter();
-  CUmemPoolPtrExportData data{};
-  check(cu_.cuMemPoolExportPointer(&data, where.offset), "cuMemPoolExportPointer");
+  const CUmemPoolPtrExportData& data = exports_.at(where.offset);
   static_assert(sizeof(grant.pointer_export) == sizeof(data));
   std::memcpy(grant.pointer_export, &data, sizeof data);
 }
@@ -133,6 +138,7 @@ void cuda_pool::holder_released(const placement&, const proto::release_request& 
 }
 
 void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
+  exports_.erase(where.offset);
   if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
   if (const CUresult status = cu_.cuMemFreeAsync(where.offset, release_stream_);
       status != CUDA_SUCCESS) {

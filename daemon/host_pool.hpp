@@ -3,9 +3,9 @@
 /// @brief Pool of shared host memory: one sealed memfd the size of the pool; allocations are
 /// page-aligned ranges of it that clients mmap from the pool's fd.
 
+#include "gpumem/shared/range_allocator.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "pool.hpp"
-#include "range_allocator.hpp"
 
 namespace gpumem::daemon {
 

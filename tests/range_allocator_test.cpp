@@ -1,4 +1,4 @@
-#include "range_allocator.hpp"
+#include "gpumem/shared/range_allocator.hpp"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-namespace gpumem::daemon {
+namespace gpumem {
 namespace {
 
 TEST(RangeAllocator, RoundsToTheAlignmentAndFillsTheRange) {
@@ -74,4 +74,4 @@ TEST(RangeAllocator, RandomWorkloadNeverOverlaps) {
 }
 
 }  // namespace
-}  // namespace gpumem::daemon
+}  // namespace gpumem

@@ -2,6 +2,7 @@
 
 #include "connection.hpp"
 #include "gpumem/gpumem.hpp"
+#include "gpumem/slab.hpp"
 
 namespace gpumem {
 
@@ -65,6 +66,16 @@ Buffer::~Buffer() {
     release();
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report; release() can
   }
+}
+
+void* Buffer::at(const SlabPiece& piece) const {
+  if (piece.slab != id_ || piece.offset > size_ || piece.size > size_ - piece.offset) {
+    throw Error(errc::invalid_argument, "piece (slab " + std::to_string(piece.slab) + ", offset " +
+                                            std::to_string(piece.offset) + ", size " +
+                                            std::to_string(piece.size) + ") is not within buffer " +
+                                            std::to_string(id_));
+  }
+  return static_cast<char*>(data_) + piece.offset;
 }
 
 void Buffer::release() {

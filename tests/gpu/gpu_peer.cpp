@@ -6,6 +6,8 @@
 //   churn SIZE ROUNDS        allocate, fill, check and release ROUNDS times on one stream,
 //                            print "ok" or "bad round R: N"
 //   bandwidth NAME SIZE      open, print "shared GB/s own GB/s" for the same read kernel
+//   consume-piece NAME SLAB OFFSET SIZE SEED
+//                            open a slab by name, check one piece on the GPU
 #include <pthread.h>
 #include <signal.h>
 
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "gpumem/gpumem.hpp"
+#include "gpumem/slab.hpp"
 #include "kernels.hpp"
 
 namespace {
@@ -100,6 +103,14 @@ int run(int argc, char** argv) {
     std::printf("%.1f %.1f\n", shared_rate, own_rate);
     std::fflush(stdout);
     return 0;
+  }
+  if (command == "consume-piece" && argc == 7) {
+    auto slab = client.open(argv[2], {.stream = stream});
+    const gpumem::SlabPiece piece{std::stoull(argv[3]), std::stoull(argv[4]), std::stoull(argv[5])};
+    const auto bad = mismatches_on_device(slab.at(piece), piece.size,
+                                          static_cast<std::uint32_t>(std::stoul(argv[6])), stream);
+    say(bad == 0 ? "ok" : "bad " + std::to_string(bad));
+    return bad == 0 ? 0 : 1;
   }
   std::fprintf(stderr, "gpumem_gpu_peer: bad arguments\n");
   return 2;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "gpumem/gpumem.hpp"
+#include "gpumem/slab.hpp"
 #include "kernels.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
@@ -144,6 +145,24 @@ TEST_F(GpuPool, MemoryAlreadyImportedOutlivesAKilledDaemon) {
   fill_on_device(buffer.data(), buffer.size(), 78, stream);
   EXPECT_EQ(mismatches_on_device(buffer.data(), buffer.size(), 78, stream), 0u);
   EXPECT_THROW(buffer.release(), gpumem::Error) << "the daemon is gone: release says so";
+}
+
+TEST_F(GpuPool, SlabPiecesWorkInKernelsAndReachAnotherProcess) {
+  auto slab = Slab::lease(*client, 64 << 20, {.device = 0, .name = "gpu-slab", .stream = stream});
+  std::vector<SlabPiece> pieces;
+  for (std::uint32_t i = 0; i < 16; ++i) {
+    pieces.push_back(slab.allocate((i + 1) * 100000));
+    fill_on_device(slab.data(pieces.back()), pieces.back().size, i, stream);
+  }
+  synchronize(stream);
+  for (std::uint32_t i = 0; i < 16; i += 5) {
+    auto reader =
+        peer({"consume-piece", "gpu-slab", std::to_string(pieces[i].slab),
+              std::to_string(pieces[i].offset), std::to_string(pieces[i].size), std::to_string(i)});
+    EXPECT_EQ(reader.read_line(30s), "ok") << "piece " << i;
+  }
+  for (const auto& piece : pieces) slab.free(piece);
+  EXPECT_EQ(client->stats().allocations, 1u) << "pieces never reach the daemon";
 }
 
 TEST_F(GpuPool, BadRequestsAreClearErrorsAndOthersCarryOn) {

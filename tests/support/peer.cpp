@@ -4,6 +4,9 @@
 //   verify NAME SIZE SEED       open, check the bytes, print "ok" (exit 0) or why not (exit 1)
 //   fork-holder SIZE            allocate, fork a child that keeps the socket, print
 //                               "ready CHILD_PID", wait to be killed
+//   lease-slab SIZE             lease a slab, take a piece, print "ready ID", wait to be killed
+//   verify-piece NAME SLAB OFFSET SIZE SEED
+//                               open a slab by name, check one piece, print "ok" or why not
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +14,7 @@
 #include <string>
 
 #include "gpumem/gpumem.hpp"
+#include "gpumem/slab.hpp"
 #include "pattern.hpp"
 
 namespace {
@@ -59,6 +63,20 @@ int run(int argc, char** argv) {
     if (child == 0) wait_forever();  // keeps a copy of the socket, never execs
     say("ready " + std::to_string(child));
     wait_forever();
+  }
+  if (command == "lease-slab" && argc == 3) {
+    auto slab = gpumem::Slab::lease(client, std::stoull(argv[2]));
+    slab.allocate(4096);
+    say("ready " + std::to_string(slab.buffer().id()));
+    wait_forever();
+  }
+  if (command == "verify-piece" && argc == 7) {
+    auto slab = client.open(argv[2], {.access = gpumem::Access::read_only});
+    const gpumem::SlabPiece piece{std::stoull(argv[3]), std::stoull(argv[4]), std::stoull(argv[5])};
+    const auto seed = static_cast<std::uint32_t>(std::stoul(argv[6]));
+    const auto bad = gpumem::testing::first_mismatch(slab.at(piece), piece.size, seed);
+    say(bad == piece.size ? "ok" : "mismatch at " + std::to_string(bad));
+    return bad == piece.size ? 0 : 1;
   }
   std::fprintf(stderr, "gpumem_test_peer: bad arguments\n");
   return 2;

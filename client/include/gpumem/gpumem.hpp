@@ -68,6 +68,8 @@ struct OpenOptions {
   Stream stream = nullptr;  ///< as in AllocateOptions
 };
 
+struct SlabPiece;
+
 namespace detail {
 class connection;
 }
@@ -86,6 +88,9 @@ class Buffer {
   /// Host buffers: an address in this process. CUDA buffers: a device pointer, usable in
   /// kernels and copies on stream() (and, after an event, on any stream of the device).
   void* data() const noexcept { return data_; }
+  /// @brief Where a piece of this buffer, leased as a Slab in some process, lives here.
+  /// @throws Error(invalid_argument) when the piece is of another buffer or out of bounds.
+  void* at(const SlabPiece& piece) const;
   std::size_t size() const noexcept { return size_; }
   /// The daemon's id for the allocation; the same in every process that holds it.
   std::uint64_t id() const noexcept { return id_; }

@@ -1,9 +1,9 @@
-#include "range_allocator.hpp"
+#include "gpumem/shared/range_allocator.hpp"
 
 #include <cassert>
 #include <stdexcept>
 
-namespace gpumem::daemon {
+namespace gpumem {
 
 range_allocator::range_allocator(std::uint64_t capacity, std::uint64_t alignment)
     : capacity_(capacity & ~(alignment - 1)), alignment_(alignment) {
@@ -65,4 +65,4 @@ void range_allocator::erase_free(std::map<std::uint64_t, std::uint64_t>::iterato
   free_by_offset_.erase(block);
 }
 
-}  // namespace gpumem::daemon
+}  // namespace gpumem

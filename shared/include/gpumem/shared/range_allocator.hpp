@@ -9,7 +9,7 @@
 #include <set>
 #include <utility>
 
-namespace gpumem::daemon {
+namespace gpumem {
 
 class range_allocator {
  public:
@@ -41,4 +41,4 @@ class range_allocator {
   std::set<std::pair<std::uint64_t, std::uint64_t>> free_by_size_;  // (size, offset)
 };
 
-}  // namespace gpumem::daemon
+}  // namespace gpumem
