@@ -60,6 +60,8 @@ pool_config parse_pool(const YAML::Node& node, const std::string& where) {
   if (!node["size"]) fail(where, "missing 'size'");
   try {
     pool.size = parse_size(node["size"].as<std::string>());
+    // Freed memory stays in the pool for reuse unless the operator asks for less.
+    pool.release_threshold = pool.size;
     if (node["release_threshold"]) {
       pool.release_threshold = parse_size(node["release_threshold"].as<std::string>());
     }

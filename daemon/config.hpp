@@ -17,6 +17,7 @@ struct pool_config {
   std::string name;
   std::int32_t device = proto::kHostDevice;
   std::uint64_t size = 0;  ///< capacity of a host pool; maximum size of a CUDA pool
+  /// Bytes a CUDA pool keeps for reuse after frees; the pool's size unless configured.
   std::uint64_t release_threshold = 0;
   std::vector<std::int32_t> peer_access;
 };

@@ -41,6 +41,7 @@ void add_cuda_pools(const daemon_config& config, std::vector<std::unique_ptr<poo
       each.name = "cuda" + std::to_string(device);
       each.device = device;
       each.size = total;
+      each.release_threshold = total;
       wanted.push_back(each);
     }
   } else if (driver == nullptr) {
