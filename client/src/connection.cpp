@@ -14,6 +14,10 @@
 #include "gpumem/shared/socket_path.hpp"
 #ifdef GPUMEM_WITH_CUDA
 #include "cuda_imports.hpp"
+#else
+namespace gpumem::detail {
+class cuda_imports {};  // built without CUDA: there is never anything to import
+}  // namespace gpumem::detail
 #endif
 
 extern char* program_invocation_short_name;
@@ -198,7 +202,8 @@ cuda_imports& connection::cuda() {
 }
 
 void* connection::import_device(const proto::allocation_reply&, Stream) {
-  cuda();
+  cuda();  // throws
+  return nullptr;
 }
 
 void connection::release_device(std::uint64_t, Stream, proto::release_request&) {

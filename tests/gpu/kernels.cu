@@ -48,15 +48,16 @@ __global__ void sum(const uint4* data, std::size_t count, unsigned long long* ou
   if (local == 42) atomicAdd(out, local);  // keeps the loads alive, almost never writes
 }
 
-__global__ void poke(unsigned* data) { data[0] = 0xdeadbeef; }
-
-cudaStream_t native(stream_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
+cudaStream_t native(stream_t stream) {
+  return reinterpret_cast<cudaStream_t>(stream);
+}
 }  // namespace
 
 std::string why_no_gpu() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+  if (status != cudaSuccess)
+    return std::string("no usable CUDA device: ") + cudaGetErrorString(status);
   if (count == 0) return "no CUDA device";
   return {};
 }
@@ -67,9 +68,13 @@ stream_t make_stream() {
   return reinterpret_cast<stream_t>(stream);
 }
 
-void destroy_stream(stream_t stream) { cudaStreamDestroy(native(stream)); }
+void destroy_stream(stream_t stream) {
+  cudaStreamDestroy(native(stream));
+}
 
-void synchronize(stream_t stream) { check(cudaStreamSynchronize(native(stream)), "cudaStreamSynchronize"); }
+void synchronize(stream_t stream) {
+  check(cudaStreamSynchronize(native(stream)), "cudaStreamSynchronize");
+}
 
 void fill_on_device(void* data, std::size_t size, std::uint32_t seed, stream_t stream) {
   fill<<<1024, 256, 0, native(stream)>>>(static_cast<std::uint8_t*>(data), size, seed);
@@ -81,7 +86,8 @@ std::uint64_t mismatches_on_device(const void* data, std::size_t size, std::uint
   unsigned long long* bad = nullptr;
   check(cudaMallocAsync(&bad, sizeof *bad, native(stream)), "cudaMallocAsync");
   check(cudaMemsetAsync(bad, 0, sizeof *bad, native(stream)), "cudaMemsetAsync");
-  compare<<<1024, 256, 0, native(stream)>>>(static_cast<const std::uint8_t*>(data), size, seed, bad);
+  compare<<<1024, 256, 0, native(stream)>>>(static_cast<const std::uint8_t*>(data), size, seed,
+                                            bad);
   check(cudaGetLastError(), "compare launch");
   unsigned long long result = 0;
   check(cudaMemcpyAsync(&result, bad, sizeof result, cudaMemcpyDeviceToHost, native(stream)),
@@ -123,7 +129,9 @@ void* device_malloc(std::size_t size) {
   return data;
 }
 
-void device_free(void* data) { check(cudaFree(data), "cudaFree"); }
+void device_free(void* data) {
+  check(cudaFree(data), "cudaFree");
+}
 
 legacy_ipc_handle legacy_ipc_export(void* data) {
   cudaIpcMemHandle_t handle{};
@@ -138,17 +146,13 @@ void* legacy_ipc_open(const legacy_ipc_handle& in) {
   cudaIpcMemHandle_t handle{};
   memcpy(&handle, in.bytes, sizeof handle);
   void* data = nullptr;
-  check(cudaIpcOpenMemHandle(&data, handle, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+  check(cudaIpcOpenMemHandle(&data, handle, cudaIpcMemLazyEnablePeerAccess),
+        "cudaIpcOpenMemHandle");
   return data;
 }
 
-void legacy_ipc_close(void* data) { check(cudaIpcCloseMemHandle(data), "cudaIpcCloseMemHandle"); }
-
-std::string try_write_on_device(void* data, stream_t stream) {
-  poke<<<1, 1, 0, native(stream)>>>(static_cast<unsigned*>(data));
-  cudaError_t status = cudaGetLastError();
-  if (status == cudaSuccess) status = cudaStreamSynchronize(native(stream));
-  return status == cudaSuccess ? "" : cudaGetErrorString(status);
+void legacy_ipc_close(void* data) {
+  check(cudaIpcCloseMemHandle(data), "cudaIpcCloseMemHandle");
 }
 
 }  // namespace gpumem::testing

@@ -38,7 +38,4 @@ legacy_ipc_handle legacy_ipc_export(void* data);
 void* legacy_ipc_open(const legacy_ipc_handle& handle);
 void legacy_ipc_close(void* data);
 
-/// A write through a kernel; returns the CUDA error text after the kernel, "" on success.
-std::string try_write_on_device(void* data, stream_t stream);
-
 }  // namespace gpumem::testing
