@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "request_error.hpp"
@@ -78,6 +79,7 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
 cuda_pool::~cuda_pool() {
   // Best effort, no throwing: the process is going away and the driver reclaims the rest.
   if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
+  drop_spares();
   if (release_stream_ != nullptr) cu_.cuStreamSynchronize(release_stream_);
   if (ready_ != nullptr) cu_.cuEventDestroy(ready_);
   if (allocation_stream_ != nullptr) cu_.cuStreamDestroy(allocation_stream_);
@@ -95,8 +97,12 @@ void cuda_pool::describe_pool(proto::pool_reply& reply) const {
   std::memcpy(reply.ready_event, &ready_handle_, sizeof ready_handle_);
 }
 
-std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
-  if (size > largest_possible()) return std::nullopt;
+namespace {
+constexpr std::size_t kMaxSpareSizes = 8;
+constexpr std::uint64_t kMaxSpareSize = 64 << 20;
+}  // namespace
+
+std::optional<CUdeviceptr> cuda_pool::allocate_exported(std::uint64_t size) {
   enter();
   CUdeviceptr pointer = 0;
   const CUresult status = cu_.cuMemAllocFromPoolAsync(&pointer, size, pool_, allocation_stream_);
@@ -108,10 +114,54 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
     cu_.cuMemFreeAsync(pointer, allocation_stream_);
     check(exported, "cuMemPoolExportPointer");
   }
-  // Waiting on the ready event after the reply orders the waiter after this allocation.
+  // Waiting on the ready event after a grant orders the waiter after this allocation (and a
+  // spare handed out later is covered by this or any later record).
   check(cu_.cuEventRecord(ready_, allocation_stream_), "cuEventRecord(ready)");
   exports_.emplace(pointer, data);
-  return placement{pointer, size};
+  return pointer;
+}
+
+std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
+  if (size <= kMaxSpareSize && spares_.size() < kMaxSpareSizes &&
+      std::find(wanted_.begin(), wanted_.end(), size) == wanted_.end()) {
+    wanted_.push_back(size);
+  }
+  if (const auto spare = spares_.find(size); spare != spares_.end()) {
+    const CUdeviceptr pointer = spare->second;
+    spares_.erase(spare);
+    spare_bytes_ -= size;
+    return placement{pointer, size};
+  }
+  if (size > largest_possible()) drop_spares();
+  if (size > largest_possible()) return std::nullopt;
+  auto pointer = allocate_exported(size);
+  if (!pointer && !spares_.empty()) {
+    drop_spares();
+    pointer = allocate_exported(size);
+  }
+  if (!pointer) return std::nullopt;
+  return placement{*pointer, size};
+}
+
+void cuda_pool::prepare_ahead() {
+  for (const std::uint64_t size : wanted_) {
+    if (spares_.contains(size) || size > largest_possible()) continue;
+    try {
+      if (const auto pointer = allocate_exported(size)) {
+        spares_.emplace(size, *pointer);
+        spare_bytes_ += size;
+      }
+    } catch (const cuda::cuda_error& error) {
+      spdlog::warn("pool '{}': preparing a spare block: {}", config().name, error.what());
+    }
+  }
+  wanted_.clear();
+}
+
+void cuda_pool::drop_spares() noexcept {
+  for (const auto& [size, pointer] : spares_) do_free({pointer, size}, size);
+  spares_.clear();
+  spare_bytes_ = 0;
 }
 
 void cuda_pool::describe_grant(const placement& where, proto::allocation_reply& grant) const {
@@ -147,7 +197,8 @@ void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
 }
 
 std::uint64_t cuda_pool::largest_possible() const noexcept {
-  return config().size > usage().bytes_in_use ? config().size - usage().bytes_in_use : 0;
+  const std::uint64_t taken = usage().bytes_in_use + spare_bytes_;
+  return config().size > taken ? config().size - taken : 0;
 }
 
 driver_usage cuda_pool::driver_counters() const {

@@ -135,6 +135,7 @@ asio::awaitable<void> session::read_loop() {
     }
     in_filled_ += received;
     if (!handle_frames() || !flush()) break;
+    books_.prepare_ahead();
   }
 }
 
