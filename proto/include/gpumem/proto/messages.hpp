@@ -186,7 +186,7 @@ using stats_reply = list_payload<stats_head, pool_stats>;
 using client_list_reply = list_payload<list_head, client_record>;
 using allocation_list_reply = list_payload<list_head, allocation_record>;
 
-// X(name, id, request payload, reply payload, reply fd count, summary)
+// X(name, id, request payload, reply payload, reply fd count, what it is for)
 #define GPUMEM_MESSAGE_TABLE(X)                                                        \
   X(hello, 1, hello_request, hello_reply, 0, "open a session")                         \
   X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")               \
@@ -215,12 +215,11 @@ constexpr std::uint16_t reply_type(message_type request) noexcept {
 struct message_info {
   message_type type;
   const char* name;
-  const char* summary;
   std::uint16_t reply_fds;
 };
 
 inline constexpr message_info kMessages[] = {
-#define GPUMEM_X(name, id, request, reply, fds, summary) {message_type::name, #name, summary, fds},
+#define GPUMEM_X(name, id, request, reply, fds, summary) {message_type::name, #name, fds},
     GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X
 };
