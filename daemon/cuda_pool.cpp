@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "request_error.hpp"
@@ -23,7 +22,13 @@ CUmemAccessDesc read_write_on(CUdevice device) {
 }  // namespace
 
 cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_api& driver)
-    : pool(id, std::move(config)), cu_(driver) {
+    : pool(id, std::move(config)),
+      cu_(driver),
+      spares_([this](std::uint64_t size) { return allocate_exported(size); },
+              [this](const exported_block& block) {
+                cu_.cuCtxSetCurrent(context_);
+                cu_.cuMemFreeAsync(block.pointer, release_stream_);
+              }) {
   const auto& settings = this->config();
   int devices = 0;
   check(cu_.cuDeviceGetCount(&devices), "cuDeviceGetCount");
@@ -78,6 +83,7 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
 
 cuda_pool::~cuda_pool() {
   // Best effort, no throwing: the process is going away and the driver reclaims the rest.
+  spares_.stop();
   if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
   drop_spares();
   if (release_stream_ != nullptr) cu_.cuStreamSynchronize(release_stream_);
@@ -97,71 +103,48 @@ void cuda_pool::describe_pool(proto::pool_reply& reply) const {
   std::memcpy(reply.ready_event, &ready_handle_, sizeof ready_handle_);
 }
 
-namespace {
-constexpr std::size_t kMaxSpareSizes = 8;
-constexpr std::uint64_t kMaxSpareSize = 64 << 20;
-}  // namespace
-
-std::optional<CUdeviceptr> cuda_pool::allocate_exported(std::uint64_t size) {
+std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) const {
   enter();
-  CUdeviceptr pointer = 0;
-  const CUresult status = cu_.cuMemAllocFromPoolAsync(&pointer, size, pool_, allocation_stream_);
+  exported_block block;
+  const CUresult status =
+      cu_.cuMemAllocFromPoolAsync(&block.pointer, size, pool_, allocation_stream_);
   if (status == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
   check(status, "cuMemAllocFromPoolAsync");
-  CUmemPoolPtrExportData data{};
-  if (const CUresult exported = cu_.cuMemPoolExportPointer(&data, pointer);
+  if (const CUresult exported = cu_.cuMemPoolExportPointer(&block.data, block.pointer);
       exported != CUDA_SUCCESS) {
-    cu_.cuMemFreeAsync(pointer, allocation_stream_);
+    cu_.cuMemFreeAsync(block.pointer, allocation_stream_);
     check(exported, "cuMemPoolExportPointer");
   }
-  // Waiting on the ready event after a grant orders the waiter after this allocation (and a
-  // spare handed out later is covered by this or any later record).
+  // Waiting on the ready event after a grant orders the waiter after this allocation. Records
+  // from the spares' thread land on the same stream, each after its own allocation, so the
+  // latest record always covers every block handed out before it.
   check(cu_.cuEventRecord(ready_, allocation_stream_), "cuEventRecord(ready)");
-  exports_.emplace(pointer, data);
-  return pointer;
+  return block;
 }
 
 std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
-  if (size <= kMaxSpareSize && spares_.size() < kMaxSpareSizes &&
-      std::find(wanted_.begin(), wanted_.end(), size) == wanted_.end()) {
-    wanted_.push_back(size);
-  }
-  if (const auto spare = spares_.find(size); spare != spares_.end()) {
-    const CUdeviceptr pointer = spare->second;
-    spares_.erase(spare);
-    spare_bytes_ -= size;
-    return placement{pointer, size};
-  }
-  if (size > largest_possible()) drop_spares();
-  if (size > largest_possible()) return std::nullopt;
-  auto pointer = allocate_exported(size);
-  if (!pointer && !spares_.empty()) {
-    drop_spares();
-    pointer = allocate_exported(size);
-  }
-  if (!pointer) return std::nullopt;
-  return placement{*pointer, size};
-}
-
-void cuda_pool::prepare_ahead() {
-  for (const std::uint64_t size : wanted_) {
-    if (spares_.contains(size) || size > largest_possible()) continue;
-    try {
-      if (const auto pointer = allocate_exported(size)) {
-        spares_.emplace(size, *pointer);
-        spare_bytes_ += size;
-      }
-    } catch (const cuda::cuda_error& error) {
-      spdlog::warn("pool '{}': preparing a spare block: {}", config().name, error.what());
+  std::optional<exported_block> block = spares_.take(size);
+  if (!block) {
+    if (size > largest_possible()) drop_spares();
+    if (size > largest_possible()) return std::nullopt;
+    block = allocate_exported(size);
+    if (!block && spares_.bytes() > 0) {
+      drop_spares();
+      block = allocate_exported(size);
     }
+    if (!block) return std::nullopt;
   }
-  wanted_.clear();
+  exports_.emplace(block->pointer, block->data);
+  // Whatever this size's next request needs is made while this one's reply travels.
+  spares_.want(size, largest_possible() > size ? largest_possible() - size : 0);
+  return placement{block->pointer, size};
 }
 
 void cuda_pool::drop_spares() noexcept {
-  for (const auto& [size, pointer] : spares_) do_free({pointer, size}, size);
-  spares_.clear();
-  spare_bytes_ = 0;
+  if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
+  for (const auto& [size, block] : spares_.drain()) {
+    cu_.cuMemFreeAsync(block.pointer, release_stream_);
+  }
 }
 
 void cuda_pool::describe_grant(const placement& where, proto::allocation_reply& grant) const {
@@ -197,7 +180,7 @@ void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
 }
 
 std::uint64_t cuda_pool::largest_possible() const noexcept {
-  const std::uint64_t taken = usage().bytes_in_use + spare_bytes_;
+  const std::uint64_t taken = usage().bytes_in_use + spares_.bytes();
   return config().size > taken ? config().size - taken : 0;
 }
 

@@ -11,8 +11,8 @@
 #include <cuda.h>
 
 #include <unordered_map>
-#include <vector>
 
+#include "cuda_spares.hpp"
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "pool.hpp"
@@ -35,7 +35,6 @@ class cuda_pool final : public pool {
   bool is_device_memory() const noexcept override { return true; }
   driver_usage driver_counters() const override;
   std::uint32_t ipc_events_live() const noexcept override { return 1; }
-  void prepare_ahead() override;
 
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;
@@ -43,8 +42,8 @@ class cuda_pool final : public pool {
   std::uint64_t largest_possible() const noexcept override;
   /// Makes the pool's device context current for the calls that follow.
   void enter() const;
-  /// Allocates on the allocation stream, exports, and records the ready event.
-  std::optional<CUdeviceptr> allocate_exported(std::uint64_t size);
+  /// Allocates on the allocation stream, exports, and records the ready event. Thread-safe.
+  std::optional<exported_block> allocate_exported(std::uint64_t size) const;
   void drop_spares() noexcept;
 
   const cuda::driver_api& cu_;
@@ -59,12 +58,9 @@ class cuda_pool final : public pool {
   /// Export data of each live allocation, made once (cuMemPoolExportPointer costs ~20 us) and
   /// handed to the owner and to every opener.
   std::unordered_map<CUdeviceptr, CUmemPoolPtrExportData> exports_;
-  /// One block per recently requested size, allocated and exported after the reply that
-  /// asked for that size went out, so the next request of the size skips both (the export
-  /// alone costs ~20 us). Not in the books' bytes_in_use; the driver's counters show them.
-  std::unordered_map<std::uint64_t, CUdeviceptr> spares_;
-  std::vector<std::uint64_t> wanted_;
-  std::uint64_t spare_bytes_ = 0;
+  /// Blocks prepared ahead of demand. Not in the books' bytes_in_use; the driver's counters
+  /// show them. Declared last: its worker uses the members above.
+  cuda_spares spares_;
 };
 
 }  // namespace gpumem::daemon

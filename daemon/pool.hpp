@@ -64,8 +64,6 @@ class pool {
   virtual driver_usage driver_counters() const { return {}; }
   /// @brief Interprocess events this pool holds open now.
   virtual std::uint32_t ipc_events_live() const noexcept { return 0; }
-  /// @brief Work the pool does between requests rather than while a client waits.
-  virtual void prepare_ahead() {}
 
  protected:
   virtual std::optional<placement> do_allocate(std::uint64_t size) = 0;

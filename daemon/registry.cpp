@@ -178,10 +178,6 @@ bool registry::holds_device_memory(std::uint64_t client_id) const {
   return false;
 }
 
-void registry::prepare_ahead() {
-  for (const auto& each : pools_) each->prepare_ahead();
-}
-
 std::uint32_t registry::features() const noexcept {
   for (const auto& candidate : pools_) {
     if (candidate->is_device_memory()) return proto::kFeatureCuda;

@@ -44,8 +44,6 @@ class registry {
   void release(std::uint64_t client, const proto::release_request& request);
   /// @brief Whether the client holds memory that its GPU work may still be using.
   bool holds_device_memory(std::uint64_t client) const;
-  /// @brief Lets each pool prepare ahead of demand; called once replies have gone out.
-  void prepare_ahead();
   /// @brief kFeature* bits for hello and stats.
   std::uint32_t features() const noexcept;
 

@@ -135,7 +135,6 @@ asio::awaitable<void> session::read_loop() {
     }
     in_filled_ += received;
     if (!handle_frames() || !flush()) break;
-    books_.prepare_ahead();
   }
 }
 

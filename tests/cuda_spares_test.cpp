@@ -1,0 +1,112 @@
+#include "cuda_spares.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+namespace gpumem::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Blocks whose pointer is their size, made by a worker the test can hold up.
+struct fake_pool {
+  std::atomic<int> made{0};
+  std::atomic<int> discarded{0};
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  bool fail = false;
+
+  cuda_spares spares{[this](std::uint64_t size) -> std::optional<exported_block> {
+                       opened.wait();
+                       ++made;
+                       if (fail) return std::nullopt;
+                       exported_block block;
+                       block.pointer = size;
+                       return block;
+                     },
+                     [this](const exported_block&) { ++discarded; }};
+};
+
+std::optional<exported_block> take_within(cuda_spares& spares, std::uint64_t size) {
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(1ms)) {
+    if (auto block = spares.take(size)) return block;
+  }
+  return std::nullopt;
+}
+
+TEST(CudaSpares, AWantedSizeIsMadeOnceAndTakenOnce) {
+  fake_pool pool;
+  pool.gate.set_value();
+  pool.spares.want(4096, 1 << 20);
+  pool.spares.want(4096, 1 << 20);  // already asked for
+  const auto block = take_within(pool.spares, 4096);
+  ASSERT_TRUE(block);
+  EXPECT_EQ(block->pointer, 4096u);
+  EXPECT_FALSE(pool.spares.take(4096));
+  EXPECT_EQ(pool.made.load(), 1);
+  EXPECT_EQ(pool.spares.bytes(), 0u);
+}
+
+TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
+  fake_pool pool;
+  pool.spares.want(8192, 4096);  // no room
+  pool.spares.want(cuda_spares::kMaxBlockSize + 1, ~std::uint64_t{0});
+  EXPECT_EQ(pool.spares.bytes(), 0u);
+  for (std::uint64_t i = 1; i <= cuda_spares::kMaxSizes + 3; ++i)
+    pool.spares.want(i * 256, 1 << 30);
+  std::uint64_t expected = 0;
+  for (std::uint64_t i = 1; i <= cuda_spares::kMaxSizes; ++i) expected += i * 256;
+  EXPECT_EQ(pool.spares.bytes(), expected) << "counted while wanted, before they are made";
+  pool.gate.set_value();
+}
+
+TEST(CudaSpares, DrainGivesBackReadyBlocksAndDiscardsOnesStillBeingMade) {
+  fake_pool pool;
+  pool.spares.want(512, 1 << 20);
+  pool.gate.set_value();
+  ASSERT_TRUE(take_within(pool.spares, 512));
+  pool.spares.want(512, 1 << 20);
+  for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.made < 2;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::sleep_for(1ms);
+  }
+  std::this_thread::sleep_for(50ms);  // it is stored under the lock right after it is made
+  const auto drained = pool.spares.drain();
+  ASSERT_EQ(drained.size(), 1u);
+  EXPECT_EQ(drained[0].first, 512u);
+  EXPECT_EQ(pool.spares.bytes(), 0u);
+}
+
+TEST(CudaSpares, ABlockFinishedAfterADrainIsDiscardedNotLeaked) {
+  fake_pool pool;
+  pool.spares.want(1024, 1 << 20);
+  std::this_thread::sleep_for(10ms);  // the worker is now waiting at the gate
+  EXPECT_TRUE(pool.spares.drain().empty());
+  pool.gate.set_value();
+  for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.discarded < 1;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_FALSE(pool.spares.take(1024));
+  EXPECT_EQ(pool.spares.bytes(), 0u);
+}
+
+TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
+  fake_pool pool;
+  pool.fail = true;
+  pool.spares.want(2048, 1 << 20);
+  pool.gate.set_value();
+  for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.spares.bytes() != 0;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_FALSE(pool.spares.take(2048));
+}
+
+}  // namespace
+}  // namespace gpumem::daemon
