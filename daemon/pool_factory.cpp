@@ -7,6 +7,7 @@
 #include "host_pool.hpp"
 #ifdef GPUMEM_WITH_CUDA
 #include "cuda_pool.hpp"
+#include "cuda_reservation.hpp"
 #endif
 
 namespace gpumem::daemon {
@@ -77,6 +78,13 @@ std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config) {
   }
 #endif
   return pools;
+}
+
+reservation_maker make_reservation_maker() {
+#ifdef GPUMEM_WITH_CUDA
+  if (const cuda::driver_api* driver = cuda::driver()) return cuda_reservation_maker(*driver);
+#endif
+  return {};
 }
 
 }  // namespace gpumem::daemon

@@ -8,10 +8,14 @@
 
 #include "config.hpp"
 #include "pool.hpp"
+#include "reservation.hpp"
 
 namespace gpumem::daemon {
 
 /// @throws config_error when a pool cannot be made (with the pool's name and the cause).
 std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config);
+
+/// @brief How VMM reservations are made here; empty when CUDA is unavailable.
+reservation_maker make_reservation_maker();
 
 }  // namespace gpumem::daemon

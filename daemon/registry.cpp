@@ -28,12 +28,15 @@ std::string device_text(std::int32_t device) {
 }
 }  // namespace
 
-registry::registry(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools)
-    : open_across_users_(config.open_across_users), pools_(std::move(pools)) {}
+registry::registry(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools,
+                   reservation_maker make_reservation)
+    : open_across_users_(config.open_across_users),
+      pools_(std::move(pools)),
+      make_reservation_(std::move(make_reservation)) {}
 
 std::uint64_t registry::add_client(const credentials& who) {
   const std::uint64_t id = next_client_id_++;
-  clients_.emplace(id, client_entry{who, {}, clock::now(), {}});
+  clients_.emplace(id, client_entry{who, {}, clock::now(), {}, {}});
   return id;
 }
 
@@ -47,6 +50,9 @@ void registry::remove_client(std::uint64_t client_id) noexcept {
   auto held = std::move(found->second.held);
   found->second.held.clear();
   for (const auto& [alloc_id, references] : held) drop_holder(client_id, alloc_id);
+  auto reserved = std::move(found->second.reservations);
+  found->second.reservations.clear();
+  for (const auto& [id, references] : reserved) drop_reservation_holder(client_id, id);
   clients_.erase(found);
 }
 
@@ -111,12 +117,7 @@ proto::allocation_reply registry::open(std::uint64_t client_id,
     throw request_error(errc::not_found, fmt::format("no allocation named '{}'", name));
   }
   allocation& entry = allocations_.at(found->second);
-  if (!open_across_users_ && opener.who.uid != 0 && opener.who.uid != entry.owner_uid) {
-    throw request_error(errc::permission_denied,
-                        fmt::format("allocation '{}' belongs to uid {}; the daemon is not set to "
-                                    "open_across_users",
-                                    name, entry.owner_uid));
-  }
+  check_may_open(opener, entry.owner_uid, name);
   auto [reference, first] = opener.held.try_emplace(found->second, 0);
   ++reference->second;
   if (first) ++entry.holder_count;
@@ -151,6 +152,132 @@ void registry::drop_holder(std::uint64_t client_id, std::uint64_t alloc_id) noex
   allocations_.erase(found);
 }
 
+void registry::check_may_open(const client_entry& opener, uid_t owner_uid,
+                              std::string_view name) const {
+  if (!open_across_users_ && opener.who.uid != 0 && opener.who.uid != owner_uid) {
+    throw request_error(errc::permission_denied,
+                        fmt::format("'{}' belongs to uid {}; the daemon is not set to "
+                                    "open_across_users",
+                                    name, owner_uid));
+  }
+}
+
+proto::reservation_reply registry::reply_for(std::uint64_t id, const reservation_entry& entry,
+                                             proto::access_mode access) {
+  return {id,
+          entry.backing->max_size(),
+          entry.backing->committed(),
+          entry.backing->chunk_size(),
+          entry.backing->device(),
+          access};
+}
+
+proto::reservation_reply registry::reserve(std::uint64_t client_id,
+                                           const proto::reserve_request& request) {
+  client_entry& owner = client(client_id);
+  if (!make_reservation_) {
+    throw request_error(errc::not_supported,
+                        "reservations need the CUDA backend, unavailable here");
+  }
+  std::string name(request.name.view());
+  if (!name.empty() && reservation_names_.contains(name)) {
+    throw request_error(errc::already_exists,
+                        fmt::format("a reservation named '{}' already exists", name));
+  }
+  std::unique_ptr<reservation> backing = make_reservation_(request.device, request.max_size);
+  const std::uint64_t chunk = backing->chunk_size();
+  backing->resize((request.initial_size + chunk - 1) / chunk);
+  const std::uint64_t id = next_reservation_id_++;
+  auto& entry =
+      reservations_
+          .emplace(id, reservation_entry{std::move(backing), client_id, owner.who.uid, name})
+          .first->second;
+  if (!name.empty()) reservation_names_.emplace(std::move(name), id);
+  owner.reservations.emplace(id, 1);
+  return reply_for(id, entry, proto::access_mode::read_write);
+}
+
+proto::reservation_reply registry::open_reservation(std::uint64_t client_id,
+                                                    const proto::open_request& request) {
+  client_entry& opener = client(client_id);
+  const auto name = request.name.view();
+  const auto found = reservation_names_.find(std::string(name));
+  if (found == reservation_names_.end()) {
+    throw request_error(errc::not_found, fmt::format("no reservation named '{}'", name));
+  }
+  reservation_entry& entry = reservations_.at(found->second);
+  check_may_open(opener, entry.owner_uid, name);
+  auto [reference, first] = opener.reservations.try_emplace(found->second, 0);
+  ++reference->second;
+  if (first) ++entry.holder_count;
+  return reply_for(found->second, entry, request.access);
+}
+
+const registry::reservation_entry& registry::held_reservation(std::uint64_t client_id,
+                                                              std::uint64_t reservation_id) const {
+  const auto holder = clients_.find(client_id);
+  if (holder == clients_.end() || !holder->second.reservations.contains(reservation_id)) {
+    throw request_error(errc::not_found,
+                        fmt::format("this client holds no reservation {}", reservation_id));
+  }
+  return reservations_.at(reservation_id);
+}
+
+proto::reservation_reply registry::resize_reservation(std::uint64_t client_id,
+                                                      const proto::resize_request& request) {
+  const reservation_entry& entry = held_reservation(client_id, request.reservation_id);
+  if (entry.owner != client_id) {
+    throw request_error(
+        errc::permission_denied,
+        fmt::format("only the owner resizes reservation {}", request.reservation_id));
+  }
+  const std::uint64_t chunk = entry.backing->chunk_size();
+  if (request.committed > entry.backing->max_size()) {
+    throw request_error(errc::invalid_argument,
+                        fmt::format("{} bytes exceed reservation {}'s {}", request.committed,
+                                    request.reservation_id, entry.backing->max_size()));
+  }
+  entry.backing->resize((request.committed + chunk - 1) / chunk);
+  return reply_for(request.reservation_id, entry, proto::access_mode::read_write);
+}
+
+proto::chunks_reply registry::chunks(std::uint64_t client_id, const proto::chunks_request& request,
+                                     std::vector<int>& fds) const {
+  const reservation& backing = *held_reservation(client_id, request.reservation_id).backing;
+  proto::chunks_reply reply;
+  reply.head.committed_chunks = backing.chunk_count();
+  for (std::size_t index = request.first; index < backing.chunk_count(); ++index) {
+    if (reply.records.size() == proto::kMaxFdsPerMessage) {
+      reply.head.more = 1;
+      break;
+    }
+    const reservation::chunk each = backing.chunk_at(index);
+    reply.records.push_back({each.id, index});
+    fds.push_back(each.fd);
+  }
+  reply.head.count = static_cast<std::uint32_t>(reply.records.size());
+  return reply;
+}
+
+void registry::release_reservation(std::uint64_t client_id, std::uint64_t reservation_id) {
+  held_reservation(client_id, reservation_id);
+  client_entry& holder = client(client_id);
+  if (--holder.reservations.at(reservation_id) > 0) return;
+  holder.reservations.erase(reservation_id);
+  drop_reservation_holder(client_id, reservation_id);
+}
+
+void registry::drop_reservation_holder(std::uint64_t client_id,
+                                       std::uint64_t reservation_id) noexcept {
+  const auto found = reservations_.find(reservation_id);
+  if (found == reservations_.end()) return;
+  reservation_entry& entry = found->second;
+  if (entry.owner == client_id) entry.owner = 0;
+  if (--entry.holder_count > 0) return;
+  if (!entry.name.empty()) reservation_names_.erase(entry.name);
+  reservations_.erase(found);
+}
+
 const pool& registry::find_pool(std::uint32_t pool_id) const {
   if (pool_id >= pools_.size()) {
     throw request_error(errc::not_found, fmt::format("no pool with id {}", pool_id));
@@ -172,6 +299,7 @@ proto::allocation_reply registry::reply_for(std::uint64_t id, const allocation& 
 bool registry::holds_device_memory(std::uint64_t client_id) const {
   const auto found = clients_.find(client_id);
   if (found == clients_.end()) return false;
+  if (!found->second.reservations.empty()) return true;
   for (const auto& [alloc_id, references] : found->second.held) {
     if (allocations_.at(alloc_id).home->is_device_memory()) return true;
   }

@@ -16,6 +16,7 @@
 #include "config.hpp"
 #include "gpumem/proto/messages.hpp"
 #include "pool.hpp"
+#include "reservation.hpp"
 
 namespace gpumem::daemon {
 
@@ -29,7 +30,9 @@ class registry {
  public:
   using clock = std::chrono::steady_clock;
 
-  registry(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools);
+  /// @param make_reservation empty when reservations are not available (no CUDA).
+  registry(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools,
+           reservation_maker make_reservation = {});
 
   std::uint64_t add_client(const credentials& who);
   void set_label(std::uint64_t client, std::string label);
@@ -42,6 +45,20 @@ class registry {
   proto::allocation_reply open(std::uint64_t client, const proto::open_request& request);
   /// @throws request_error when the client holds no such allocation.
   void release(std::uint64_t client, const proto::release_request& request);
+  /// @throws request_error: not_supported without CUDA, already_exists, no_such_device,
+  /// out_of_memory.
+  proto::reservation_reply reserve(std::uint64_t client, const proto::reserve_request& request);
+  proto::reservation_reply open_reservation(std::uint64_t client,
+                                            const proto::open_request& request);
+  /// @throws request_error(permission_denied) unless the client owns the reservation.
+  proto::reservation_reply resize_reservation(std::uint64_t client,
+                                              const proto::resize_request& request);
+  /// @brief One page of a held reservation's chunks; @p fds gets their descriptors (owned by
+  /// the reservation), one per record.
+  proto::chunks_reply chunks(std::uint64_t client, const proto::chunks_request& request,
+                             std::vector<int>& fds) const;
+  void release_reservation(std::uint64_t client, std::uint64_t reservation_id);
+
   /// @brief Whether the client holds memory that its GPU work may still be using.
   bool holds_device_memory(std::uint64_t client) const;
   /// @brief kFeature* bits for hello and stats.
@@ -71,7 +88,15 @@ class registry {
     credentials who;
     std::string label;
     clock::time_point connected;
-    std::unordered_map<std::uint64_t, std::uint32_t> held;  ///< alloc id -> references
+    std::unordered_map<std::uint64_t, std::uint32_t> held;          ///< alloc id -> references
+    std::unordered_map<std::uint64_t, std::uint32_t> reservations;  ///< id -> references
+  };
+  struct reservation_entry {
+    std::unique_ptr<reservation> backing;
+    std::uint64_t owner;  ///< client id; 0 once the owner let go
+    uid_t owner_uid;
+    std::string name;
+    std::uint32_t holder_count = 1;
   };
 
   pool& choose_pool(const proto::allocate_request& request);
@@ -80,6 +105,12 @@ class registry {
                                            proto::access_mode access);
   /// @brief Called once @p client_id holds no reference to @p alloc_id any more.
   void drop_holder(std::uint64_t client_id, std::uint64_t alloc_id) noexcept;
+  void drop_reservation_holder(std::uint64_t client_id, std::uint64_t reservation_id) noexcept;
+  void check_may_open(const client_entry& opener, uid_t owner_uid, std::string_view name) const;
+  static proto::reservation_reply reply_for(std::uint64_t id, const reservation_entry& entry,
+                                            proto::access_mode access);
+  const reservation_entry& held_reservation(std::uint64_t client,
+                                            std::uint64_t reservation_id) const;
 
   bool open_across_users_;
   clock::time_point started_ = clock::now();
@@ -87,6 +118,10 @@ class registry {
   std::map<std::uint64_t, client_entry> clients_;
   std::map<std::uint64_t, allocation> allocations_;
   std::unordered_map<std::string, std::uint64_t> names_;
+  reservation_maker make_reservation_;
+  std::map<std::uint64_t, reservation_entry> reservations_;
+  std::unordered_map<std::string, std::uint64_t> reservation_names_;
+  std::uint64_t next_reservation_id_ = 1;
   std::uint64_t next_client_id_ = 1;
   std::uint64_t next_alloc_id_ = 1;
 };

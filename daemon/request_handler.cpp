@@ -36,17 +36,17 @@ reply_attachment request_handler::handle(client_state& client, const proto::fram
   const std::size_t rollback = out.size();
   try {
     switch (type) {
-#define GPUMEM_X(name, number, request, reply, fds, summary)                              \
-  case message_type::name: {                                                              \
-    proto::request message{};                                                             \
-    if (auto error = proto::decode_payload(frame.payload, message)) {                     \
-      throw request_error(static_cast<errc>(error.value()),                               \
-                          fmt::format("{} request: {}", #name, error.message()));         \
-    }                                                                                     \
-    const auto answer = on_##name(client, message, attach);                               \
-    proto::append_frame(out, proto::reply_type(type), id, answer, attach.fd >= 0 ? 1 : 0, \
-                        attach.handle);                                                   \
-    return attach;                                                                        \
+#define GPUMEM_X(name, number, request, reply, reply_fd_count, summary)                \
+  case message_type::name: {                                                           \
+    proto::request message{};                                                          \
+    if (auto error = proto::decode_payload(frame.payload, message)) {                  \
+      throw request_error(static_cast<errc>(error.value()),                            \
+                          fmt::format("{} request: {}", #name, error.message()));      \
+    }                                                                                  \
+    const auto answer = on_##name(client, message, attach);                            \
+    proto::append_frame(out, proto::reply_type(type), id, answer,                      \
+                        static_cast<std::uint16_t>(attach.fds.size()), attach.handle); \
+    return attach;                                                                     \
   }
       GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X
@@ -92,7 +92,7 @@ proto::pool_reply request_handler::on_get_pool(client_state&,
                                                const proto::get_pool_request& message,
                                                reply_attachment& attach) {
   const pool& found = books_.find_pool(message.pool_id);
-  attach = {found.shareable_fd(), found.handle_kind()};
+  attach = {{found.shareable_fd()}, found.handle_kind()};
   proto::pool_reply reply{};
   reply.pool_id = found.id();
   reply.device = found.config().device;
@@ -135,6 +135,41 @@ proto::client_list_reply request_handler::on_list_clients(client_state&,
 proto::allocation_list_reply request_handler::on_list_allocations(
     client_state&, const proto::list_request& message, reply_attachment&) {
   return books_.list_allocations(message.after_id);
+}
+
+}  // namespace gpumem::daemon
+
+namespace gpumem::daemon {
+
+proto::reservation_reply request_handler::on_reserve(client_state& client,
+                                                     const proto::reserve_request& message,
+                                                     reply_attachment&) {
+  return books_.reserve(client.client_id, message);
+}
+
+proto::reservation_reply request_handler::on_open_reservation(client_state& client,
+                                                              const proto::open_request& message,
+                                                              reply_attachment&) {
+  return books_.open_reservation(client.client_id, message);
+}
+
+proto::reservation_reply request_handler::on_resize_reservation(
+    client_state& client, const proto::resize_request& message, reply_attachment&) {
+  return books_.resize_reservation(client.client_id, message);
+}
+
+proto::chunks_reply request_handler::on_get_chunks(client_state& client,
+                                                   const proto::chunks_request& message,
+                                                   reply_attachment& attach) {
+  auto reply = books_.chunks(client.client_id, message, attach.fds);
+  if (!attach.fds.empty()) attach.handle = proto::handle_type::cuda_posix_fd;
+  return reply;
+}
+
+proto::empty_payload request_handler::on_release_reservation(
+    client_state& client, const proto::reservation_release_request& message, reply_attachment&) {
+  books_.release_reservation(client.client_id, message.reservation_id);
+  return {};
 }
 
 }  // namespace gpumem::daemon

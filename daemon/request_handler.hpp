@@ -17,9 +17,9 @@ struct client_state {
   bool greeted = false;
 };
 
-/// A descriptor to send with the reply, still owned by its pool.
+/// Descriptors to send with the reply, still owned by their pool or reservation.
 struct reply_attachment {
-  int fd = -1;
+  std::vector<int> fds;
   proto::handle_type handle = proto::handle_type::none;
 };
 
@@ -28,12 +28,12 @@ class request_handler {
   explicit request_handler(registry& books) : books_(books) {}
 
   /// @brief Appends the reply to @p frame to @p out.
-  /// @return the descriptor to attach to that reply, if any.
+  /// @return the descriptors to attach to that reply, if any.
   reply_attachment handle(client_state& client, const proto::frame_view& frame,
                           std::vector<std::byte>& out);
 
  private:
-#define GPUMEM_X(name, id, request, reply, fds, summary)                      \
+#define GPUMEM_X(name, id, request, reply, reply_fd_count, summary)           \
   proto::reply on_##name(client_state& client, const proto::request& message, \
                          reply_attachment& attach);
   GPUMEM_MESSAGE_TABLE(GPUMEM_X)

@@ -156,7 +156,7 @@ bool session::handle_frames() {
     }
     const std::size_t frame_start = out_.size();
     const reply_attachment attach = handler_.handle(state_, frame, out_);
-    if (attach.fd >= 0) queue_attachment(attach, frame_start);
+    if (!attach.fds.empty()) queue_attachment(attach, frame_start, frame.head.request_id);
     consumed += frame.frame_size();
   }
   if (consumed > 0) {
@@ -166,15 +166,19 @@ bool session::handle_frames() {
   return true;
 }
 
-void session::queue_attachment(const reply_attachment& attach, std::size_t frame_start) {
-  // The pool keeps its own descriptor; the queue owns a duplicate until it is sent.
-  unique_fd copy(::fcntl(attach.fd, F_DUPFD_CLOEXEC, 0));
-  if (!copy) {
-    out_.resize(frame_start);
-    append_error(out_, 0, errc::internal, std::string("dup: ") + std::strerror(errno));
-    return;
+void session::queue_attachment(const reply_attachment& attach, std::size_t frame_start,
+                               std::uint32_t request_id) {
+  // The owners keep their descriptors; the queue owns duplicates until they are sent.
+  std::vector<unique_fd> copies;
+  for (const int fd : attach.fds) {
+    copies.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!copies.back()) {
+      out_.resize(frame_start);
+      append_error(out_, request_id, errc::internal, std::string("dup: ") + std::strerror(errno));
+      return;
+    }
   }
-  out_fds_.push_back({frame_start, std::move(copy)});
+  for (auto& copy : copies) out_fds_.push_back({frame_start, std::move(copy)});
 }
 
 bool session::flush() {

@@ -36,7 +36,8 @@ class session : public std::enable_shared_from_this<session> {
   void end_of_stream();
   /// @return false when the session had to stop.
   bool handle_frames();
-  void queue_attachment(const reply_attachment& attach, std::size_t frame_start);
+  void queue_attachment(const reply_attachment& attach, std::size_t frame_start,
+                        std::uint32_t request_id);
   /// @return false when the session had to stop.
   bool flush();
   void watch_process_exit(unique_fd pidfd);

@@ -87,6 +87,35 @@ allocation_list_reply sample() {
   return reply;
 }
 
+template <>
+reserve_request sample() {
+  return {1ull << 30, 2 << 20, 0, 0, name_of("kv-cache")};
+}
+template <>
+reservation_reply sample() {
+  return {5, 1ull << 30, 4 << 20, 2 << 20, 0, access_mode::read_only};
+}
+template <>
+resize_request sample() {
+  return {5, 8 << 20};
+}
+template <>
+chunks_request sample() {
+  return {5, 2, 0};
+}
+template <>
+chunks_reply sample() {
+  chunks_reply reply;
+  reply.head = {2, 1, 300};
+  reply.records.push_back({17, 2});
+  reply.records.push_back({18, 3});
+  return reply;
+}
+template <>
+reservation_release_request sample() {
+  return {5};
+}
+
 template <class T>
 std::vector<std::byte> payload_bytes(const T& value) {
   std::vector<std::byte> frame;

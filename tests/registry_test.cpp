@@ -1,7 +1,9 @@
 #include "registry.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include "gpumem/shared/unique_fd.hpp"
 #include "host_pool.hpp"
 #include "request_error.hpp"
 
@@ -141,6 +143,152 @@ TEST_F(Registry, StatsKeepAHighWaterMarkAndCountRounding) {
   EXPECT_EQ(pool.bytes_in_use_high, 5100u);
   EXPECT_EQ(pool.bytes_reserved, 8192u);
   EXPECT_EQ(pool.allocations, 1u);
+}
+
+}  // namespace
+}  // namespace gpumem::daemon
+
+namespace gpumem::daemon {
+namespace {
+
+// Chunks of 2 MiB whose descriptors are /dev/null; counts how many reservations live.
+class fake_reservation final : public reservation {
+ public:
+  explicit fake_reservation(std::uint64_t max_size, int& live) : max_size_(max_size), live_(live) {
+    ++live_;
+  }
+  ~fake_reservation() override { --live_; }
+  std::uint64_t chunk_size() const noexcept override { return 2 << 20; }
+  std::uint64_t max_size() const noexcept override { return max_size_; }
+  std::int32_t device() const noexcept override { return 0; }
+  std::size_t chunk_count() const noexcept override { return chunks_.size(); }
+  chunk chunk_at(std::size_t index) const override {
+    return {chunks_.at(index).first, chunks_.at(index).second.get()};
+  }
+  void resize(std::size_t chunks) override {
+    if (chunks * chunk_size() > (std::uint64_t{1} << 30)) {
+      throw request_error(proto::errc::out_of_memory, "fake device full");
+    }
+    while (chunks_.size() < chunks)
+      chunks_.emplace_back(next_id_++, unique_fd(::open("/dev/null", O_RDONLY)));
+    chunks_.resize(chunks);
+  }
+
+ private:
+  std::uint64_t max_size_;
+  int& live_;
+  std::uint64_t next_id_ = 1;
+  std::vector<std::pair<std::uint64_t, unique_fd>> chunks_;
+};
+
+class Reservations : public ::testing::Test {
+ protected:
+  static proto::reserve_request request(std::uint64_t max, std::uint64_t initial,
+                                        std::string_view name = {}) {
+    proto::reserve_request r{max, initial, 0, 0, {}};
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    return r;
+  }
+  static proto::open_request open_request(std::string_view name) {
+    proto::open_request r{};
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    r.access = proto::access_mode::read_only;
+    return r;
+  }
+  static errc code_of(const std::function<void()>& work) {
+    try {
+      work();
+    } catch (const request_error& error) {
+      return error.code();
+    }
+    return errc::ok;
+  }
+
+  int live = 0;
+  daemon_config config = embedded_default_config();
+  registry books{config, {}, [this](std::int32_t, std::uint64_t max) {
+                   return std::make_unique<fake_reservation>(max, live);
+                 }};
+  std::uint64_t owner = books.add_client({100, 1000, 1000});
+  std::uint64_t reader = books.add_client({101, 1000, 1000});
+};
+
+TEST_F(Reservations, ASharedReservationGrowsShrinksAndGoesWithItsLastHolder) {
+  const auto made = books.reserve(owner, request(64 << 20, 3 << 20, "kv"));
+  EXPECT_EQ(made.committed, 4u << 20) << "rounded up to whole chunks";
+  const auto opened = books.open_reservation(reader, open_request("kv"));
+  EXPECT_EQ(opened.reservation_id, made.reservation_id);
+  EXPECT_EQ(opened.access, proto::access_mode::read_only);
+  EXPECT_EQ(books.resize_reservation(owner, {made.reservation_id, 10 << 20}).committed, 10u << 20);
+  std::vector<int> fds;
+  const auto page = books.chunks(reader, {made.reservation_id, 0, 0}, fds);
+  ASSERT_EQ(page.records.size(), 5u);
+  EXPECT_EQ(fds.size(), 5u);
+  EXPECT_EQ(page.head.committed_chunks, 5u);
+  EXPECT_EQ(books.resize_reservation(owner, {made.reservation_id, 2 << 20}).committed, 2u << 20);
+  books.remove_client(owner);
+  EXPECT_EQ(live, 1) << "the reader still holds it";
+  books.release_reservation(reader, made.reservation_id);
+  EXPECT_EQ(live, 0);
+  EXPECT_EQ(code_of([&] { books.open_reservation(reader, open_request("kv")); }), errc::not_found);
+}
+
+TEST_F(Reservations, OnlyTheOwnerResizesAndBadRequestsChangeNothing) {
+  const auto made = books.reserve(owner, request(8 << 20, 2 << 20, "only-mine"));
+  books.open_reservation(reader, open_request("only-mine"));
+  EXPECT_EQ(code_of([&] {
+              books.resize_reservation(reader, {made.reservation_id, 4 << 20});
+            }),
+            errc::permission_denied);
+  EXPECT_EQ(code_of([&] {
+              books.resize_reservation(owner, {made.reservation_id, 16 << 20});
+            }),
+            errc::invalid_argument);
+  EXPECT_EQ(code_of([&] { books.reserve(reader, request(8 << 20, 0, "only-mine")); }),
+            errc::already_exists);
+  EXPECT_EQ(code_of([&] { books.reserve(reader, request(4ull << 30, 2ull << 30)); }),
+            errc::out_of_memory);
+  const auto stranger = books.add_client({102, 1000, 1000});
+  std::vector<int> fds;
+  EXPECT_EQ(code_of([&] {
+              books.chunks(stranger, {made.reservation_id, 0, 0}, fds);
+            }),
+            errc::not_found);
+  EXPECT_EQ(code_of([&] { books.release_reservation(stranger, made.reservation_id); }),
+            errc::not_found);
+  EXPECT_EQ(live, 1);
+  books.remove_client(owner);
+  EXPECT_EQ(code_of([&] {
+              books.resize_reservation(reader, {made.reservation_id, 2 << 20});
+            }),
+            errc::permission_denied)
+      << "nobody resizes once the owner is gone";
+}
+
+TEST_F(Reservations, ChunkPagesStopAtTheDescriptorLimit) {
+  const auto made = books.reserve(owner, request(600 << 20, 600 << 20));  // 300 chunks
+  std::vector<int> fds;
+  const auto first = books.chunks(owner, {made.reservation_id, 0, 0}, fds);
+  EXPECT_EQ(first.records.size(), proto::kMaxFdsPerMessage);
+  EXPECT_EQ(fds.size(), proto::kMaxFdsPerMessage);
+  EXPECT_EQ(first.head.more, 1u);
+  fds.clear();
+  const auto second = books.chunks(owner, {made.reservation_id, proto::kMaxFdsPerMessage, 0}, fds);
+  EXPECT_EQ(second.records.size(), 300u - proto::kMaxFdsPerMessage);
+  EXPECT_EQ(second.records.front().index, proto::kMaxFdsPerMessage);
+  EXPECT_EQ(second.head.more, 0u);
+}
+
+TEST(ReservationsWithoutCuda, AreRefusedClearly) {
+  registry books(embedded_default_config(), {});
+  const auto client = books.add_client({1, 1, 1});
+  proto::reserve_request r{1 << 20, 0, 0, 0, {}};
+  try {
+    books.reserve(client, r);
+    ADD_FAILURE() << "no error";
+  } catch (const request_error& error) {
+    EXPECT_EQ(error.code(), errc::not_supported);
+  }
 }
 
 }  // namespace

@@ -154,7 +154,9 @@ proto::frame_view connection::exchange(message_type type, std::vector<unique_fd>
   if (frame.head.type != proto::reply_type(type)) {
     throw Error(errc::bad_message, "gpumemd answered with the wrong message type");
   }
-  if (frame.head.fd_count != proto::find_request(static_cast<std::uint16_t>(type))->reply_fds) {
+  const std::uint16_t expected_fds =
+      proto::find_request(static_cast<std::uint16_t>(type))->reply_fds;
+  if (expected_fds != proto::kFdPerRecord && frame.head.fd_count != expected_fds) {
     throw Error(errc::unexpected_handle, "gpumemd's reply carries an unexpected descriptor count");
   }
   return frame;

@@ -123,6 +123,39 @@ std::error_code validate(const error_reply& m) noexcept {
   return printable ? std::error_code{} : bad();
 }
 
+std::error_code validate(const reserve_request& m) noexcept {
+  if (m.flags != 0 || m.device < 0) return bad();
+  if (m.max_size == 0 || m.initial_size > m.max_size) return errc::invalid_argument;
+  return check_wire_name(m.name, true);
+}
+
+std::error_code validate(const reservation_reply& m) noexcept {
+  const bool sane = m.reservation_id != 0 && m.chunk_size != 0 && m.committed <= m.max_size &&
+                    m.device >= 0 && is_known_access(m.access);
+  return sane ? std::error_code{} : bad();
+}
+
+std::error_code validate(const resize_request& m) noexcept {
+  return m.reservation_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
+}
+
+std::error_code validate(const chunks_request& m) noexcept {
+  if (m.reserved != 0) return bad();
+  return m.reservation_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
+}
+
+std::error_code validate(const chunks_head& m) noexcept {
+  return m.more <= 1 && m.count <= kMaxFdsPerMessage ? std::error_code{} : bad();
+}
+
+std::error_code validate(const chunk_record& m) noexcept {
+  return m.chunk_id != 0 ? std::error_code{} : bad();
+}
+
+std::error_code validate(const reservation_release_request& m) noexcept {
+  return m.reservation_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
+}
+
 error_reply make_error_reply(errc code, std::string_view text) noexcept {
   error_reply reply{};
   reply.code = static_cast<std::uint32_t>(code);

@@ -52,6 +52,13 @@ std::error_code validate(const pool_stats&) noexcept;
 std::error_code validate(const client_record&) noexcept;
 std::error_code validate(const allocation_record&) noexcept;
 std::error_code validate(const error_reply&) noexcept;
+std::error_code validate(const reserve_request&) noexcept;
+std::error_code validate(const reservation_reply&) noexcept;
+std::error_code validate(const resize_request&) noexcept;
+std::error_code validate(const chunks_request&) noexcept;
+std::error_code validate(const chunks_head&) noexcept;
+std::error_code validate(const chunk_record&) noexcept;
+std::error_code validate(const reservation_release_request&) noexcept;
 
 /// @brief Builds an error payload; the text is cut to fit and unprintable bytes become '?'.
 error_reply make_error_reply(errc code, std::string_view text) noexcept;

@@ -174,6 +174,60 @@ struct error_reply {
 };
 static_assert(sizeof(error_reply) == 248);
 
+/// A VMM reservation: a virtual range backed by physical chunks that can be committed and
+/// decommitted while clients use it; each client maps the chunks at the same offsets.
+struct reserve_request {
+  std::uint64_t max_size;      ///< the virtual range; rounded up to the chunk size
+  std::uint64_t initial_size;  ///< committed at once; rounded up to the chunk size
+  std::int32_t device;
+  std::uint32_t flags;  ///< zero in version 1
+  wire_name name;       ///< empty for an anonymous reservation
+};
+static_assert(sizeof(reserve_request) == 88);
+
+struct reservation_reply {
+  std::uint64_t reservation_id;
+  std::uint64_t max_size;
+  std::uint64_t committed;
+  std::uint64_t chunk_size;
+  std::int32_t device;
+  access_mode access;
+};
+static_assert(sizeof(reservation_reply) == 40);
+
+/// Commits or decommits chunks at the end so that `committed` bytes are backed (owner only).
+struct resize_request {
+  std::uint64_t reservation_id;
+  std::uint64_t committed;
+};
+static_assert(sizeof(resize_request) == 16);
+
+/// Asks for the chunks from index `first` on; the reply carries one fd per record.
+struct chunks_request {
+  std::uint64_t reservation_id;
+  std::uint32_t first;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(chunks_request) == 16);
+
+struct chunks_head {
+  std::uint32_t count;  ///< records (and fds) that follow
+  std::uint32_t more;   ///< 1 when chunks follow from first + count
+  std::uint64_t committed_chunks;
+};
+static_assert(sizeof(chunks_head) == 16);
+
+struct chunk_record {
+  std::uint64_t chunk_id;  ///< never reused: a different id at an index is a different chunk
+  std::uint64_t index;
+};
+static_assert(sizeof(chunk_record) == 16);
+
+struct reservation_release_request {
+  std::uint64_t reservation_id;
+};
+static_assert(sizeof(reservation_release_request) == 8);
+
 /// A payload that is a head followed by `head.count` fixed records.
 template <class Head, class Record>
 struct list_payload {
@@ -185,18 +239,27 @@ struct list_payload {
 using stats_reply = list_payload<stats_head, pool_stats>;
 using client_list_reply = list_payload<list_head, client_record>;
 using allocation_list_reply = list_payload<list_head, allocation_record>;
+using chunks_reply = list_payload<chunks_head, chunk_record>;
+
+/// Table value for a reply that carries one descriptor per record.
+inline constexpr std::uint16_t kFdPerRecord = 0xffff;
 
 // X(name, id, request payload, reply payload, reply fd count, what it is for)
-#define GPUMEM_MESSAGE_TABLE(X)                                                        \
-  X(hello, 1, hello_request, hello_reply, 0, "open a session")                         \
-  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")               \
-  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle") \
-  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")        \
-  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")             \
-  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")          \
-  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")             \
-  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")          \
-  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")
+#define GPUMEM_MESSAGE_TABLE(X)                                                           \
+  X(hello, 1, hello_request, hello_reply, 0, "open a session")                            \
+  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                  \
+  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")    \
+  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")           \
+  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                \
+  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")             \
+  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                \
+  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")             \
+  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")      \
+  X(reserve, 10, reserve_request, reservation_reply, 0, "make a VMM reservation")         \
+  X(open_reservation, 11, open_request, reservation_reply, 0, "open a named reservation") \
+  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")   \
+  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks") \
+  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 

@@ -1,0 +1,50 @@
+#pragma once
+/// @file
+/// @brief A reservation backed by cuMemCreate chunks of the device's recommended granularity
+/// (2 MiB on an H100), each exported once as a POSIX fd.
+
+#include <cuda.h>
+
+#include <vector>
+
+#include "gpumem/shared/cuda/driver.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+#include "reservation.hpp"
+
+namespace gpumem::daemon {
+
+class cuda_reservation final : public reservation {
+ public:
+  /// @throws request_error for a bad device; cuda_error for driver failures.
+  cuda_reservation(const cuda::driver_api& driver, std::int32_t device, std::uint64_t max_size);
+  ~cuda_reservation() override;
+
+  std::uint64_t chunk_size() const noexcept override { return chunk_size_; }
+  std::uint64_t max_size() const noexcept override { return max_size_; }
+  std::int32_t device() const noexcept override { return device_; }
+  std::size_t chunk_count() const noexcept override { return chunks_.size(); }
+  chunk chunk_at(std::size_t index) const override;
+  void resize(std::size_t chunks) override;
+
+ private:
+  struct physical {
+    std::uint64_t id;
+    CUmemGenericAllocationHandle handle;
+    unique_fd exported;
+  };
+  void release_last() noexcept;
+
+  const cuda::driver_api& cu_;
+  std::int32_t device_;
+  CUdevice handle_ = 0;
+  CUcontext context_ = nullptr;  ///< the device's primary context, retained
+  CUmemAllocationProp properties_{};
+  std::uint64_t chunk_size_ = 0;
+  std::uint64_t max_size_ = 0;
+  std::vector<physical> chunks_;
+};
+
+/// @brief The maker gpumemd uses when the CUDA driver is there.
+reservation_maker cuda_reservation_maker(const cuda::driver_api& driver);
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,43 @@
+#pragma once
+/// @file
+/// @brief The physical side of a VMM reservation as the daemon holds it: an ordered list of
+/// equal chunks, each exportable as a descriptor. Clients reserve their own virtual range and
+/// map the chunks at the same offsets, so the shared range grows and shrinks in place.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace gpumem::daemon {
+
+class reservation {
+ public:
+  struct chunk {
+    std::uint64_t id;  ///< unique in the daemon's life: a new chunk never reuses an id
+    int fd;            ///< the chunk's shareable handle, owned by the reservation
+  };
+
+  reservation() = default;
+  reservation(const reservation&) = delete;
+  reservation& operator=(const reservation&) = delete;
+  virtual ~reservation() = default;
+
+  virtual std::uint64_t chunk_size() const noexcept = 0;
+  virtual std::uint64_t max_size() const noexcept = 0;
+  virtual std::int32_t device() const noexcept = 0;
+  virtual std::size_t chunk_count() const noexcept = 0;
+  virtual chunk chunk_at(std::size_t index) const = 0;
+  /// @brief Commits chunks at the end, or lets the last ones go, until @p chunks are committed.
+  /// Clients that still map a chunk keep it alive until they unmap it.
+  /// @throws request_error(out_of_memory) when the device has no room; nothing changes then.
+  virtual void resize(std::size_t chunks) = 0;
+
+  std::uint64_t committed() const noexcept { return chunk_count() * chunk_size(); }
+};
+
+/// Makes the reservation of @p max_size bytes on @p device; throws request_error.
+using reservation_maker =
+    std::function<std::unique_ptr<reservation>(std::int32_t device, std::uint64_t max_size)>;
+
+}  // namespace gpumem::daemon
