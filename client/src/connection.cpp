@@ -13,6 +13,7 @@
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/socket_path.hpp"
 #ifdef GPUMEM_WITH_CUDA
+#include "cuda_context.hpp"
 #include "cuda_imports.hpp"
 #else
 namespace gpumem::detail {
@@ -184,12 +185,7 @@ const connection::imported_pool& connection::pool(std::uint32_t pool_id) {
 #ifdef GPUMEM_WITH_CUDA
 cuda_imports& connection::cuda() {
   std::lock_guard lock(cuda_mutex_);
-  if (!cuda_) {
-    std::string why_not;
-    const cuda::driver_api* driver = cuda::driver(&why_not);
-    if (driver == nullptr) throw Error(errc::not_supported, "CUDA is unavailable here: " + why_not);
-    cuda_ = std::make_unique<cuda_imports>(*driver);
-  }
+  if (!cuda_) cuda_ = std::make_unique<cuda_imports>(cuda_driver());
   return *cuda_;
 }
 

@@ -2,33 +2,10 @@
 
 #include <cstring>
 
+#include "cuda_context.hpp"
 #include "gpumem/gpumem.hpp"
 
 namespace gpumem::detail {
-
-namespace {
-// Driver failures reach the user as gpumem::Error(cuda_error) with the driver's words.
-void check(CUresult status, const char* call) {
-  if (status != CUDA_SUCCESS) {
-    throw Error(errc::cuda_error, std::string(call) + ": " + cuda::describe(status));
-  }
-}
-}  // namespace
-
-class cuda_imports::context_scope {
- public:
-  context_scope(const cuda::driver_api& cu, CUcontext context) : cu_(cu) {
-    check(cu_.cuCtxGetCurrent(&previous_), "cuCtxGetCurrent");
-    if (previous_ != context) check(cu_.cuCtxSetCurrent(context), "cuCtxSetCurrent");
-  }
-  ~context_scope() { cu_.cuCtxSetCurrent(previous_); }
-  context_scope(const context_scope&) = delete;
-  context_scope& operator=(const context_scope&) = delete;
-
- private:
-  const cuda::driver_api& cu_;
-  CUcontext previous_ = nullptr;
-};
 
 cuda_imports::~cuda_imports() {
   // Imports still open belong to buffers that outlive the connection's last user: the
@@ -42,16 +19,16 @@ void cuda_imports::add_pool(const proto::pool_reply& reply, unique_fd handle) {
   std::lock_guard lock(mutex_);
   if (pools_.contains(reply.pool_id)) return;
   imported_pool home{};
-  check(cu_.cuDeviceGet(&home.device, reply.device), "cuDeviceGet");
-  check(cu_.cuDevicePrimaryCtxRetain(&home.context, home.device), "cuDevicePrimaryCtxRetain");
+  check_cuda(cu_.cuDeviceGet(&home.device, reply.device), "cuDeviceGet");
+  check_cuda(cu_.cuDevicePrimaryCtxRetain(&home.context, home.device), "cuDevicePrimaryCtxRetain");
   context_scope scope(cu_, home.context);
-  check(cu_.cuMemPoolImportFromShareableHandle(
-            &home.pool, reinterpret_cast<void*>(static_cast<std::uintptr_t>(handle.get())),
-            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-        "cuMemPoolImportFromShareableHandle");
+  check_cuda(cu_.cuMemPoolImportFromShareableHandle(
+                 &home.pool, reinterpret_cast<void*>(static_cast<std::uintptr_t>(handle.get())),
+                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+             "cuMemPoolImportFromShareableHandle");
   CUipcEventHandle ready{};
   std::memcpy(&ready, reply.ready_event, sizeof ready);
-  check(cu_.cuIpcOpenEventHandle(&home.ready, ready), "cuIpcOpenEventHandle(ready)");
+  check_cuda(cu_.cuIpcOpenEventHandle(&home.ready, ready), "cuIpcOpenEventHandle(ready)");
   pools_.emplace(reply.pool_id, home);
 }
 
@@ -64,11 +41,11 @@ CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream 
     CUmemPoolPtrExportData data{};
     std::memcpy(&data, grant.pointer_export, sizeof data);
     CUdeviceptr pointer = 0;
-    check(cu_.cuMemPoolImportPointer(&pointer, home.pool, &data), "cuMemPoolImportPointer");
+    check_cuda(cu_.cuMemPoolImportPointer(&pointer, home.pool, &data), "cuMemPoolImportPointer");
     found =
         pointers_.emplace(grant.alloc_id, imported_pointer{pointer, grant.pool_id, 0, {}}).first;
   }
-  check(cu_.cuStreamWaitEvent(stream, home.ready, 0), "cuStreamWaitEvent(ready)");
+  check_cuda(cu_.cuStreamWaitEvent(stream, home.ready, 0), "cuStreamWaitEvent(ready)");
   ++found->second.references;
   return found->second.pointer;
 }
@@ -77,9 +54,9 @@ const cuda_imports::release_marker& cuda_imports::marker_for(const imported_pool
   auto found = markers_.find(home.device);
   if (found == markers_.end()) {
     release_marker marker{};
-    check(cu_.cuEventCreate(&marker.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS),
-          "cuEventCreate(interprocess)");
-    check(cu_.cuIpcGetEventHandle(&marker.handle, marker.event), "cuIpcGetEventHandle");
+    check_cuda(cu_.cuEventCreate(&marker.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS),
+               "cuEventCreate(interprocess)");
+    check_cuda(cu_.cuIpcGetEventHandle(&marker.handle, marker.event), "cuIpcGetEventHandle");
     found = markers_.emplace(home.device, marker).first;
   }
   return found->second;
@@ -95,22 +72,22 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
   context_scope scope(cu_, home.context);
   if (--entry.references > 0) {
     CUevent used = nullptr;
-    check(cu_.cuEventCreate(&used, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    check(cu_.cuEventRecord(used, stream), "cuEventRecord");
+    check_cuda(cu_.cuEventCreate(&used, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    check_cuda(cu_.cuEventRecord(used, stream), "cuEventRecord");
     entry.earlier_uses.push_back(used);
   } else {
     for (CUevent used : entry.earlier_uses) {
-      check(cu_.cuStreamWaitEvent(stream, used, 0), "cuStreamWaitEvent");
+      check_cuda(cu_.cuStreamWaitEvent(stream, used, 0), "cuStreamWaitEvent");
       cu_.cuEventDestroy(used);
     }
     // The importer frees first, in stream order; the daemon frees after the event below.
-    check(cu_.cuMemFreeAsync(entry.pointer, stream), "cuMemFreeAsync(import)");
+    check_cuda(cu_.cuMemFreeAsync(entry.pointer, stream), "cuMemFreeAsync(import)");
     pointers_.erase(found);
   }
   // One interprocess event serves every release: the daemon's wait captures it as recorded
   // now, before this request is answered.
   const release_marker& marker = marker_for(home);
-  check(cu_.cuEventRecord(marker.event, stream), "cuEventRecord(released)");
+  check_cuda(cu_.cuEventRecord(marker.event, stream), "cuEventRecord(released)");
   request.flags |= proto::kReleaseHasEvent;
   std::memcpy(request.released_event, &marker.handle, sizeof marker.handle);
 }

@@ -51,8 +51,6 @@ class cuda_imports {
     /// Streams that used earlier references: the final free waits for each of them.
     std::vector<CUevent> earlier_uses;
   };
-  /// Makes the pool's context current and puts back the caller's on the way out.
-  class context_scope;
 
   struct release_marker {
     CUevent event;

@@ -6,15 +6,23 @@
 //   churn SIZE ROUNDS        allocate, fill, check and release ROUNDS times on one stream,
 //                            print "ok" or "bad round R: N"
 //   bandwidth NAME SIZE      open, print "shared GB/s own GB/s" for the same read kernel
+//   reservation-verify NAME SIZE SEED
+//                            open a reservation read-only, check SIZE bytes, print "ok"
+//   reservation-write NAME   open a reservation read-only, write through a kernel, print
+//                            "refused ERROR" or "wrote"
+//   reservation-hold NAME BYTES
+//                            reserve and commit BYTES, print "ready ID", wait to be killed
 //   consume-piece NAME SLAB OFFSET SIZE SEED
 //                            open a slab by name, check one piece on the GPU
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
 
 #include "gpumem/gpumem.hpp"
+#include "gpumem/reservation.hpp"
 #include "gpumem/slab.hpp"
 #include "kernels.hpp"
 
@@ -102,6 +110,31 @@ int run(int argc, char** argv) {
     device_free(own);
     std::printf("%.1f %.1f\n", shared_rate, own_rate);
     std::fflush(stdout);
+    return 0;
+  }
+  if (command == "reservation-verify" && argc == 5) {
+    auto range = gpumem::Reservation::open(client, argv[2], {.access = gpumem::Access::read_only});
+    const std::size_t size = std::stoull(argv[3]);
+    if (range.size() != size) {
+      say("size " + std::to_string(range.size()));
+      return 1;
+    }
+    const auto bad = mismatches_on_device(range.data(), size,
+                                          static_cast<std::uint32_t>(std::stoul(argv[4])), stream);
+    say(bad == 0 ? "ok" : "bad " + std::to_string(bad));
+    return bad == 0 ? 0 : 1;
+  }
+  if (command == "reservation-write" && argc == 3) {
+    auto range = gpumem::Reservation::open(client, argv[2], {.access = gpumem::Access::read_only});
+    const std::string error = try_write_on_device(range.data(), stream);
+    say(error.empty() ? "wrote" : "refused " + error);
+    ::_exit(0);  // the context is broken after a fault: leave without CUDA teardown
+  }
+  if (command == "reservation-hold" && argc == 4) {
+    const std::size_t bytes = std::stoull(argv[3]);
+    auto range = gpumem::Reservation::create(client, bytes, {.name = argv[2], .initial = bytes});
+    say("ready " + std::to_string(range.id()));
+    wait_for_sigterm();
     return 0;
   }
   if (command == "consume-piece" && argc == 7) {

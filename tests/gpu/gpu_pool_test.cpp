@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "gpumem/gpumem.hpp"
+#include "gpumem/reservation.hpp"
 #include "gpumem/slab.hpp"
 #include "kernels.hpp"
 #include "support/child_process.hpp"
@@ -163,6 +164,61 @@ TEST_F(GpuPool, SlabPiecesWorkInKernelsAndReachAnotherProcess) {
   }
   for (const auto& piece : pieces) slab.free(piece);
   EXPECT_EQ(client->stats().allocations, 1u) << "pieces never reach the daemon";
+}
+
+TEST_F(GpuPool, AReservationGrowsAndShrinksInPlaceWhileAnotherHolderReadsIt) {
+  constexpr std::size_t kMiB = 1 << 20;
+  auto owner =
+      Reservation::create(*client, 64 * kMiB, {.device = 0, .name = "grow", .initial = kMiB});
+  ASSERT_EQ(owner.chunk_size(), 2 * kMiB) << "H100 granularity";
+  EXPECT_EQ(owner.size(), 2 * kMiB) << "rounded up to a whole chunk";
+  fill_on_device(owner.data(), owner.size(), 1, stream);
+  synchronize(stream);
+  auto other_client = daemon->connect("reader");
+  auto reader = Reservation::open(other_client, "grow");
+  void* const base = reader.data();
+  EXPECT_EQ(mismatches_on_device(reader.data(), 2 * kMiB, 1, stream), 0u);
+
+  owner.resize(8 * kMiB);
+  fill_on_device(owner.data(), 8 * kMiB, 2, stream);
+  synchronize(stream);
+  EXPECT_EQ(reader.refresh(), 8 * kMiB);
+  EXPECT_EQ(reader.data(), base) << "growth never moves the range";
+  EXPECT_EQ(mismatches_on_device(reader.data(), 8 * kMiB, 2, stream), 0u);
+  auto other_process = peer({"reservation-verify", "grow", std::to_string(8 * kMiB), "2"});
+  EXPECT_EQ(other_process.read_line(30s), "ok");
+
+  owner.resize(4 * kMiB);  // decommit the tail; nobody uses it now
+  EXPECT_EQ(reader.refresh(), 4 * kMiB);
+  EXPECT_EQ(mismatches_on_device(reader.data(), 4 * kMiB, 2, stream), 0u) << "the head stays";
+  EXPECT_THROW(reader.resize(16 * kMiB), gpumem::Error) << "only the owner resizes";
+}
+
+TEST_F(GpuPool, AReadOnlyReservationHolderCannotWrite) {
+  auto owner =
+      Reservation::create(*client, 4 << 20, {.device = 0, .name = "ro", .initial = 2 << 20});
+  auto writer = peer({"reservation-write", "ro"});
+  const auto line = writer.read_line(30s);
+  ASSERT_TRUE(line);
+  EXPECT_TRUE(line->starts_with("refused ")) << *line;
+  fill_on_device(owner.data(), owner.size(), 3, stream);
+  EXPECT_EQ(mismatches_on_device(owner.data(), owner.size(), 3, stream), 0u)
+      << "the owner's read-write mapping still works";
+}
+
+TEST_F(GpuPool, AKilledReservationHoldersMemoryReturnsToTheDevice) {
+  constexpr std::size_t kBytes = std::size_t{1} << 30;
+  const std::size_t before = device_free_memory();
+  auto holder = peer({"reservation-hold", "held", std::to_string(kBytes)});
+  ready(holder);
+  EXPECT_LT(device_free_memory() + kBytes / 2, before) << "a gigabyte is committed";
+  holder.signal(SIGKILL);
+  holder.wait();
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (device_free_memory() + kBytes / 2 < before) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the chunks were never released";
+    std::this_thread::sleep_for(10ms);
+  }
 }
 
 TEST_F(GpuPool, BadRequestsAreClearErrorsAndOthersCarryOn) {

@@ -48,6 +48,10 @@ __global__ void sum(const uint4* data, std::size_t count, unsigned long long* ou
   if (local == 42) atomicAdd(out, local);  // keeps the loads alive, almost never writes
 }
 
+__global__ void poke(unsigned* data) {
+  data[0] = 0xdeadbeef;
+}
+
 cudaStream_t native(stream_t stream) {
   return reinterpret_cast<cudaStream_t>(stream);
 }
@@ -131,6 +135,19 @@ void* device_malloc(std::size_t size) {
 
 void device_free(void* data) {
   check(cudaFree(data), "cudaFree");
+}
+
+std::string try_write_on_device(void* data, stream_t stream) {
+  poke<<<1, 1, 0, native(stream)>>>(static_cast<unsigned*>(data));
+  cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess) status = cudaStreamSynchronize(native(stream));
+  return status == cudaSuccess ? "" : cudaGetErrorString(status);
+}
+
+std::size_t device_free_memory() {
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
 }
 
 legacy_ipc_handle legacy_ipc_export(void* data) {

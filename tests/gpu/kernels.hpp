@@ -30,6 +30,11 @@ double read_bandwidth(const void* data, std::size_t size, stream_t stream, int r
 void* device_malloc(std::size_t size);
 void device_free(void* data);
 
+/// A one-word write through a kernel; "" when it worked, else the CUDA error's text.
+std::string try_write_on_device(void* data, stream_t stream);
+/// Free memory on the current device, from cudaMemGetInfo.
+std::size_t device_free_memory();
+
 /// The legacy CUDA IPC path, the baseline the daemon is measured against.
 struct legacy_ipc_handle {
   unsigned char bytes[64];

@@ -69,6 +69,7 @@ struct OpenOptions {
 };
 
 struct SlabPiece;
+class Reservation;
 
 namespace detail {
 class connection;
@@ -194,6 +195,7 @@ class Client {
 
  private:
   explicit Client(std::shared_ptr<detail::connection> connection);
+  friend class Reservation;
 
   std::shared_ptr<detail::connection> connection_;
 };
