@@ -1,5 +1,6 @@
 #include "cuda_imports.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "cuda_context.hpp"
@@ -32,9 +33,32 @@ void cuda_imports::add_pool(const proto::pool_reply& reply, unique_fd handle) {
   pools_.emplace(reply.pool_id, home);
 }
 
+void cuda_imports::grant_access_from(imported_pool& home, CUstream stream) {
+  if (stream == nullptr) return;  // the default stream of the pool's own device
+  CUcontext stream_context = nullptr;
+  check_cuda(cu_.cuStreamGetCtx(stream, &stream_context), "cuStreamGetCtx");
+  CUdevice device = 0;
+  {
+    context_scope scope(cu_, stream_context);
+    check_cuda(cu_.cuCtxGetDevice(&device), "cuCtxGetDevice");
+  }
+  if (device == home.device ||
+      std::find(home.peers.begin(), home.peers.end(), device) != home.peers.end()) {
+    return;
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  check_cuda(cu_.cuMemPoolSetAccess(home.pool, &access, 1),
+             "cuMemPoolSetAccess (is this device in the pool's peer_access?)");
+  home.peers.push_back(device);
+}
+
 CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream stream) {
   std::lock_guard lock(mutex_);
-  const imported_pool& home = pools_.at(grant.pool_id);
+  imported_pool& home = pools_.at(grant.pool_id);
+  grant_access_from(home, stream);
   context_scope scope(cu_, home.context);
   auto found = pointers_.find(grant.alloc_id);
   if (found == pointers_.end()) {

@@ -43,7 +43,11 @@ class cuda_imports {
     CUcontext context;
     CUmemoryPool pool;
     CUevent ready;
+    std::vector<CUdevice> peers;  ///< other devices this process was given access from
   };
+  /// Lets kernels on @p stream's device use @p home's memory (access is not inherited from
+  /// the daemon's pool: each importer sets it for its own device).
+  void grant_access_from(imported_pool& home, CUstream stream);
   struct imported_pointer {
     CUdeviceptr pointer;
     std::uint32_t pool_id;

@@ -12,6 +12,8 @@
 //                            "refused ERROR" or "wrote"
 //   reservation-hold NAME BYTES
 //                            reserve and commit BYTES, print "ready ID", wait to be killed
+//   consume-on DEVICE NAME SIZE SEED
+//                            as consume, with the stream and the check on DEVICE
 //   consume-piece NAME SLAB OFFSET SIZE SEED
 //                            open a slab by name, check one piece on the GPU
 #include <pthread.h>
@@ -49,6 +51,7 @@ int run(int argc, char** argv) {
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before CUDA starts its threads
+  if (command == "consume-on" && argc == 6) use_device(std::stoi(argv[2]));
   auto client = gpumem::Client::connect({.label = "gpu-peer-" + command});
   stream_t stream = make_stream();
   if (command == "produce" && argc == 5) {

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "gpumem/gpumem.hpp"
@@ -231,6 +232,27 @@ TEST_F(GpuPool, AKilledReservationHoldersMemoryReturnsToTheDevice) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the chunks were never released";
     std::this_thread::sleep_for(10ms);
   }
+}
+
+TEST(GpuPeers, APoolOnOneDeviceIsReadByAProcessOnAnotherThroughPeerAccess) {
+  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices; " << device_count() << " here";
+  const std::string config =
+      ::testing::TempDir() + "gpumemd-peers-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(config) << "pools:\n  - {name: gpu0, device: 0, size: 4GiB, peer_access: [1]}\n";
+  daemon_process daemon({"--config", config});
+  const auto run = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv{GPUMEM_TEST_GPU_PEER};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return child_process(argv, {daemon.socket_env()});
+  };
+  auto producer = run({"produce", "across", std::to_string(256 << 20), "42"});
+  const auto line = producer.read_line(30s);
+  ASSERT_TRUE(line && line->starts_with("ready")) << (line ? *line : "(none)");
+  auto consumer = run({"consume-on", "1", "across", std::to_string(256 << 20), "42"});
+  EXPECT_EQ(consumer.read_line(60s), "ok");
+  producer.signal(SIGTERM);
+  EXPECT_EQ(producer.read_line(30s), "released");
+  ::unlink(config.c_str());
 }
 
 TEST_F(GpuPool, BadRequestsAreClearErrorsAndOthersCarryOn) {

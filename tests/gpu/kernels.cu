@@ -66,6 +66,15 @@ std::string why_no_gpu() {
   return {};
 }
 
+int device_count() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+void use_device(int device) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+}
+
 stream_t make_stream() {
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");

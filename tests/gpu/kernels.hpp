@@ -14,6 +14,10 @@ using stream_t = CUstream_st*;
 /// @brief Why no GPU test can run here, or empty when a CUDA device is usable.
 std::string why_no_gpu();
 
+/// Number of CUDA devices (0 when none is usable).
+int device_count();
+/// Makes @p device current for the streams and allocations that follow.
+void use_device(int device);
 stream_t make_stream();
 void destroy_stream(stream_t stream);
 void synchronize(stream_t stream);
