@@ -33,10 +33,16 @@ void cuda_imports::add_pool(const proto::pool_reply& reply, unique_fd handle) {
   pools_.emplace(reply.pool_id, home);
 }
 
+CUcontext cuda_imports::context_of(CUstream stream, const imported_pool& home) {
+  if (stream == nullptr) return home.context;
+  CUcontext context = nullptr;
+  check_cuda(cu_.cuStreamGetCtx(stream, &context), "cuStreamGetCtx");
+  return context;
+}
+
 void cuda_imports::grant_access_from(imported_pool& home, CUstream stream) {
-  if (stream == nullptr) return;  // the default stream of the pool's own device
-  CUcontext stream_context = nullptr;
-  check_cuda(cu_.cuStreamGetCtx(stream, &stream_context), "cuStreamGetCtx");
+  const CUcontext stream_context = context_of(stream, home);
+  if (stream_context == home.context) return;
   CUdevice device = 0;
   {
     context_scope scope(cu_, stream_context);
@@ -74,14 +80,15 @@ CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream 
   return found->second.pointer;
 }
 
-const cuda_imports::release_marker& cuda_imports::marker_for(const imported_pool& home) {
-  auto found = markers_.find(home.device);
+const cuda_imports::release_marker& cuda_imports::marker_for(CUcontext context) {
+  auto found = markers_.find(context);
   if (found == markers_.end()) {
+    context_scope scope(cu_, context);
     release_marker marker{};
     check_cuda(cu_.cuEventCreate(&marker.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS),
                "cuEventCreate(interprocess)");
     check_cuda(cu_.cuIpcGetEventHandle(&marker.handle, marker.event), "cuIpcGetEventHandle");
-    found = markers_.emplace(home.device, marker).first;
+    found = markers_.emplace(context, marker).first;
   }
   return found->second;
 }
@@ -110,7 +117,7 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
   }
   // One interprocess event serves every release: the daemon's wait captures it as recorded
   // now, before this request is answered.
-  const release_marker& marker = marker_for(home);
+  const release_marker& marker = marker_for(context_of(stream, home));
   check_cuda(cu_.cuEventRecord(marker.event, stream), "cuEventRecord(released)");
   request.flags |= proto::kReleaseHasEvent;
   std::memcpy(request.released_event, &marker.handle, sizeof marker.handle);

@@ -60,14 +60,17 @@ class cuda_imports {
     CUevent event;
     CUipcEventHandle handle;
   };
-  /// The interprocess event this connection records at release on @p home's device.
-  const release_marker& marker_for(const imported_pool& home);
+  /// The interprocess event this connection records at release in @p context (an event is
+  /// recorded only on streams of its own context).
+  const release_marker& marker_for(CUcontext context);
+  /// The context @p stream belongs to; @p home's for the default stream.
+  CUcontext context_of(CUstream stream, const imported_pool& home);
 
   const cuda::driver_api& cu_;
   std::mutex mutex_;
   std::unordered_map<std::uint32_t, imported_pool> pools_;
   std::unordered_map<std::uint64_t, imported_pointer> pointers_;
-  std::unordered_map<CUdevice, release_marker> markers_;
+  std::unordered_map<CUcontext, release_marker> markers_;
 };
 
 }  // namespace gpumem::detail
