@@ -74,15 +74,16 @@ int run(int argc, char** argv) {
     say("released");
     return 0;
   }
-  if (command == "consume" && argc == 5) {
-    const std::size_t size = std::stoull(argv[3]);
-    auto buffer = client.open(argv[2], {.access = gpumem::Access::read_only, .stream = stream});
+  if ((command == "consume" && argc == 5) || (command == "consume-on" && argc == 6)) {
+    char** rest = command == "consume" ? argv + 2 : argv + 3;  // NAME SIZE SEED
+    const std::size_t size = std::stoull(rest[1]);
+    auto buffer = client.open(rest[0], {.access = gpumem::Access::read_only, .stream = stream});
     if (buffer.size() != size) {
       say("bad size " + std::to_string(buffer.size()));
       return 1;
     }
     const auto bad = mismatches_on_device(buffer.data(), size,
-                                          static_cast<std::uint32_t>(std::stoul(argv[4])), stream);
+                                          static_cast<std::uint32_t>(std::stoul(rest[2])), stream);
     say(bad == 0 ? "ok" : "bad " + std::to_string(bad));
     return bad == 0 ? 0 : 1;
   }
