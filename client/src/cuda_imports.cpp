@@ -65,9 +65,9 @@ CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream 
   std::lock_guard lock(mutex_);
   imported_pool& home = pools_.at(grant.pool_id);
   grant_access_from(home, stream);
-  context_scope scope(cu_, home.context);
   auto found = pointers_.find(grant.alloc_id);
   if (found == pointers_.end()) {
+    context_scope scope(cu_, home.context);
     CUmemPoolPtrExportData data{};
     std::memcpy(&data, grant.pointer_export, sizeof data);
     CUdeviceptr pointer = 0;
@@ -75,6 +75,9 @@ CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream 
     found =
         pointers_.emplace(grant.alloc_id, imported_pointer{pointer, grant.pool_id, 0, {}}).first;
   }
+  // Work is queued in the stream's own context: a stream on another device than the pool's
+  // crashed the driver (H200, 580.159) when the pool's context was current instead.
+  context_scope scope(cu_, context_of(stream, home));
   check_cuda(cu_.cuStreamWaitEvent(stream, home.ready, 0), "cuStreamWaitEvent(ready)");
   ++found->second.references;
   return found->second.pointer;
@@ -100,7 +103,8 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
   if (found == pointers_.end()) return;
   imported_pointer& entry = found->second;
   const imported_pool& home = pools_.at(entry.pool_id);
-  context_scope scope(cu_, home.context);
+  const CUcontext stream_context = context_of(stream, home);
+  context_scope scope(cu_, stream_context);
   if (--entry.references > 0) {
     CUevent used = nullptr;
     check_cuda(cu_.cuEventCreate(&used, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
@@ -117,7 +121,7 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
   }
   // One interprocess event serves every release: the daemon's wait captures it as recorded
   // now, before this request is answered.
-  const release_marker& marker = marker_for(context_of(stream, home));
+  const release_marker& marker = marker_for(stream_context);
   check_cuda(cu_.cuEventRecord(marker.event, stream), "cuEventRecord(released)");
   request.flags |= proto::kReleaseHasEvent;
   std::memcpy(request.released_event, &marker.handle, sizeof marker.handle);
