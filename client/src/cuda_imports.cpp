@@ -8,12 +8,23 @@
 
 namespace gpumem::detail {
 
+// Streams of other devices than the pool's never wait on, or record, the pool's interprocess
+// events directly: on an H200 pair (driver 580.159) a stream of device 1 waiting on an IPC
+// event opened in device 0's context crashed inside cuStreamWaitEvent. A bridge stream in the
+// pool's context relays the ordering through plain events, which cross devices as documented.
+
 cuda_imports::~cuda_imports() {
   // Imports still open belong to buffers that outlive the connection's last user: the
   // driver reclaims them with the process. Only what this object made is given back here.
-  for (auto& [id, home] : pools_) cu_.cuEventDestroy(home.ready);
-  for (auto& [device, marker] : markers_) cu_.cuEventDestroy(marker.event);
-  for (auto& [id, home] : pools_) cu_.cuDevicePrimaryCtxRelease(home.device);
+  for (auto& [context, event] : crossings_) cu_.cuEventDestroy(event);
+  for (auto& [id, home] : pools_) {
+    cu_.cuCtxSetCurrent(home.context);
+    cu_.cuEventDestroy(home.ready);
+    cu_.cuEventDestroy(home.bridged);
+    if (home.marker.event != nullptr) cu_.cuEventDestroy(home.marker.event);
+    cu_.cuStreamDestroy(home.bridge);
+    cu_.cuDevicePrimaryCtxRelease(home.device);
+  }
 }
 
 void cuda_imports::add_pool(const proto::pool_reply& reply, unique_fd handle) {
@@ -30,6 +41,8 @@ void cuda_imports::add_pool(const proto::pool_reply& reply, unique_fd handle) {
   CUipcEventHandle ready{};
   std::memcpy(&ready, reply.ready_event, sizeof ready);
   check_cuda(cu_.cuIpcOpenEventHandle(&home.ready, ready), "cuIpcOpenEventHandle(ready)");
+  check_cuda(cu_.cuStreamCreate(&home.bridge, CU_STREAM_NON_BLOCKING), "cuStreamCreate(bridge)");
+  check_cuda(cu_.cuEventCreate(&home.bridged, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   pools_.emplace(reply.pool_id, home);
 }
 
@@ -40,8 +53,7 @@ CUcontext cuda_imports::context_of(CUstream stream, const imported_pool& home) {
   return context;
 }
 
-void cuda_imports::grant_access_from(imported_pool& home, CUstream stream) {
-  const CUcontext stream_context = context_of(stream, home);
+void cuda_imports::grant_access_from(imported_pool& home, CUstream, CUcontext stream_context) {
   if (stream_context == home.context) return;
   CUdevice device = 0;
   {
@@ -52,6 +64,7 @@ void cuda_imports::grant_access_from(imported_pool& home, CUstream stream) {
       std::find(home.peers.begin(), home.peers.end(), device) != home.peers.end()) {
     return;
   }
+  context_scope scope(cu_, home.context);
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
@@ -61,10 +74,67 @@ void cuda_imports::grant_access_from(imported_pool& home, CUstream stream) {
   home.peers.push_back(device);
 }
 
+void cuda_imports::wait_for(imported_pool& home, CUevent home_event, CUstream stream,
+                            CUcontext stream_context) {
+  if (stream_context == home.context) {
+    context_scope scope(cu_, home.context);
+    check_cuda(cu_.cuStreamWaitEvent(stream, home_event, 0), "cuStreamWaitEvent");
+    return;
+  }
+  {
+    context_scope scope(cu_, home.context);
+    check_cuda(cu_.cuStreamWaitEvent(home.bridge, home_event, 0), "cuStreamWaitEvent(bridge)");
+    check_cuda(cu_.cuEventRecord(home.bridged, home.bridge), "cuEventRecord(bridge)");
+  }
+  context_scope scope(cu_, stream_context);
+  check_cuda(cu_.cuStreamWaitEvent(stream, home.bridged, 0), "cuStreamWaitEvent(bridged)");
+}
+
+void cuda_imports::record_after(imported_pool& home, CUevent home_event, CUstream stream,
+                                CUcontext stream_context) {
+  if (stream_context == home.context) {
+    context_scope scope(cu_, home.context);
+    check_cuda(cu_.cuEventRecord(home_event, stream), "cuEventRecord");
+    return;
+  }
+  const CUevent crossing = crossing_for(stream_context);
+  {
+    context_scope scope(cu_, stream_context);
+    check_cuda(cu_.cuEventRecord(crossing, stream), "cuEventRecord(crossing)");
+  }
+  context_scope scope(cu_, home.context);
+  check_cuda(cu_.cuStreamWaitEvent(home.bridge, crossing, 0), "cuStreamWaitEvent(crossing)");
+  check_cuda(cu_.cuEventRecord(home_event, home.bridge), "cuEventRecord(bridge)");
+}
+
+CUevent cuda_imports::crossing_for(CUcontext context) {
+  auto found = crossings_.find(context);
+  if (found == crossings_.end()) {
+    context_scope scope(cu_, context);
+    CUevent event = nullptr;
+    check_cuda(cu_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate(crossing)");
+    found = crossings_.emplace(context, event).first;
+  }
+  return found->second;
+}
+
+const cuda_imports::release_marker& cuda_imports::marker_for(imported_pool& home) {
+  if (home.marker.event == nullptr) {
+    context_scope scope(cu_, home.context);
+    check_cuda(
+        cu_.cuEventCreate(&home.marker.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS),
+        "cuEventCreate(interprocess)");
+    check_cuda(cu_.cuIpcGetEventHandle(&home.marker.handle, home.marker.event),
+               "cuIpcGetEventHandle");
+  }
+  return home.marker;
+}
+
 CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream stream) {
   std::lock_guard lock(mutex_);
   imported_pool& home = pools_.at(grant.pool_id);
-  grant_access_from(home, stream);
+  const CUcontext stream_context = context_of(stream, home);
+  grant_access_from(home, stream, stream_context);
   auto found = pointers_.find(grant.alloc_id);
   if (found == pointers_.end()) {
     context_scope scope(cu_, home.context);
@@ -75,25 +145,9 @@ CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream 
     found =
         pointers_.emplace(grant.alloc_id, imported_pointer{pointer, grant.pool_id, 0, {}}).first;
   }
-  // Work is queued in the stream's own context: a stream on another device than the pool's
-  // crashed the driver (H200, 580.159) when the pool's context was current instead.
-  context_scope scope(cu_, context_of(stream, home));
-  check_cuda(cu_.cuStreamWaitEvent(stream, home.ready, 0), "cuStreamWaitEvent(ready)");
+  wait_for(home, home.ready, stream, stream_context);
   ++found->second.references;
   return found->second.pointer;
-}
-
-const cuda_imports::release_marker& cuda_imports::marker_for(CUcontext context) {
-  auto found = markers_.find(context);
-  if (found == markers_.end()) {
-    context_scope scope(cu_, context);
-    release_marker marker{};
-    check_cuda(cu_.cuEventCreate(&marker.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS),
-               "cuEventCreate(interprocess)");
-    check_cuda(cu_.cuIpcGetEventHandle(&marker.handle, marker.event), "cuIpcGetEventHandle");
-    found = markers_.emplace(context, marker).first;
-  }
-  return found->second;
 }
 
 void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
@@ -102,27 +156,29 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
   auto found = pointers_.find(alloc_id);
   if (found == pointers_.end()) return;
   imported_pointer& entry = found->second;
-  const imported_pool& home = pools_.at(entry.pool_id);
+  imported_pool& home = pools_.at(entry.pool_id);
   const CUcontext stream_context = context_of(stream, home);
-  context_scope scope(cu_, stream_context);
-  if (--entry.references > 0) {
-    CUevent used = nullptr;
-    check_cuda(cu_.cuEventCreate(&used, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    check_cuda(cu_.cuEventRecord(used, stream), "cuEventRecord");
-    entry.earlier_uses.push_back(used);
-  } else {
-    for (CUevent used : entry.earlier_uses) {
-      check_cuda(cu_.cuStreamWaitEvent(stream, used, 0), "cuStreamWaitEvent");
-      cu_.cuEventDestroy(used);
+  {
+    context_scope scope(cu_, stream_context);
+    if (--entry.references > 0) {
+      CUevent used = nullptr;
+      check_cuda(cu_.cuEventCreate(&used, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+      check_cuda(cu_.cuEventRecord(used, stream), "cuEventRecord");
+      entry.earlier_uses.push_back(used);
+    } else {
+      for (CUevent used : entry.earlier_uses) {
+        check_cuda(cu_.cuStreamWaitEvent(stream, used, 0), "cuStreamWaitEvent");
+        cu_.cuEventDestroy(used);
+      }
+      // The importer frees first, in stream order; the daemon frees after the event below.
+      check_cuda(cu_.cuMemFreeAsync(entry.pointer, stream), "cuMemFreeAsync(import)");
+      pointers_.erase(found);
     }
-    // The importer frees first, in stream order; the daemon frees after the event below.
-    check_cuda(cu_.cuMemFreeAsync(entry.pointer, stream), "cuMemFreeAsync(import)");
-    pointers_.erase(found);
   }
-  // One interprocess event serves every release: the daemon's wait captures it as recorded
-  // now, before this request is answered.
-  const release_marker& marker = marker_for(stream_context);
-  check_cuda(cu_.cuEventRecord(marker.event, stream), "cuEventRecord(released)");
+  // One interprocess event per pool serves every release: the daemon's wait captures it as
+  // recorded now, before this request is answered.
+  const release_marker& marker = marker_for(home);
+  record_after(home, marker.event, stream, stream_context);
   request.flags |= proto::kReleaseHasEvent;
   std::memcpy(request.released_event, &marker.handle, sizeof marker.handle);
 }

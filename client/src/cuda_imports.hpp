@@ -38,16 +38,20 @@ class cuda_imports {
   void release(std::uint64_t alloc_id, CUstream stream, proto::release_request& request);
 
  private:
+  struct release_marker {
+    CUevent event = nullptr;  ///< interprocess, in the pool's context
+    CUipcEventHandle handle{};
+  };
   struct imported_pool {
     CUdevice device;
     CUcontext context;
     CUmemoryPool pool;
-    CUevent ready;
+    CUevent ready;    ///< the daemon's ready event, opened here
+    CUstream bridge;  ///< in the pool's context: relays ordering to and from other devices
+    CUevent bridged;  ///< recorded on the bridge, waited for by streams of other devices
+    release_marker marker;
     std::vector<CUdevice> peers;  ///< other devices this process was given access from
   };
-  /// Lets kernels on @p stream's device use @p home's memory (access is not inherited from
-  /// the daemon's pool: each importer sets it for its own device).
-  void grant_access_from(imported_pool& home, CUstream stream);
   struct imported_pointer {
     CUdeviceptr pointer;
     std::uint32_t pool_id;
@@ -56,21 +60,25 @@ class cuda_imports {
     std::vector<CUevent> earlier_uses;
   };
 
-  struct release_marker {
-    CUevent event;
-    CUipcEventHandle handle;
-  };
-  /// The interprocess event this connection records at release in @p context (an event is
-  /// recorded only on streams of its own context).
-  const release_marker& marker_for(CUcontext context);
   /// The context @p stream belongs to; @p home's for the default stream.
   CUcontext context_of(CUstream stream, const imported_pool& home);
+  /// Lets kernels on @p stream's device use @p home's memory (access is not inherited from
+  /// the daemon's pool: each importer sets it for its own device).
+  void grant_access_from(imported_pool& home, CUstream stream, CUcontext stream_context);
+  /// Makes @p stream wait for @p home_event, an event of the pool's context.
+  void wait_for(imported_pool& home, CUevent home_event, CUstream stream, CUcontext stream_context);
+  /// Records @p home_event (of the pool's context) after the work queued on @p stream.
+  void record_after(imported_pool& home, CUevent home_event, CUstream stream,
+                    CUcontext stream_context);
+  /// A plain event of @p context, to carry ordering from its streams to the bridge.
+  CUevent crossing_for(CUcontext context);
+  const release_marker& marker_for(imported_pool& home);
 
   const cuda::driver_api& cu_;
   std::mutex mutex_;
   std::unordered_map<std::uint32_t, imported_pool> pools_;
   std::unordered_map<std::uint64_t, imported_pointer> pointers_;
-  std::unordered_map<CUcontext, release_marker> markers_;
+  std::unordered_map<CUcontext, CUevent> crossings_;
 };
 
 }  // namespace gpumem::detail
