@@ -379,4 +379,19 @@ proto::allocation_list_reply registry::list_allocations(std::uint64_t after_id) 
   return reply;
 }
 
+proto::reservation_list_reply registry::list_reservations(std::uint64_t after_id) const {
+  proto::reservation_list_reply reply;
+  for (auto it = reservations_.upper_bound(after_id); it != reservations_.end(); ++it) {
+    if (reply.records.size() == kPageSize) {
+      reply.head.more = 1;
+      break;
+    }
+    const auto& [id, entry] = *it;
+    reply.records.push_back({id, entry.backing->max_size(), entry.backing->committed(), entry.owner,
+                             entry.holder_count, entry.backing->device(), to_wire(entry.name)});
+  }
+  reply.head.count = static_cast<std::uint32_t>(reply.records.size());
+  return reply;
+}
+
 }  // namespace gpumem::daemon

@@ -71,6 +71,7 @@ class registry {
   proto::stats_reply stats() const;
   proto::client_list_reply list_clients(std::uint64_t after_id) const;
   proto::allocation_list_reply list_allocations(std::uint64_t after_id) const;
+  proto::reservation_list_reply list_reservations(std::uint64_t after_id) const;
 
   static constexpr std::size_t kPageSize = 256;
 

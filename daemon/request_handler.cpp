@@ -172,4 +172,9 @@ proto::empty_payload request_handler::on_release_reservation(
   return {};
 }
 
+proto::reservation_list_reply request_handler::on_list_reservations(
+    client_state&, const proto::list_request& message, reply_attachment&) {
+  return books_.list_reservations(message.after_id);
+}
+
 }  // namespace gpumem::daemon

@@ -112,6 +112,13 @@ chunks_reply sample() {
   return reply;
 }
 template <>
+reservation_list_reply sample() {
+  reservation_list_reply reply;
+  reply.head = {1, 0};
+  reply.records.push_back({5, 1ull << 30, 4 << 20, 2, 3, 0, name_of("kv")});
+  return reply;
+}
+template <>
 reservation_release_request sample() {
   return {5};
 }

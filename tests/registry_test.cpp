@@ -220,6 +220,11 @@ TEST_F(Reservations, ASharedReservationGrowsShrinksAndGoesWithItsLastHolder) {
   EXPECT_EQ(opened.reservation_id, made.reservation_id);
   EXPECT_EQ(opened.access, proto::access_mode::read_only);
   EXPECT_EQ(books.resize_reservation(owner, {made.reservation_id, 10 << 20}).committed, 10u << 20);
+  const auto listed = books.list_reservations(0);
+  ASSERT_EQ(listed.records.size(), 1u);
+  EXPECT_EQ(listed.records[0].committed, 10u << 20);
+  EXPECT_EQ(listed.records[0].holders, 2u);
+  EXPECT_EQ(listed.records[0].name.view(), "kv");
   std::vector<int> fds;
   const auto page = books.chunks(reader, {made.reservation_id, 0, 0}, fds);
   ASSERT_EQ(page.records.size(), 5u);

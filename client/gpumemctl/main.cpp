@@ -144,6 +144,31 @@ void allocations(gpumem::Client& client, bool as_json) {
   rows.print(std::cout);
 }
 
+void reservations(gpumem::Client& client, bool as_json) {
+  const auto all = client.reservations();
+  if (as_json) {
+    json list = json::array();
+    for (const auto& r : all) {
+      list.push_back({{"id", r.id},
+                      {"name", r.name},
+                      {"device", device_name(r.device)},
+                      {"max_size", r.max_size},
+                      {"committed", r.committed},
+                      {"owner_client", r.owner_client},
+                      {"holders", r.holders}});
+    }
+    return print_json(list);
+  }
+  gpumemctl::table rows({"ID", "NAME", "DEVICE", "COMMITTED", "MAX", "OWNER", "HOLDERS"});
+  for (const auto& r : all) {
+    rows.add({std::to_string(r.id), r.name.empty() ? "-" : r.name, device_name(r.device),
+              gpumemctl::bytes_text(r.committed), gpumemctl::bytes_text(r.max_size),
+              r.owner_client ? std::to_string(r.owner_client) : "(gone)",
+              std::to_string(r.holders)});
+  }
+  rows.print(std::cout);
+}
+
 void ping(gpumem::Client& client, bool as_json) {
   client.ping();
   if (as_json) return print_json({{"ok", true}});
@@ -162,6 +187,7 @@ constexpr command kCommands[] = {
     {"pools", "configured pools and their usage", pools},
     {"clients", "connected clients and what they hold", clients},
     {"allocations", "live allocations, names and holders", allocations},
+    {"reservations", "VMM reservations, committed sizes and holders", reservations},
     {"ping", "check that the daemon answers", ping},
 };
 

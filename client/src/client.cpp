@@ -164,6 +164,15 @@ std::vector<AllocationInfo> Client::allocations() {
       });
 }
 
+std::vector<ReservationInfo> Client::reservations() {
+  return list_all<proto::reservation_record, ReservationInfo>(
+      *connection_, message_type::list_reservations, [](const proto::reservation_record& r) {
+        return ReservationInfo{r.reservation_id,          r.max_size, r.committed,
+                               r.owner_client_id,         r.holders,  r.device,
+                               std::string(r.name.view())};
+      });
+}
+
 std::uint64_t Client::id() const noexcept {
   return connection_->client_id;
 }

@@ -156,6 +156,11 @@ std::error_code validate(const reservation_release_request& m) noexcept {
   return m.reservation_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
 }
 
+std::error_code validate(const reservation_record& m) noexcept {
+  if (m.reservation_id == 0 || m.device < 0 || m.committed > m.max_size) return bad();
+  return check_wire_name(m.name, true);
+}
+
 error_reply make_error_reply(errc code, std::string_view text) noexcept {
   error_reply reply{};
   reply.code = static_cast<std::uint32_t>(code);

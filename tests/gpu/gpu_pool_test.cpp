@@ -194,6 +194,9 @@ TEST_F(GpuPool, AReservationGrowsAndShrinksInPlaceWhileAnotherHolderReadsIt) {
   synchronize(stream);
   EXPECT_EQ(reader.refresh(), 8 * kMiB);
   EXPECT_EQ(reader.data(), base) << "growth never moves the range";
+  ASSERT_EQ(client->reservations().size(), 1u);
+  EXPECT_EQ(client->reservations().at(0).committed, 8 * kMiB);
+  EXPECT_EQ(client->reservations().at(0).holders, 2u);
   EXPECT_EQ(mismatches_on_device(reader.data(), 8 * kMiB, 2, stream), 0u);
   auto other_process = peer({"reservation-verify", "grow", std::to_string(8 * kMiB), "2"});
   EXPECT_EQ(other_process.read_line(30s), "ok");

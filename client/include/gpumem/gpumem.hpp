@@ -171,6 +171,16 @@ struct AllocationInfo {
   std::string name;
 };
 
+struct ReservationInfo {
+  std::uint64_t id = 0;
+  std::uint64_t max_size = 0;
+  std::uint64_t committed = 0;
+  std::uint64_t owner_client = 0;  ///< 0 once the owner let go while others still hold it
+  std::uint32_t holders = 0;
+  int device = 0;
+  std::string name;
+};
+
 /// @brief A session with gpumemd. Move-only; Buffers keep the session open after the Client
 /// object is gone.
 class Client {
@@ -189,6 +199,7 @@ class Client {
   Stats stats();
   std::vector<ClientInfo> clients();
   std::vector<AllocationInfo> allocations();
+  std::vector<ReservationInfo> reservations();
 
   std::uint64_t id() const noexcept;
   const std::string& socket_path() const noexcept;

@@ -59,6 +59,7 @@ std::error_code validate(const chunks_request&) noexcept;
 std::error_code validate(const chunks_head&) noexcept;
 std::error_code validate(const chunk_record&) noexcept;
 std::error_code validate(const reservation_release_request&) noexcept;
+std::error_code validate(const reservation_record&) noexcept;
 
 /// @brief Builds an error payload; the text is cut to fit and unprintable bytes become '?'.
 error_reply make_error_reply(errc code, std::string_view text) noexcept;

@@ -228,6 +228,17 @@ struct reservation_release_request {
 };
 static_assert(sizeof(reservation_release_request) == 8);
 
+struct reservation_record {
+  std::uint64_t reservation_id;
+  std::uint64_t max_size;
+  std::uint64_t committed;
+  std::uint64_t owner_client_id;  ///< 0 once the owner let go while others still hold it
+  std::uint32_t holders;
+  std::int32_t device;
+  wire_name name;
+};
+static_assert(sizeof(reservation_record) == 104);
+
 /// A payload that is a head followed by `head.count` fixed records.
 template <class Head, class Record>
 struct list_payload {
@@ -240,26 +251,28 @@ using stats_reply = list_payload<stats_head, pool_stats>;
 using client_list_reply = list_payload<list_head, client_record>;
 using allocation_list_reply = list_payload<list_head, allocation_record>;
 using chunks_reply = list_payload<chunks_head, chunk_record>;
+using reservation_list_reply = list_payload<list_head, reservation_record>;
 
 /// Table value for a reply that carries one descriptor per record.
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
 
 // X(name, id, request payload, reply payload, reply fd count, what it is for)
-#define GPUMEM_MESSAGE_TABLE(X)                                                           \
-  X(hello, 1, hello_request, hello_reply, 0, "open a session")                            \
-  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                  \
-  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")    \
-  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")           \
-  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                \
-  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")             \
-  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                \
-  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")             \
-  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")      \
-  X(reserve, 10, reserve_request, reservation_reply, 0, "make a VMM reservation")         \
-  X(open_reservation, 11, open_request, reservation_reply, 0, "open a named reservation") \
-  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")   \
-  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks") \
-  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one")
+#define GPUMEM_MESSAGE_TABLE(X)                                                              \
+  X(hello, 1, hello_request, hello_reply, 0, "open a session")                               \
+  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                     \
+  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")       \
+  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")              \
+  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                   \
+  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                \
+  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                   \
+  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                \
+  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")         \
+  X(reserve, 10, reserve_request, reservation_reply, 0, "make a VMM reservation")            \
+  X(open_reservation, 11, open_request, reservation_reply, 0, "open a named reservation")    \
+  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")      \
+  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")    \
+  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one") \
+  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 
