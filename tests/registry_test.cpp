@@ -12,6 +12,16 @@ namespace {
 
 using proto::errc;
 
+/// The code of the request_error @p work throws, or ok.
+errc code_of(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const request_error& error) {
+    return error.code();
+  }
+  return errc::ok;
+}
+
 class Registry : public ::testing::Test {
  protected:
   static registry make(bool across_users = false) {
@@ -35,14 +45,6 @@ class Registry : public ::testing::Test {
     return r;
   }
   static proto::release_request release_of(std::uint64_t id) { return {id, 0, 0, {}}; }
-  static errc code_of(const std::function<void()>& work) {
-    try {
-      work();
-    } catch (const request_error& error) {
-      return error.code();
-    }
-    return errc::ok;
-  }
   std::uint64_t in_use() const { return books.stats().records.at(0).bytes_in_use; }
 
   registry books = make();
@@ -194,14 +196,6 @@ class Reservations : public ::testing::Test {
     EXPECT_FALSE(proto::make_wire_name(name, r.name));
     r.access = proto::access_mode::read_only;
     return r;
-  }
-  static errc code_of(const std::function<void()>& work) {
-    try {
-      work();
-    } catch (const request_error& error) {
-      return error.code();
-    }
-    return errc::ok;
   }
 
   int live = 0;
