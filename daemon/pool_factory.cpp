@@ -8,6 +8,7 @@
 #ifdef GPUMEM_WITH_CUDA
 #include "cuda_pool.hpp"
 #include "cuda_reservation.hpp"
+#include "cuda_signal_page.hpp"
 #endif
 
 namespace gpumem::daemon {
@@ -83,6 +84,13 @@ std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config) {
 reservation_maker make_reservation_maker() {
 #ifdef GPUMEM_WITH_CUDA
   if (const cuda::driver_api* driver = cuda::driver()) return cuda_reservation_maker(*driver);
+#endif
+  return {};
+}
+
+signal_page_maker make_signal_page_maker() {
+#ifdef GPUMEM_WITH_CUDA
+  if (const cuda::driver_api* driver = cuda::driver()) return cuda_signal_page_maker(*driver);
 #endif
   return {};
 }

@@ -9,6 +9,7 @@
 #include "config.hpp"
 #include "pool.hpp"
 #include "reservation.hpp"
+#include "signal_page.hpp"
 
 namespace gpumem::daemon {
 
@@ -17,5 +18,8 @@ std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config);
 
 /// @brief How VMM reservations are made here; empty when CUDA is unavailable.
 reservation_maker make_reservation_maker();
+
+/// @brief How signal pages (for stream-ordered and device locks) are made; empty without CUDA.
+signal_page_maker make_signal_page_maker();
 
 }  // namespace gpumem::daemon

@@ -29,10 +29,11 @@ std::string device_text(std::int32_t device) {
 }  // namespace
 
 registry::registry(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools,
-                   reservation_maker make_reservation)
+                   reservation_maker make_reservation, signal_page_maker make_signal_page)
     : open_across_users_(config.open_across_users),
       pools_(std::move(pools)),
-      make_reservation_(std::move(make_reservation)) {}
+      make_reservation_(std::move(make_reservation)),
+      sync_(std::move(make_signal_page)) {}
 
 std::uint64_t registry::add_client(const credentials& who) {
   const std::uint64_t id = next_client_id_++;
@@ -47,6 +48,7 @@ void registry::set_label(std::uint64_t client_id, std::string label) {
 void registry::remove_client(std::uint64_t client_id) noexcept {
   const auto found = clients_.find(client_id);
   if (found == clients_.end()) return;
+  sync_.drop_client(client_id);
   auto held = std::move(found->second.held);
   found->second.held.clear();
   for (const auto& [alloc_id, references] : held) drop_holder(client_id, alloc_id);
@@ -296,9 +298,15 @@ proto::allocation_reply registry::reply_for(std::uint64_t id, const allocation& 
   return reply;
 }
 
-bool registry::holds_device_memory(std::uint64_t client_id) const {
+pid_t registry::pid_of(std::uint64_t client_id) const {
+  const auto found = clients_.find(client_id);
+  return found == clients_.end() ? 0 : found->second.who.pid;
+}
+
+bool registry::holds_process_state(std::uint64_t client_id) const {
   const auto found = clients_.find(client_id);
   if (found == clients_.end()) return false;
+  if (sync_.holds_anything(client_id)) return true;
   if (!found->second.reservations.empty()) return true;
   for (const auto& [alloc_id, references] : found->second.held) {
     if (allocations_.at(alloc_id).home->is_device_memory()) return true;

@@ -17,6 +17,7 @@
 #include "gpumem/proto/messages.hpp"
 #include "pool.hpp"
 #include "reservation.hpp"
+#include "sync_registry.hpp"
 
 namespace gpumem::daemon {
 
@@ -32,7 +33,7 @@ class registry {
 
   /// @param make_reservation empty when reservations are not available (no CUDA).
   registry(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools,
-           reservation_maker make_reservation = {});
+           reservation_maker make_reservation = {}, signal_page_maker make_signal_page = {});
 
   std::uint64_t add_client(const credentials& who);
   void set_label(std::uint64_t client, std::string label);
@@ -59,8 +60,12 @@ class registry {
                              std::vector<int>& fds) const;
   void release_reservation(std::uint64_t client, std::uint64_t reservation_id);
 
-  /// @brief Whether the client holds memory that its GPU work may still be using.
-  bool holds_device_memory(std::uint64_t client) const;
+  /// @brief Whether the client holds what must outlive its connection while its process
+  /// lives: memory its GPU work may still use, a lock, a barrier party.
+  bool holds_process_state(std::uint64_t client) const;
+  pid_t pid_of(std::uint64_t client) const;
+
+  sync_registry& sync() noexcept { return sync_; }
   /// @brief kFeature* bits for hello and stats.
   std::uint32_t features() const noexcept;
 
@@ -125,6 +130,7 @@ class registry {
   std::uint64_t next_reservation_id_ = 1;
   std::uint64_t next_client_id_ = 1;
   std::uint64_t next_alloc_id_ = 1;
+  sync_registry sync_;
 };
 
 }  // namespace gpumem::daemon

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "gpumem/shared/sync/layout.hpp"
 #include "request_error.hpp"
 #ifdef GPUMEM_WITH_CUDA
 #include "gpumem/shared/cuda/driver.hpp"
@@ -175,6 +176,51 @@ proto::empty_payload request_handler::on_release_reservation(
 proto::reservation_list_reply request_handler::on_list_reservations(
     client_state&, const proto::list_request& message, reply_attachment&) {
   return books_.list_reservations(message.after_id);
+}
+
+}  // namespace gpumem::daemon
+
+namespace gpumem::daemon {
+
+proto::sync_attach_reply request_handler::on_attach_sync(client_state& client,
+                                                         const proto::empty_payload&,
+                                                         reply_attachment& attach) {
+  const std::uint16_t slot = books_.sync().attach(client.client_id, books_.pid_of(client.client_id));
+  attach = {{books_.sync().host_page_fd()}, proto::handle_type::host_memfd};
+  return {slot, static_cast<std::uint32_t>(sync::kCellSize), sync::kCellCount, 0};
+}
+
+proto::sync_open_reply request_handler::on_open_sync(client_state& client,
+                                                     const proto::sync_open_request& message,
+                                                     reply_attachment&) {
+  return books_.sync().open(client.client_id, message);
+}
+
+proto::empty_payload request_handler::on_close_sync(client_state& client,
+                                                    const proto::sync_close_request& message,
+                                                    reply_attachment&) {
+  books_.sync().close(client.client_id, message);
+  return {};
+}
+
+proto::empty_payload request_handler::on_reset_sync(client_state&,
+                                                    const proto::sync_reset_request& message,
+                                                    reply_attachment&) {
+  books_.sync().reset(message);
+  return {};
+}
+
+proto::sync_list_reply request_handler::on_list_sync(client_state&,
+                                                     const proto::list_request& message,
+                                                     reply_attachment&) {
+  return books_.sync().list(message.after_id);
+}
+
+proto::signal_page_reply request_handler::on_get_signal_page(
+    client_state&, const proto::signal_page_request& message, reply_attachment& attach) {
+  const signal_page& page = books_.sync().signal_page_of(message.device);
+  attach = {{page.fd()}, proto::handle_type::cuda_posix_fd};
+  return {page.size(), message.device, static_cast<std::uint32_t>(sync::kSignalCellSize)};
 }
 
 }  // namespace gpumem::daemon

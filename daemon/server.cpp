@@ -19,6 +19,8 @@ using stream = asio::local::stream_protocol;
 
 namespace {
 constexpr int kListenBacklog = 512;
+/// How soon a lock clean-up that found a hand-off in flight is tried again.
+constexpr auto kSettleInterval = std::chrono::milliseconds(10);
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw std::runtime_error("socket " + path + ": " + what);
@@ -53,7 +55,8 @@ server::server(asio::io_context& io, const daemon_config& config, registry& book
       handler_(books),
       socket_path_(config.socket_path.empty() ? default_daemon_socket_path() : config.socket_path),
       acceptor_(io),
-      signals_(io, SIGINT, SIGTERM) {
+      signals_(io, SIGINT, SIGTERM),
+      settle_timer_(io) {
   if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
     fail(socket_path_, "path longer than the " + std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
                            " bytes a Unix socket address holds");
@@ -84,6 +87,7 @@ void server::run() {
     if (!error) shut_down(signal == SIGINT ? "SIGINT" : "SIGTERM");
   });
   asio::co_spawn(io_, accept_loop(), asio::detached);
+  asio::co_spawn(io_, settle_loop(), asio::detached);
   spdlog::info("gpumemd {} listening on {} with {} pool(s)", ::getpid(), socket_path_,
                books_.pool_count());
   notify_systemd("READY=1\nSTATUS=accepting clients");
@@ -114,11 +118,22 @@ asio::awaitable<void> server::accept_loop() {
   }
 }
 
+asio::awaitable<void> server::settle_loop() {
+  for (;;) {
+    settle_timer_.expires_after(kSettleInterval);
+    boost::system::error_code error;
+    co_await settle_timer_.async_wait(asio::redirect_error(asio::use_awaitable, error));
+    if (error) co_return;
+    books_.sync().settle();
+  }
+}
+
 void server::shut_down(const char* why) {
   spdlog::info("{}: shutting down, releasing {} client(s)", why, sessions_.size());
   notify_systemd("STOPPING=1");
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  settle_timer_.cancel();
   ::unlink(socket_path_.c_str());
   const auto live = sessions_;  // stop() removes each from sessions_
   for (const auto& [key, each] : live) each->stop("daemon shutting down");

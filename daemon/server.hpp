@@ -29,6 +29,8 @@ class server {
 
  private:
   boost::asio::awaitable<void> accept_loop();
+  /// Retries the clean-ups after deaths that found a lock hand-off in flight.
+  boost::asio::awaitable<void> settle_loop();
   void shut_down(const char* why);
 
   boost::asio::io_context& io_;
@@ -38,6 +40,7 @@ class server {
   std::string socket_path_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::signal_set signals_;
+  boost::asio::steady_timer settle_timer_;
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
 };
 

@@ -70,11 +70,11 @@ void session::wait_for_process_exit() {
 }
 
 void session::end_of_stream() {
-  if (process_watch_.is_open() && books_.holds_device_memory(state_.client_id)) {
-    // The process lives on and its GPU work may still use what it holds: the ledger is kept
-    // until the process exits.
+  if (process_watch_.is_open() && books_.holds_process_state(state_.client_id)) {
+    // The process lives on, and its GPU work may still use what it holds, or it may still hold
+    // a lock: the ledger is kept until the process exits.
     spdlog::info(
-        "client {} closed the connection holding device memory: kept until its "
+        "client {} closed the connection holding device memory or locks: kept until its "
         "process exits",
         state_.client_id);
     boost::system::error_code ignored;

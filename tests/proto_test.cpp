@@ -123,6 +123,42 @@ reservation_release_request sample() {
   return {5};
 }
 
+template <>
+sync_attach_reply sample() {
+  return {3, 4096, 1024, 0};
+}
+template <>
+sync_open_request sample() {
+  return {name_of("frames.ring"), sync_kind::channel, 3, sync_role::consumer, 0};
+}
+template <>
+sync_open_reply sample() {
+  return {12, 2, 3, 0};
+}
+template <>
+sync_close_request sample() {
+  return {12, 2};
+}
+template <>
+sync_reset_request sample() {
+  return {name_of("stage.barrier"), 4, 0};
+}
+template <>
+sync_list_reply sample() {
+  sync_list_reply reply;
+  reply.head = {1, 0};
+  reply.records.push_back({9, sync_kind::lock, 4, 1, 0, 2, 1, 4242, 3, 1, 7, name_of("kv.lock")});
+  return reply;
+}
+template <>
+signal_page_request sample() {
+  return {0, 0};
+}
+template <>
+signal_page_reply sample() {
+  return {2 << 20, 0, 512};
+}
+
 template <class T>
 std::vector<std::byte> payload_bytes(const T& value) {
   std::vector<std::byte> frame;

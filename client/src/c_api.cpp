@@ -13,7 +13,7 @@ struct gpumem_buffer {
 namespace {
 thread_local std::string last_error;
 
-static_assert(GPUMEM_NOT_SUPPORTED == static_cast<int>(gpumem::errc::not_supported),
+static_assert(GPUMEM_NO_PARTY_LEFT == static_cast<int>(gpumem::errc::no_party_left),
               "gpumem.h and the protocol's status table disagree");
 
 template <class Work>

@@ -2,6 +2,7 @@
 
 #include "connection.hpp"
 #include "gpumem/gpumem.hpp"
+#include "gpumem/shared/sync/layout.hpp"
 #include "gpumem/slab.hpp"
 
 namespace gpumem {
@@ -171,6 +172,57 @@ std::vector<ReservationInfo> Client::reservations() {
                                r.owner_client_id,         r.holders,  r.device,
                                std::string(r.name.view())};
       });
+}
+
+namespace {
+
+std::string domain_text(std::uint32_t word) {
+  const auto device = std::to_string(sync::device_of(word));
+  switch (sync::domain_of(word)) {
+    case sync::domain::host:
+      return "host";
+    case sync::domain::stream:
+      return "stream:" + device;
+    case sync::domain::device:
+      return "device:" + device;
+    case sync::domain::unset:
+      break;
+  }
+  return "unused";
+}
+
+SyncInfo to_info(const proto::sync_record& r) {
+  SyncInfo info;
+  info.id = r.sync_id;
+  info.kind = r.kind == proto::sync_kind::lock      ? SyncKind::lock
+              : r.kind == proto::sync_kind::barrier ? SyncKind::barrier
+                                                    : SyncKind::channel;
+  info.name = std::string(r.name.view());
+  info.domain = domain_text(r.domain);
+  info.parties = r.parties;
+  info.attached = r.attached;
+  info.owner_pid = r.owner_pid;
+  info.queued = r.queued;
+  info.owner_deaths = r.owner_deaths;
+  info.epoch = r.epoch;
+  if (info.kind == SyncKind::lock) {
+    info.owner_died = (r.flags & sync::lock_word::kOwnerDied) != 0;
+    info.not_recoverable = (r.flags & sync::lock_word::kNotRecoverable) != 0;
+  } else {
+    info.broken = (r.flags & sync::counter_cell::kBroken) != 0;
+  }
+  return info;
+}
+
+}  // namespace
+
+std::vector<SyncInfo> Client::sync_objects() {
+  return list_all<proto::sync_record, SyncInfo>(*connection_, message_type::list_sync, to_info);
+}
+
+void Client::reset(std::string_view name, std::uint32_t parties) {
+  connection_->call<proto::empty_payload>(
+      message_type::reset_sync, proto::sync_reset_request{checked_name(name, "object"), parties, 0});
 }
 
 std::uint64_t Client::id() const noexcept {

@@ -1,5 +1,7 @@
 #include "connection.hpp"
 
+#include "sync_pages.hpp"
+
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -252,6 +254,12 @@ void connection::release(Buffer& buffer, Stream last_use) {
   std::lock_guard lock(release_mutex_);
   if (on_device) release_device(id, last_use, request);
   call<proto::empty_payload>(message_type::release, request);
+}
+
+sync_pages& connection::sync() {
+  std::lock_guard lock(sync_mutex_);
+  if (!sync_) sync_ = std::make_unique<sync_pages>(*this);
+  return *sync_;
 }
 
 }  // namespace gpumem::detail

@@ -18,6 +18,7 @@
 namespace gpumem::detail {
 
 class cuda_imports;
+class sync_pages;
 
 class connection : public std::enable_shared_from_this<connection> {
  public:
@@ -53,6 +54,9 @@ class connection : public std::enable_shared_from_this<connection> {
   /// @p buffer is empty afterwards.
   void release(Buffer& buffer, Stream last_use);
 
+  /// The lock pages, attached on first use.
+  sync_pages& sync();
+
   std::uint64_t client_id = 0;
   const std::string& path() const noexcept { return path_; }
 
@@ -84,6 +88,8 @@ class connection : public std::enable_shared_from_this<connection> {
   std::unordered_map<std::uint32_t, imported_pool> pools_;
   std::mutex cuda_mutex_;
   std::unique_ptr<cuda_imports> cuda_;
+  std::mutex sync_mutex_;
+  std::unique_ptr<sync_pages> sync_;
   /// Held from recording a release event until the daemon has seen it (see cuda_imports).
   std::mutex release_mutex_;
 };

@@ -161,6 +161,60 @@ std::error_code validate(const reservation_record& m) noexcept {
   return check_wire_name(m.name, true);
 }
 
+namespace {
+bool is_known_kind(sync_kind kind) noexcept {
+  return kind == sync_kind::lock || kind == sync_kind::barrier || kind == sync_kind::channel;
+}
+}  // namespace
+
+std::error_code validate(const sync_attach_reply& m) noexcept {
+  return m.slot != 0 && m.cell_size != 0 && m.cell_count != 0 && m.reserved == 0
+             ? std::error_code{}
+             : bad();
+}
+
+std::error_code validate(const sync_open_request& m) noexcept {
+  if (m.reserved != 0 || !is_known_kind(m.kind)) return bad();
+  if (static_cast<std::uint32_t>(m.role) > static_cast<std::uint32_t>(sync_role::consumer)) {
+    return bad();
+  }
+  const bool counters = m.kind != sync_kind::lock;
+  const bool role_fits = m.kind == sync_kind::channel ? m.role != sync_role::party
+                                                      : m.role == sync_role::party;
+  if (!role_fits || (counters && m.parties < (m.kind == sync_kind::channel ? 2u : 1u)) ||
+      (!counters && m.parties != 0)) {
+    return errc::invalid_argument;
+  }
+  return check_wire_name(m.name, false);
+}
+
+std::error_code validate(const sync_open_reply& m) noexcept {
+  return m.reserved == 0 && (m.parties == 0 || m.party < m.parties) ? std::error_code{} : bad();
+}
+
+std::error_code validate(const sync_close_request&) noexcept {
+  return {};
+}
+
+std::error_code validate(const sync_reset_request& m) noexcept {
+  if (m.reserved != 0) return bad();
+  return check_wire_name(m.name, false);
+}
+
+std::error_code validate(const sync_record& m) noexcept {
+  if (m.sync_id == 0 || !is_known_kind(m.kind)) return bad();
+  return check_wire_name(m.name, false);
+}
+
+std::error_code validate(const signal_page_request& m) noexcept {
+  if (m.reserved != 0) return bad();
+  return m.device >= 0 ? std::error_code{} : make_error_code(errc::no_such_device);
+}
+
+std::error_code validate(const signal_page_reply& m) noexcept {
+  return m.size != 0 && m.device >= 0 && m.cell_size != 0 ? std::error_code{} : bad();
+}
+
 error_reply make_error_reply(errc code, std::string_view text) noexcept {
   error_reply reply{};
   reply.code = static_cast<std::uint32_t>(code);

@@ -70,6 +70,10 @@ struct OpenOptions {
 
 struct SlabPiece;
 class Reservation;
+class Lock;
+class Barrier;
+class Channel;
+struct ChannelOptions;
 
 namespace detail {
 class connection;
@@ -181,6 +185,26 @@ struct ReservationInfo {
   std::string name;
 };
 
+enum class SyncKind { lock, barrier, channel };
+enum class ChannelRole { producer, consumer };
+
+/// A lock, barrier or channel as `gpumemctl locks` shows it.
+struct SyncInfo {
+  std::uint64_t id = 0;
+  SyncKind kind = SyncKind::lock;
+  std::string name;
+  std::string domain;  ///< "host", "stream:N", "device:N", or "unused"
+  std::uint32_t parties = 0;
+  std::uint32_t attached = 0;  ///< lock: clients holding it open; else parties taken
+  std::uint32_t owner_pid = 0;  ///< lock holder's process, 0 when free (host locks)
+  std::uint32_t queued = 0;     ///< host lock: waiters behind the holder
+  std::uint32_t owner_deaths = 0;
+  std::uint32_t epoch = 0;
+  bool owner_died = false;  ///< lock: the last holder died, not yet made consistent
+  bool not_recoverable = false;
+  bool broken = false;  ///< barrier, channel: a party died
+};
+
 /// @brief A session with gpumemd. Move-only; Buffers keep the session open after the Client
 /// object is gone.
 class Client {
@@ -195,6 +219,20 @@ class Client {
 
   /// @brief One round trip that does nothing: a liveness check and a latency floor.
   void ping();
+
+  /// @brief The lock named @p name, made on first use (gpumem/sync.hpp).
+  /// @throws Error: invalid_name, already_exists (the name is a barrier or channel).
+  Lock lock(std::string_view name);
+  /// @brief Joins the barrier named @p name as one of its @p parties parties.
+  /// @throws Error: invalid_argument (it exists with another party count), no_party_left.
+  Barrier barrier(std::string_view name, std::uint32_t parties);
+  /// @brief Joins the channel named @p name as its producer or as one of its consumers; its
+  /// slots are a buffer named "<name>.slots" made by whoever comes first.
+  Channel channel(std::string_view name, ChannelRole role, const ChannelOptions& options);
+  std::vector<SyncInfo> sync_objects();
+  /// @brief An operator's reset: a lock is released and usable again (a stale holder's
+  /// unlock fails); a barrier or channel starts over with @p parties (0: those attached).
+  void reset(std::string_view name, std::uint32_t parties = 0);
 
   Stats stats();
   std::vector<ClientInfo> clients();
@@ -212,3 +250,6 @@ class Client {
 };
 
 }  // namespace gpumem
+
+// Locks, barriers and channels come with the client: their types are declared there.
+#include "gpumem/sync.hpp"  // IWYU pragma: export

@@ -60,6 +60,14 @@ std::error_code validate(const chunks_head&) noexcept;
 std::error_code validate(const chunk_record&) noexcept;
 std::error_code validate(const reservation_release_request&) noexcept;
 std::error_code validate(const reservation_record&) noexcept;
+std::error_code validate(const sync_attach_reply&) noexcept;
+std::error_code validate(const sync_open_request&) noexcept;
+std::error_code validate(const sync_open_reply&) noexcept;
+std::error_code validate(const sync_close_request&) noexcept;
+std::error_code validate(const sync_reset_request&) noexcept;
+std::error_code validate(const sync_record&) noexcept;
+std::error_code validate(const signal_page_request&) noexcept;
+std::error_code validate(const signal_page_reply&) noexcept;
 
 /// @brief Builds an error payload; the text is cut to fit and unprintable bytes become '?'.
 error_reply make_error_reply(errc code, std::string_view text) noexcept;

@@ -239,6 +239,82 @@ struct reservation_record {
 };
 static_assert(sizeof(reservation_record) == 104);
 
+/// Locks, barriers and channels: named objects whose state lives on shared pages.
+enum class sync_kind : std::uint32_t { lock = 1, barrier = 2, channel = 3 };
+/// Which party of a channel: its producer (party 0) or one of its consumers.
+enum class sync_role : std::uint32_t { party = 0, producer = 1, consumer = 2 };
+
+/// Sent with one fd: the host page (a sealed memfd of cell_size * cell_count bytes).
+struct sync_attach_reply {
+  std::uint32_t slot;  ///< this client's number in lock words and queue entries
+  std::uint32_t cell_size;
+  std::uint32_t cell_count;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(sync_attach_reply) == 16);
+
+struct sync_open_request {
+  wire_name name;
+  sync_kind kind;
+  std::uint32_t parties;  ///< barrier: parties; channel: consumers + 1; lock: 0
+  sync_role role;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(sync_open_request) == 80);
+
+struct sync_open_reply {
+  std::uint32_t cell;
+  std::uint32_t party;  ///< this opener's counter (barriers, channels)
+  std::uint32_t parties;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(sync_open_reply) == 16);
+
+struct sync_close_request {
+  std::uint32_t cell;
+  std::uint32_t party;
+};
+static_assert(sizeof(sync_close_request) == 8);
+
+/// An operator's reset: a lock is released and made usable again; a barrier or channel
+/// starts over with `parties` parties (0: those still attached).
+struct sync_reset_request {
+  wire_name name;
+  std::uint32_t parties;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(sync_reset_request) == 72);
+
+struct sync_record {
+  std::uint64_t sync_id;
+  sync_kind kind;
+  std::uint32_t cell;
+  std::uint32_t domain;    ///< gpumem::sync::domain
+  std::uint32_t parties;   ///< barriers and channels
+  std::uint32_t attached;  ///< clients holding it open (lock) or parties taken
+  std::uint32_t flags;     ///< lock: lock_word flags; counters: counter_cell state
+  std::uint32_t owner_pid;  ///< lock holder's process, 0 when free
+  std::uint32_t queued;     ///< lock: tickets waiting behind the holder
+  std::uint32_t owner_deaths;
+  std::uint32_t epoch;
+  wire_name name;
+};
+static_assert(sizeof(sync_record) == 112);
+
+struct signal_page_request {
+  std::int32_t device;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(signal_page_request) == 8);
+
+/// Sent with one fd: the VMM chunk of the device's signal page.
+struct signal_page_reply {
+  std::uint64_t size;
+  std::int32_t device;
+  std::uint32_t cell_size;
+};
+static_assert(sizeof(signal_page_reply) == 16);
+
 /// A payload that is a head followed by `head.count` fixed records.
 template <class Head, class Record>
 struct list_payload {
@@ -252,6 +328,7 @@ using client_list_reply = list_payload<list_head, client_record>;
 using allocation_list_reply = list_payload<list_head, allocation_record>;
 using chunks_reply = list_payload<chunks_head, chunk_record>;
 using reservation_list_reply = list_payload<list_head, reservation_record>;
+using sync_list_reply = list_payload<list_head, sync_record>;
 
 /// Table value for a reply that carries one descriptor per record.
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
@@ -272,7 +349,13 @@ inline constexpr std::uint16_t kFdPerRecord = 0xffff;
   X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")      \
   X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")    \
   X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one") \
-  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")
+  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")     \
+  X(attach_sync, 16, empty_payload, sync_attach_reply, 1, "the lock and barrier page")       \
+  X(open_sync, 17, sync_open_request, sync_open_reply, 0, "open a lock, barrier, channel")   \
+  X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                   \
+  X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")           \
+  X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")         \
+  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a device's signal page")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 

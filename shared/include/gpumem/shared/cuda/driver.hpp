@@ -60,7 +60,12 @@ namespace gpumem::cuda {
   X(cuMemAddressFree)                   \
   X(cuMemMap)                           \
   X(cuMemUnmap)                         \
-  X(cuMemSetAccess)
+  X(cuMemSetAccess)                     \
+  X(cuMemsetD32)                        \
+  X(cuMemcpyDtoH)                       \
+  X(cuMemHostRegister)                  \
+  X(cuMemHostUnregister)                \
+  X(cuMemHostGetDevicePointer)
 
 /// Function pointers to the driver; the members carry the names of cuda.h (with its _v2
 /// suffixes where cuda.h maps a name to one, so calls read like plain driver calls).

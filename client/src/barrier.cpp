@@ -1,0 +1,143 @@
+#include <cstddef>
+
+#include "connection.hpp"
+#include "cuda_sync.hpp"
+#include "gpumem/shared/sync/host_counters.hpp"
+#include "gpumem/sync.hpp"
+#include "sync_object.hpp"
+
+namespace gpumem {
+
+using detail::cuda_sync::wait_kind;
+
+namespace {
+
+BarrierStatus to_status(sync::wait_status status) noexcept {
+  switch (status) {
+    case sync::wait_status::ok:
+      return BarrierStatus::ok;
+    case sync::wait_status::timeout:
+      return BarrierStatus::timeout;
+    case sync::wait_status::broken:
+      break;
+  }
+  return BarrierStatus::broken;
+}
+
+}  // namespace
+
+struct Barrier::state {
+  state(std::shared_ptr<detail::connection> link, std::string_view name, std::uint32_t parties)
+      : object(std::move(link), name, proto::sync_kind::barrier, parties, proto::sync_role::party),
+        counters(object.cell<sync::counter_cell>()) {}
+
+  /// The next round's token; starts over when an operator reset the barrier.
+  Token next_round() {
+    const std::uint32_t epoch = counters.epoch();
+    if (epoch != last.epoch) last = {0, epoch};
+    ++last.round;
+    return last;
+  }
+  std::uint64_t count_address(int device, std::uint32_t party) {
+    return object.signal_word(device,
+                              offsetof(sync::signal_cell, counts) + party * sizeof(std::uint32_t));
+  }
+
+  detail::sync_object object;
+  sync::host_counters counters;
+  Token last{};
+};
+
+Barrier::Barrier() noexcept = default;
+Barrier::Barrier(std::unique_ptr<state> made) : state_(std::move(made)) {}
+Barrier::Barrier(Barrier&&) noexcept = default;
+Barrier& Barrier::operator=(Barrier&&) noexcept = default;
+Barrier::~Barrier() = default;
+
+Barrier::Token Barrier::arrive() {
+  detail::check_open(state_.get(), "Barrier");
+  state_->object.enter(sync::domain::host);
+  const Token token = state_->next_round();
+  state_->counters.publish(state_->object.party(), token.round);
+  return token;
+}
+
+BarrierStatus Barrier::wait(Token token) {
+  detail::check_open(state_.get(), "Barrier");
+  state_->object.enter(sync::domain::host);
+  if (token.epoch != state_->counters.epoch()) return BarrierStatus::broken;
+  for (std::uint32_t party = 0; party < state_->counters.parties(); ++party) {
+    const auto status = state_->counters.wait_for(party, token.round);
+    if (status != sync::wait_status::ok) return to_status(status);
+  }
+  return BarrierStatus::ok;
+}
+
+BarrierStatus Barrier::wait_for(Token token, std::chrono::nanoseconds timeout) {
+  detail::check_open(state_.get(), "Barrier");
+  state_->object.enter(sync::domain::host);
+  if (token.epoch != state_->counters.epoch()) return BarrierStatus::broken;
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(timeout);
+  for (std::uint32_t party = 0; party < state_->counters.parties(); ++party) {
+    const auto status = state_->counters.wait_for(party, token.round, deadline);
+    if (status != sync::wait_status::ok) return to_status(status);
+  }
+  return BarrierStatus::ok;
+}
+
+BarrierStatus Barrier::arrive_and_wait() {
+  return wait(arrive());
+}
+
+Barrier::Token Barrier::arrive(Stream stream) {
+  detail::check_open(state_.get(), "Barrier");
+  const int device = detail::cuda_sync::device_of(stream);
+  state_->object.enter(sync::domain::device, device);
+  const Token token = state_->next_round();
+  detail::cuda_sync::write_value(stream, state_->count_address(device, state_->object.party()),
+                                 token.round);
+  return token;
+}
+
+void Barrier::wait(Token token, Stream stream) {
+  detail::check_open(state_.get(), "Barrier");
+  const int device = detail::cuda_sync::device_of(stream);
+  state_->object.enter(sync::domain::device, device);
+  for (std::uint32_t party = 0; party < state_->counters.parties(); ++party) {
+    if (party == state_->object.party()) continue;
+    detail::cuda_sync::wait_value(stream, state_->count_address(device, party), token.round,
+                                  wait_kind::at_least);
+  }
+}
+
+device::counters_ref Barrier::device(int device) {
+  detail::check_open(state_.get(), "Barrier");
+  state_->object.enter(sync::domain::device, device);
+  return {reinterpret_cast<unsigned int*>(state_->count_address(device, 0)),
+          reinterpret_cast<unsigned int*>(
+              state_->object.signal_word(device, offsetof(sync::signal_cell, broken))),
+          state_->object.parties(), state_->object.party()};
+}
+
+bool Barrier::broken() const noexcept {
+  return state_ != nullptr && state_->counters.broken();
+}
+
+std::uint32_t Barrier::parties() const noexcept {
+  return state_ ? state_->object.parties() : 0;
+}
+
+std::uint32_t Barrier::party() const noexcept {
+  return state_ ? state_->object.party() : 0;
+}
+
+Barrier Client::barrier(std::string_view name, std::uint32_t parties) {
+  return Barrier(std::make_unique<Barrier::state>(connection_, name, parties));
+}
+
+const std::string& Barrier::name() const noexcept {
+  static const std::string empty;
+  return state_ ? state_->object.name() : empty;
+}
+
+}  // namespace gpumem

@@ -1,0 +1,222 @@
+#include <cstddef>
+
+#include "connection.hpp"
+#include "cuda_sync.hpp"
+#include "gpumem/shared/sync/host_counters.hpp"
+#include "gpumem/sync.hpp"
+#include "sync_object.hpp"
+
+namespace gpumem {
+
+using detail::cuda_sync::wait_kind;
+
+namespace {
+
+constexpr std::uint32_t kProducer = 0;
+
+}  // namespace
+
+struct Channel::state {
+  state(std::shared_ptr<detail::connection> link, std::string_view name, bool producing,
+        const ChannelOptions& options, Buffer slots_buffer)
+      : object(std::move(link), name, proto::sync_kind::channel, options.consumers + 1,
+               producing ? proto::sync_role::producer : proto::sync_role::consumer),
+        counters(object.cell<sync::counter_cell>()),
+        buffer(std::move(slots_buffer)),
+        slots(options.slots),
+        slot_bytes(options.slot_bytes),
+        producer(producing) {}
+
+  void* slot_data(std::uint64_t sequence) const {
+    return static_cast<std::byte*>(buffer.data()) + (sequence % slots) * slot_bytes;
+  }
+  std::uint64_t count_address(int device, std::uint32_t party) {
+    return object.signal_word(device,
+                              offsetof(sync::signal_cell, counts) + party * sizeof(std::uint32_t));
+  }
+  /// The producer may refill slot `sequence % slots` once every consumer released the item
+  /// that used it before.
+  std::uint32_t reuse_target() const { return static_cast<std::uint32_t>(next + 1 - slots); }
+  void check_role(bool wants_producer, const char* call) const {
+    if (producer != wants_producer) {
+      throw Error(errc::invalid_argument, std::string(call) + " on channel '" + object.name() +
+                                              "': only its " +
+                                              (wants_producer ? "producer" : "consumers") +
+                                              " may call it");
+    }
+  }
+  void check_turn(bool wants_held, const char* call) const {
+    if (holding != wants_held) {
+      throw Error(errc::invalid_argument,
+                  std::string(call) + " on channel '" + object.name() +
+                      (wants_held ? "': no slot is held" : "': the previous slot is still held"));
+    }
+  }
+
+  detail::sync_object object;
+  sync::host_counters counters;
+  Buffer buffer;
+  std::uint32_t slots;
+  std::size_t slot_bytes;
+  bool producer;
+  std::uint64_t next = 0;  ///< the item this party handles next
+  bool holding = false;
+};
+
+Channel::Channel() noexcept = default;
+Channel::Channel(std::unique_ptr<state> made) : state_(std::move(made)) {}
+Channel::Channel(Channel&&) noexcept = default;
+Channel& Channel::operator=(Channel&&) noexcept = default;
+Channel::~Channel() = default;
+
+Channel::Slot Channel::acquire_slot() {
+  detail::check_open(state_.get(), "Channel");
+  state_->check_role(true, "acquire_slot");
+  state_->check_turn(false, "acquire_slot");
+  state_->object.enter(sync::domain::host);
+  for (std::uint32_t consumer = 1; consumer < state_->counters.parties(); ++consumer) {
+    if (state_->counters.wait_for(consumer, state_->reuse_target()) != sync::wait_status::ok) {
+      return {nullptr, state_->next, BarrierStatus::broken};
+    }
+  }
+  state_->holding = true;
+  return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
+}
+
+void Channel::publish() {
+  detail::check_open(state_.get(), "Channel");
+  state_->check_role(true, "publish");
+  state_->check_turn(true, "publish");
+  state_->counters.publish(kProducer, static_cast<std::uint32_t>(++state_->next));
+  state_->holding = false;
+}
+
+Channel::Slot Channel::acquire() {
+  detail::check_open(state_.get(), "Channel");
+  state_->check_role(false, "acquire");
+  state_->check_turn(false, "acquire");
+  state_->object.enter(sync::domain::host);
+  const auto published = static_cast<std::uint32_t>(state_->next + 1);
+  if (state_->counters.wait_for(kProducer, published) != sync::wait_status::ok) {
+    return {nullptr, state_->next, BarrierStatus::broken};
+  }
+  state_->holding = true;
+  return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
+}
+
+void Channel::release() {
+  detail::check_open(state_.get(), "Channel");
+  state_->check_role(false, "release");
+  state_->check_turn(true, "release");
+  state_->counters.publish(state_->object.party(), static_cast<std::uint32_t>(++state_->next));
+  state_->holding = false;
+}
+
+Channel::Slot Channel::acquire_slot(Stream stream) {
+  detail::check_open(state_.get(), "Channel");
+  state_->check_role(true, "acquire_slot");
+  state_->check_turn(false, "acquire_slot");
+  const int device = detail::cuda_sync::device_of(stream);
+  state_->object.enter(sync::domain::device, device);
+  for (std::uint32_t consumer = 1; consumer < state_->object.parties(); ++consumer) {
+    detail::cuda_sync::wait_value(stream, state_->count_address(device, consumer),
+                                  state_->reuse_target(), wait_kind::at_least);
+  }
+  state_->holding = true;
+  return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
+}
+
+void Channel::publish(Stream stream) {
+  detail::check_open(state_.get(), "Channel");
+  state_->check_role(true, "publish");
+  state_->check_turn(true, "publish");
+  const int device = detail::cuda_sync::device_of(stream);
+  detail::cuda_sync::write_value(stream, state_->count_address(device, kProducer),
+                                 static_cast<std::uint32_t>(++state_->next));
+  state_->holding = false;
+}
+
+Channel::Slot Channel::acquire(Stream stream) {
+  detail::check_open(state_.get(), "Channel");
+  state_->check_role(false, "acquire");
+  state_->check_turn(false, "acquire");
+  const int device = detail::cuda_sync::device_of(stream);
+  state_->object.enter(sync::domain::device, device);
+  detail::cuda_sync::wait_value(stream, state_->count_address(device, kProducer),
+                                static_cast<std::uint32_t>(state_->next + 1),
+                                wait_kind::at_least);
+  state_->holding = true;
+  return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
+}
+
+void Channel::release(Stream stream) {
+  detail::check_open(state_.get(), "Channel");
+  state_->check_role(false, "release");
+  state_->check_turn(true, "release");
+  const int device = detail::cuda_sync::device_of(stream);
+  detail::cuda_sync::write_value(stream, state_->count_address(device, state_->object.party()),
+                                 static_cast<std::uint32_t>(++state_->next));
+  state_->holding = false;
+}
+
+device::counters_ref Channel::device(int device) {
+  detail::check_open(state_.get(), "Channel");
+  state_->object.enter(sync::domain::device, device);
+  return {reinterpret_cast<unsigned int*>(state_->count_address(device, 0)),
+          reinterpret_cast<unsigned int*>(
+              state_->object.signal_word(device, offsetof(sync::signal_cell, broken))),
+          state_->object.parties(), state_->object.party()};
+}
+
+bool Channel::producer() const noexcept {
+  return state_ != nullptr && state_->producer;
+}
+
+bool Channel::broken() const noexcept {
+  return state_ != nullptr && state_->counters.broken();
+}
+
+std::uint32_t Channel::slots() const noexcept {
+  return state_ ? state_->slots : 0;
+}
+
+std::size_t Channel::slot_bytes() const noexcept {
+  return state_ ? state_->slot_bytes : 0;
+}
+
+Buffer& Channel::buffer() noexcept {
+  return state_->buffer;
+}
+
+Channel Client::channel(std::string_view name, ChannelRole role, const ChannelOptions& options) {
+  if (options.slots == 0 || options.slot_bytes == 0 || options.consumers == 0 ||
+      options.consumers >= sync::kMaxParties) {
+    throw Error(errc::invalid_argument,
+                "channel '" + std::string(name) + "': slots, slot_bytes and consumers must be "
+                "positive, with fewer than " + std::to_string(sync::kMaxParties) + " consumers");
+  }
+  const std::size_t bytes = std::size_t{options.slots} * options.slot_bytes;
+  const std::string data_name = std::string(name) + ".slots";
+  Buffer slots;
+  try {
+    slots = allocate(bytes, {.device = options.device, .name = data_name});
+  } catch (const Error& error) {
+    if (error.status() != errc::already_exists) throw;
+    slots = open(data_name);
+  }
+  if (slots.size() != bytes || slots.device() != options.device) {
+    throw Error(errc::invalid_argument,
+                "channel '" + std::string(name) + "' exists with other slots (" +
+                    std::to_string(slots.size()) + " bytes on device " +
+                    std::to_string(slots.device()) + ")");
+  }
+  return Channel(std::make_unique<Channel::state>(connection_, name, role == ChannelRole::producer,
+                                                  options, std::move(slots)));
+}
+
+const std::string& Channel::name() const noexcept {
+  static const std::string empty;
+  return state_ ? state_->object.name() : empty;
+}
+
+}  // namespace gpumem

@@ -1,0 +1,173 @@
+#include <atomic>
+#include <cstddef>
+
+#include "connection.hpp"
+#include "cuda_sync.hpp"
+#include "gpumem/shared/sync/host_lock.hpp"
+#include "gpumem/sync.hpp"
+#include "sync_object.hpp"
+
+namespace gpumem {
+
+using detail::cuda_sync::wait_kind;
+
+struct Lock::state {
+  explicit state(std::shared_ptr<detail::connection> link, std::string_view name)
+      : object(std::move(link), name, proto::sync_kind::lock, 0, proto::sync_role::party),
+        algorithm(object.cell<sync::lock_cell>(), object.slot()) {}
+
+  detail::sync_object object;
+  sync::host_lock algorithm;
+  /// The host hold: written by the thread that acquired, read by the one that releases,
+  /// both ordered by the lock itself.
+  sync::lock_hold hold{};
+  std::atomic<bool> owner_died{false};
+  std::mutex stream_mutex;
+  std::deque<std::uint16_t> stream_tickets;  ///< taken by lock(stream), oldest first
+};
+
+namespace {
+
+Error not_recoverable(const std::string& name) {
+  return Error(errc::not_recoverable,
+               "lock '" + name +
+                   "': a holder died and the next released it without mark_consistent(); "
+                   "reset it with `gpumemctl reset " +
+                   name + "`");
+}
+
+}  // namespace
+
+Lock::Lock() noexcept = default;
+Lock::Lock(std::unique_ptr<state> made) : state_(std::move(made)) {}
+Lock::Lock(Lock&&) noexcept = default;
+Lock& Lock::operator=(Lock&&) noexcept = default;
+Lock::~Lock() = default;
+
+void Lock::lock() {
+  acquire();
+}
+
+bool Lock::try_lock() {
+  detail::check_open(state_.get(), "Lock");
+  state_->object.enter(sync::domain::host);
+  const auto taken = state_->algorithm.try_acquire();
+  if (!taken) return false;
+  if (taken->status == sync::acquire_status::not_recoverable) {
+    throw not_recoverable(name());
+  }
+  state_->hold = taken->hold;
+  state_->owner_died.store(taken->status == sync::acquire_status::acquired_owner_died);
+  return true;
+}
+
+LockStatus Lock::acquire() {
+  detail::check_open(state_.get(), "Lock");
+  state_->object.enter(sync::domain::host);
+  const auto result = state_->algorithm.acquire();
+  if (result.status == sync::acquire_status::not_recoverable) {
+    throw not_recoverable(name());
+  }
+  state_->hold = result.hold;
+  const bool died = result.status == sync::acquire_status::acquired_owner_died;
+  state_->owner_died.store(died);
+  return died ? LockStatus::acquired_owner_died : LockStatus::acquired;
+}
+
+LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
+  detail::check_open(state_.get(), "Lock");
+  state_->object.enter(sync::domain::host);
+  const auto deadline = sync::host_lock::clock::now() +
+                        std::chrono::duration_cast<sync::host_lock::clock::duration>(timeout);
+  const auto result = state_->algorithm.acquire(deadline);
+  switch (result.status) {
+    case sync::acquire_status::timeout:
+      return LockStatus::timeout;
+    case sync::acquire_status::not_recoverable:
+      throw not_recoverable(name());
+    case sync::acquire_status::acquired_owner_died:
+      state_->hold = result.hold;
+      state_->owner_died.store(true);
+      return LockStatus::acquired_owner_died;
+    case sync::acquire_status::acquired:
+      break;
+  }
+  state_->hold = result.hold;
+  state_->owner_died.store(false);
+  return LockStatus::acquired;
+}
+
+void Lock::unlock() {
+  detail::check_open(state_.get(), "Lock");
+  if (state_->algorithm.release(state_->hold) != sync::release_status::released) {
+    throw Error(errc::not_lock_owner,
+                "lock '" + name() + "' is not held by this process (or an operator reset it)");
+  }
+}
+
+bool Lock::owner_died() const noexcept {
+  return state_ != nullptr && state_->owner_died.load();
+}
+
+void Lock::mark_consistent() {
+  detail::check_open(state_.get(), "Lock");
+  if (!state_->algorithm.mark_consistent(state_->hold)) {
+    throw Error(errc::not_lock_owner, "lock '" + name() + "' is not held by this process");
+  }
+  state_->owner_died.store(false);
+}
+
+void Lock::lock(Stream stream) {
+  detail::check_open(state_.get(), "Lock");
+  const int device = detail::cuda_sync::device_of(stream);
+  state_->object.enter(sync::domain::stream, device);
+  const std::uint64_t serving =
+      state_->object.signal_word(device, offsetof(sync::signal_cell, serving));
+  state_->object.pages().host_word_on_device(&state_->object.cell<sync::lock_cell>().queue[0]);
+  std::lock_guard guard(state_->stream_mutex);
+  const std::uint16_t ticket = state_->algorithm.take_stream_ticket();
+  state_->stream_tickets.push_back(ticket);
+  detail::cuda_sync::wait_value(stream, serving, ticket, wait_kind::equal);
+}
+
+void Lock::unlock(Stream stream) {
+  detail::check_open(state_.get(), "Lock");
+  const int device = detail::cuda_sync::device_of(stream);
+  state_->object.enter(sync::domain::stream, device);
+  std::lock_guard guard(state_->stream_mutex);
+  if (state_->stream_tickets.empty()) {
+    throw Error(errc::not_lock_owner, "lock '" + name() + "': no stream-ordered hold to release");
+  }
+  const std::uint16_t ticket = state_->stream_tickets.front();
+  auto& cell = state_->object.cell<sync::lock_cell>();
+  const std::uint64_t serving =
+      state_->object.signal_word(device, offsetof(sync::signal_cell, serving));
+  const std::uint64_t entry = state_->object.pages().host_word_on_device(
+      &cell.queue[ticket % sync::kLockQueueLength]);
+  // The turn first, then the entry: a death between the two leaves an entry whose turn has
+  // passed, which the daemon recognises; the other order would lose the turn.
+  detail::cuda_sync::write_value(stream, serving, static_cast<std::uint16_t>(ticket + 1));
+  detail::cuda_sync::write_value(stream, entry, 0);
+  state_->stream_tickets.pop_front();
+}
+
+device::lock_ref Lock::device(int device) {
+  detail::check_open(state_.get(), "Lock");
+  state_->object.enter(sync::domain::device, device);
+  auto address = [&](std::size_t offset) {
+    return reinterpret_cast<unsigned int*>(state_->object.signal_word(device, offset));
+  };
+  return {address(offsetof(sync::signal_cell, device_lock)),
+          address(offsetof(sync::signal_cell, owner_died)), state_->object.slot()};
+}
+
+Lock Client::lock(std::string_view name) {
+  return Lock(std::make_unique<Lock::state>(connection_, name));
+}
+
+const std::string& Lock::name() const noexcept {
+  static const std::string empty;
+  return state_ ? state_->object.name() : empty;
+}
+
+}  // namespace gpumem

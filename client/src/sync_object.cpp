@@ -1,0 +1,73 @@
+#include "sync_object.hpp"
+
+#include <atomic>
+
+#include "connection.hpp"
+
+namespace gpumem::detail {
+
+using proto::message_type;
+
+namespace {
+
+std::string domain_text(std::uint32_t word) {
+  switch (sync::domain_of(word)) {
+    case sync::domain::host:
+      return "on the host";
+    case sync::domain::stream:
+      return "in stream order on CUDA device " + std::to_string(sync::device_of(word));
+    case sync::domain::device:
+      return "on CUDA device " + std::to_string(sync::device_of(word));
+    case sync::domain::unset:
+      break;
+  }
+  return "nowhere yet";
+}
+
+}  // namespace
+
+sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name,
+                         proto::sync_kind kind, std::uint32_t parties, proto::sync_role role)
+    : link_(std::move(link)), pages_(link_->sync()), name_(name), kind_(kind) {
+  proto::sync_open_request request{};
+  if (proto::make_wire_name(name, request.name)) {
+    throw Error(errc::invalid_name, "'" + name_ + "' is not a valid name");
+  }
+  request.kind = kind;
+  request.parties = parties;
+  request.role = role;
+  const auto reply = link_->call<proto::sync_open_reply>(message_type::open_sync, request);
+  cell_index_ = reply.cell;
+  party_ = reply.party;
+  parties_ = reply.parties;
+}
+
+sync_object::~sync_object() {
+  try {
+    link_->call<proto::empty_payload>(message_type::close_sync,
+                                      proto::sync_close_request{cell_index_, party_});
+  } catch (const Error&) {
+    // The daemon is gone or the connection broke: it lets go of everything of ours anyway.
+  }
+}
+
+std::uint32_t& sync_object::domain_word() const noexcept {
+  return kind_ == proto::sync_kind::lock ? cell<sync::lock_cell>().domain
+                                         : cell<sync::counter_cell>().domain;
+}
+
+void sync_object::enter(sync::domain where, int device) {
+  const std::uint32_t wanted = sync::domain_word(where, device);
+  std::atomic_ref<std::uint32_t> word(domain_word());
+  std::uint32_t current = word.load(std::memory_order_acquire);
+  if (current == wanted) return;
+  if (current == 0 &&
+      word.compare_exchange_strong(current, wanted, std::memory_order_acq_rel)) {
+    return;
+  }
+  if (current == wanted) return;
+  throw Error(errc::wrong_domain, "'" + name_ + "' is used " + domain_text(current) +
+                                      "; it cannot also be used " + domain_text(wanted));
+}
+
+}  // namespace gpumem::detail

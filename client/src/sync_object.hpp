@@ -1,0 +1,60 @@
+#pragma once
+/// @file
+/// @brief What every lock, barrier and channel handle holds: its cell, its party, and the
+/// rule that fixes the domain it is used in. Closing it tells the daemon.
+
+#include <memory>
+#include <string>
+
+#include "gpumem/gpumem.hpp"
+#include "gpumem/proto/messages.hpp"
+#include "gpumem/shared/sync/layout.hpp"
+#include "sync_pages.hpp"
+
+namespace gpumem::detail {
+
+class connection;
+
+inline void check_open(const void* state, const char* type) {
+  if (state == nullptr) throw Error(errc::invalid_argument, std::string("the ") + type + " is empty (moved from)");
+}
+
+class sync_object {
+ public:
+  /// @throws Error from the daemon: invalid_name, invalid_argument, no_party_left, ...
+  sync_object(std::shared_ptr<connection> link, std::string_view name, proto::sync_kind kind,
+              std::uint32_t parties, proto::sync_role role);
+  ~sync_object();
+  sync_object(const sync_object&) = delete;
+  sync_object& operator=(const sync_object&) = delete;
+
+  template <class Cell>
+  Cell& cell() const noexcept {
+    return *reinterpret_cast<Cell*>(pages_.cell(cell_index_));
+  }
+  /// @brief Fixes the domain on first use.
+  /// @throws Error(wrong_domain) when the object is used in another domain (or device).
+  void enter(sync::domain where, int device = 0);
+  std::uint64_t signal_word(int device, std::size_t offset) {
+    return pages_.signal_word(device, cell_index_, offset);
+  }
+
+  sync_pages& pages() const noexcept { return pages_; }
+  std::uint16_t slot() const noexcept { return pages_.slot(); }
+  std::uint32_t party() const noexcept { return party_; }
+  std::uint32_t parties() const noexcept { return parties_; }
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  std::uint32_t& domain_word() const noexcept;
+
+  std::shared_ptr<connection> link_;
+  sync_pages& pages_;
+  std::string name_;
+  proto::sync_kind kind_;
+  std::uint32_t cell_index_ = 0;
+  std::uint32_t party_ = 0;
+  std::uint32_t parties_ = 0;
+};
+
+}  // namespace gpumem::detail

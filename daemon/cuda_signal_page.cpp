@@ -1,0 +1,110 @@
+#include "cuda_signal_page.hpp"
+
+#include <fmt/format.h>
+
+#include "gpumem/shared/sync/layout.hpp"
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+
+using cuda::check;
+
+cuda_signal_page::cuda_signal_page(const cuda::driver_api& driver, std::int32_t device)
+    : cu_(driver), size_(sync::kSignalPageSize) {
+  int devices = 0;
+  check(cu_.cuDeviceGetCount(&devices), "cuDeviceGetCount");
+  if (device < 0 || device >= devices) {
+    throw request_error(proto::errc::no_such_device,
+                        fmt::format("no CUDA device {} ({} here)", device, devices));
+  }
+  check(cu_.cuDeviceGet(&device_, device), "cuDeviceGet");
+  check(cu_.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
+  try {
+    check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+    CUmemAllocationProp properties{};
+    properties.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    properties.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    properties.location.id = device;
+    properties.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    check(cu_.cuMemCreate(&handle_, size_, &properties, 0), "cuMemCreate");
+    int fd = -1;
+    check(cu_.cuMemExportToShareableHandle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                           0),
+          "cuMemExportToShareableHandle");
+    exported_.reset(fd);
+    check(cu_.cuMemAddressReserve(&base_, size_, size_, 0, 0), "cuMemAddressReserve");
+    check(cu_.cuMemMap(base_, size_, 0, handle_, 0), "cuMemMap");
+    CUmemAccessDesc access{};
+    access.location = properties.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(cu_.cuMemSetAccess(base_, size_, &access, 1), "cuMemSetAccess");
+    check(cu_.cuMemsetD32(base_, 0, size_ / sizeof(std::uint32_t)), "cuMemsetD32");
+    check(cu_.cuStreamCreate(&repairs_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  } catch (...) {
+    release_all();
+    throw;
+  }
+}
+
+cuda_signal_page::~cuda_signal_page() {
+  release_all();
+}
+
+void cuda_signal_page::release_all() noexcept {
+  if (context_ == nullptr) return;
+  cu_.cuCtxSetCurrent(context_);
+  if (repairs_ != nullptr) cu_.cuStreamDestroy(repairs_);
+  repairs_ = nullptr;
+  if (base_ != 0) {
+    cu_.cuMemUnmap(base_, size_);
+    cu_.cuMemAddressFree(base_, size_);
+    base_ = 0;
+  }
+  if (handle_ != 0) cu_.cuMemRelease(handle_);
+  handle_ = 0;
+  if (context_ != nullptr) cu_.cuDevicePrimaryCtxRelease(device_);
+  context_ = nullptr;
+}
+
+CUdeviceptr cuda_signal_page::address(std::uint32_t cell, std::size_t offset) const {
+  if (cell >= sync::kCellCount || offset + sizeof(std::uint32_t) > sync::kSignalCellSize) {
+    throw request_error(proto::errc::internal, "signal page word out of range");
+  }
+  return base_ + cell * sync::kSignalCellSize + offset;
+}
+
+std::uint32_t cuda_signal_page::read(std::uint32_t cell, std::size_t offset) {
+  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  std::uint32_t value = 0;
+  check(cu_.cuMemcpyDtoH(&value, address(cell, offset), sizeof value), "cuMemcpyDtoH");
+  return value;
+}
+
+void cuda_signal_page::write(std::uint32_t cell, std::size_t offset, std::uint32_t value) {
+  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  check(cu_.cuStreamWriteValue32(repairs_, address(cell, offset), value, 0),
+        "cuStreamWriteValue32");
+}
+
+void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
+                                 std::uint32_t next_turn) {
+  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  const CUdeviceptr word = address(cell, offset);
+  check(cu_.cuStreamWaitValue32(repairs_, word, turn, CU_STREAM_WAIT_VALUE_EQ),
+        "cuStreamWaitValue32");
+  check(cu_.cuStreamWriteValue32(repairs_, word, next_turn, 0), "cuStreamWriteValue32");
+}
+
+void cuda_signal_page::clear(std::uint32_t cell) {
+  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  check(cu_.cuMemsetD32(address(cell, 0), 0, sync::kSignalCellSize / sizeof(std::uint32_t)),
+        "cuMemsetD32");
+}
+
+signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver) {
+  return [&driver](std::int32_t device) -> std::unique_ptr<signal_page> {
+    return std::make_unique<cuda_signal_page>(driver, device);
+  };
+}
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,28 @@
+#pragma once
+/// @file
+/// @brief Sleeping on a 32-bit word of shared memory until another process changes it.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+namespace gpumem::sync {
+
+/// @brief Sleeps while *word == expected, at most @p timeout (none: until woken). Returns early
+/// on a wake-up, a signal or a changed value; callers re-check what they wait for.
+void futex_wait(const std::uint32_t* word, std::uint32_t expected,
+                std::optional<std::chrono::nanoseconds> timeout = std::nullopt) noexcept;
+
+/// @brief Wakes up to @p count sleepers on @p word (all when count is negative).
+void futex_wake(const std::uint32_t* word, int count = -1) noexcept;
+
+/// @brief A short pause for spin loops that keeps a sibling hyper-thread running.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace gpumem::sync

@@ -1,0 +1,53 @@
+#pragma once
+/// @file
+/// @brief Per-party counters on a counter_cell, on the host: a party publishes how far it got
+/// (rounds arrived, items published or consumed); others wait until it got far enough. Barriers
+/// and channels are built from these two operations.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "gpumem/shared/sync/layout.hpp"
+
+namespace gpumem::sync {
+
+enum class wait_status { ok, timeout, broken };
+
+/// Counters compare cyclically, as cuStreamWaitValue32's GEQ does: they may wrap.
+constexpr bool reached(std::uint32_t count, std::uint32_t target) noexcept {
+  return static_cast<std::int32_t>(count - target) >= 0;
+}
+
+class host_counters {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  explicit host_counters(counter_cell& cell) noexcept : cell_(cell) {}
+
+  void publish(std::uint32_t party, std::uint32_t count) noexcept;
+  /// @brief Waits until @p party's counter reached @p target, the cell broke, or @p deadline.
+  wait_status wait_for(std::uint32_t party, std::uint32_t target,
+                       std::optional<clock::time_point> deadline = std::nullopt) noexcept;
+  std::uint32_t count(std::uint32_t party) const noexcept;
+  bool broken() const noexcept;
+  std::uint32_t epoch() const noexcept;
+  std::uint32_t parties() const noexcept;
+
+ private:
+  counter_cell& cell_;
+};
+
+/// @brief Daemon side, after @p dead_party's process exited: marks the cell broken and moves
+/// the dead party's counter far ahead, so that nothing waiting on it (a stream included) waits
+/// forever; wakes every sleeper.
+void break_counters(counter_cell& cell, std::uint32_t dead_party) noexcept;
+
+/// @brief Starts over with @p parties parties: counters to zero, not broken, a new epoch.
+void reset_counters(counter_cell& cell, std::uint32_t parties) noexcept;
+
+/// How far break_counters moves a dead party's counter: past any target a live party can
+/// have, and still "ahead" under the cyclic comparison.
+inline constexpr std::uint32_t kBrokenLead = 1u << 30;
+
+}  // namespace gpumem::sync

@@ -1,0 +1,71 @@
+#pragma once
+/// @file
+/// @brief The lock algorithm on a lock_cell: a ticket lock whose hand-off, owner and flags
+/// change in one compare-and-swap, with a queue of waiters that sleep on their own entry.
+///
+/// Uncontended, acquire and release are one compare-and-swap each and no system call. A
+/// waiter claims the queue entry of the next ticket before it takes the ticket, so whoever
+/// looks at the cell (the releaser, the daemon after a death) always knows who holds each
+/// ticket. The releaser grants the first waiting entry, skipping abandoned ones (timeouts,
+/// dead waiters), then moves the word to that ticket with the new owner, then wakes it.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "gpumem/shared/sync/layout.hpp"
+
+namespace gpumem::sync {
+
+enum class acquire_status { acquired, acquired_owner_died, timeout, not_recoverable };
+enum class release_status { released, not_owner };
+/// normal: by the holder. owner_died: by the daemon for a holder that died (the next holder is
+/// told). reset: by an operator; clears the flags and bumps the epoch.
+enum class release_mode { normal, owner_died, reset };
+
+/// What a holder keeps to release: the ticket and epoch it holds the lock under.
+struct lock_hold {
+  std::uint16_t ticket = 0;
+  std::uint16_t epoch = 0;
+};
+
+struct acquire_result {
+  acquire_status status = acquire_status::timeout;
+  lock_hold hold{};
+};
+
+class host_lock {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  host_lock(lock_cell& cell, std::uint16_t slot) noexcept : cell_(cell), slot_(slot) {}
+
+  /// @return nullopt when the lock is held or others wait for it (never jumps the queue).
+  std::optional<acquire_result> try_acquire() noexcept;
+  /// @brief Waits in FIFO order until acquired or @p deadline (none: no limit).
+  acquire_result acquire(std::optional<clock::time_point> deadline = std::nullopt) noexcept;
+  release_status release(lock_hold hold, release_mode mode = release_mode::normal) noexcept;
+  /// @brief Takes the next ticket for a stream-ordered holder, whose queue entry stays until
+  /// its stream clears it after passing the turn on (waits while the entry is still in use).
+  std::uint16_t take_stream_ticket() noexcept;
+  /// @brief Clears the owner-died flag: the holder repaired what the dead holder left.
+  bool mark_consistent(lock_hold hold) noexcept;
+
+ private:
+  acquire_result wait_turn(queue_entry mine, std::optional<clock::time_point> deadline) noexcept;
+  acquire_result held_result(std::uint64_t raw) noexcept;
+
+  lock_cell& cell_;
+  std::uint16_t slot_;
+};
+
+/// @brief Daemon side, after the process behind @p dead exited: abandons its queued tickets
+/// and releases what it held, telling the next holder the owner died.
+/// @return false while a hand-off to or from @p dead is still in flight: call again later.
+bool reclaim_lock(lock_cell& cell, std::uint16_t dead) noexcept;
+
+/// @brief Operator reset: releases a holder (whose later release is refused as stale), clears
+/// owner-died and not-recoverable.
+void reset_lock(lock_cell& cell) noexcept;
+
+}  // namespace gpumem::sync

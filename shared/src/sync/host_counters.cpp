@@ -1,0 +1,83 @@
+#include "gpumem/shared/sync/host_counters.hpp"
+
+#include <atomic>
+
+#include "gpumem/shared/sync/futex.hpp"
+
+namespace gpumem::sync {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kSpinBeforeSleep = 20us;
+/// A sleeper re-checks the broken flag this often: the daemon's wake-up can come between a
+/// waiter's check and its sleep.
+constexpr auto kLongestSleep = 10ms;
+
+std::atomic_ref<std::uint32_t> ref(std::uint32_t& word) noexcept {
+  return std::atomic_ref<std::uint32_t>(word);
+}
+
+}  // namespace
+
+void host_counters::publish(std::uint32_t party, std::uint32_t count) noexcept {
+  ref(cell_.counts[party]).store(count, std::memory_order_release);
+  futex_wake(&cell_.counts[party]);
+}
+
+std::uint32_t host_counters::count(std::uint32_t party) const noexcept {
+  return ref(cell_.counts[party]).load(std::memory_order_acquire);
+}
+
+bool host_counters::broken() const noexcept {
+  return (ref(cell_.state).load(std::memory_order_acquire) & counter_cell::kBroken) != 0;
+}
+
+std::uint32_t host_counters::epoch() const noexcept {
+  return ref(cell_.epoch).load(std::memory_order_acquire);
+}
+
+std::uint32_t host_counters::parties() const noexcept {
+  return ref(cell_.parties).load(std::memory_order_acquire);
+}
+
+wait_status host_counters::wait_for(std::uint32_t party, std::uint32_t target,
+                                    std::optional<clock::time_point> deadline) noexcept {
+  const auto spin_until = clock::now() + kSpinBeforeSleep;
+  const std::uint32_t started_in = epoch();
+  for (;;) {
+    // A reset ends the rounds of the epoch the wait began in.
+    if (broken() || epoch() != started_in) return wait_status::broken;
+    const std::uint32_t seen = count(party);
+    if (reached(seen, target)) return wait_status::ok;
+    const auto now = clock::now();
+    if (deadline && now >= *deadline) return wait_status::timeout;
+    if (now < spin_until) {
+      cpu_relax();
+      continue;
+    }
+    std::chrono::nanoseconds nap = kLongestSleep;
+    if (deadline) nap = std::min(nap, std::chrono::nanoseconds(*deadline - now));
+    futex_wait(&cell_.counts[party], seen, nap);
+  }
+}
+
+void break_counters(counter_cell& cell, std::uint32_t dead_party) noexcept {
+  ref(cell.state).fetch_or(counter_cell::kBroken, std::memory_order_acq_rel);
+  ref(cell.counts[dead_party]).fetch_add(kBrokenLead, std::memory_order_acq_rel);
+  const std::uint32_t parties = ref(cell.parties).load(std::memory_order_acquire);
+  for (std::uint32_t party = 0; party < parties && party < kMaxParties; ++party) {
+    futex_wake(&cell.counts[party]);
+  }
+}
+
+void reset_counters(counter_cell& cell, std::uint32_t parties) noexcept {
+  for (auto& count : cell.counts) ref(count).store(0, std::memory_order_relaxed);
+  ref(cell.parties).store(parties, std::memory_order_relaxed);
+  ref(cell.state).store(0, std::memory_order_relaxed);
+  ref(cell.epoch).fetch_add(1, std::memory_order_release);
+  for (auto& count : cell.counts) futex_wake(&count);
+}
+
+}  // namespace gpumem::sync
