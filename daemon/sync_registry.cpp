@@ -170,6 +170,8 @@ void sync_registry::close(std::uint64_t client, const proto::sync_close_request&
                           fmt::format("party {} of '{}' is not yours", request.party, target.name));
     }
     target.party_clients[request.party] = 0;
+    // Whoever waits for a round or an item this party will never reach would wait forever.
+    if (!target.openers.empty()) break_party(target, request.party);
   }
   if (--target.openers[client] == 0) target.openers.erase(client);
   forget_if_unused(target.id);
@@ -288,13 +290,11 @@ bool sync_registry::reclaim(object& found, std::uint16_t dead_slot,
           return sync::reclaim_lock(cell, dead_slot);
       }
     }
-    auto& cell = cell_as<sync::counter_cell>(found.cell);
     for (std::uint32_t party = 0; dead_client != 0 && party < found.parties; ++party) {
       if (found.party_clients[party] != dead_client) continue;
       found.party_clients[party] = 0;
       spdlog::warn("{} '{}' broken: party {} died", kind_name(found.kind), found.name, party);
-      sync::break_counters(cell, party);
-      break_gpu_counters(found, party);
+      break_party(found, party);
     }
     return true;
   } catch (const std::exception& error) {
@@ -346,7 +346,8 @@ void sync_registry::reclaim_device_lock(object& found, std::uint16_t dead_slot) 
   spdlog::warn("lock '{}': released the device lock of a dead client", found.name);
 }
 
-void sync_registry::break_gpu_counters(object& found, std::uint32_t party) {
+void sync_registry::break_party(object& found, std::uint32_t party) {
+  sync::break_counters(cell_as<sync::counter_cell>(found.cell));
   signal_page* page = gpu_page_of(found);
   if (page == nullptr) return;
   const std::size_t count_at =

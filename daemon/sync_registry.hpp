@@ -82,7 +82,8 @@ class sync_registry {
   bool reclaim(object& found, std::uint16_t dead_slot, std::uint64_t dead_client) noexcept;
   bool reclaim_stream_lock(object& found, std::uint16_t dead_slot);
   void reclaim_device_lock(object& found, std::uint16_t dead_slot);
-  void break_gpu_counters(object& found, std::uint32_t party);
+  /// Breaks a barrier or channel whose @p party died or left.
+  void break_party(object& found, std::uint32_t party);
   signal_page* gpu_page_of(const object& found);
   void forget_if_unused(std::uint64_t object_id) noexcept;
   pid_t pid_of_slot(std::uint16_t slot) const noexcept;

@@ -47,10 +47,12 @@ wait_status host_counters::wait_for(std::uint32_t party, std::uint32_t target,
   const auto spin_until = clock::now() + kSpinBeforeSleep;
   const std::uint32_t started_in = epoch();
   for (;;) {
-    // A reset ends the rounds of the epoch the wait began in.
-    if (broken() || epoch() != started_in) return wait_status::broken;
+    // What was reached stays reached, also once the cell broke; a reset ends the rounds of
+    // the epoch the wait began in.
     const std::uint32_t seen = count(party);
+    if (epoch() != started_in) return wait_status::broken;
     if (reached(seen, target)) return wait_status::ok;
+    if (broken()) return wait_status::broken;
     const auto now = clock::now();
     if (deadline && now >= *deadline) return wait_status::timeout;
     if (now < spin_until) {
@@ -63,9 +65,8 @@ wait_status host_counters::wait_for(std::uint32_t party, std::uint32_t target,
   }
 }
 
-void break_counters(counter_cell& cell, std::uint32_t dead_party) noexcept {
+void break_counters(counter_cell& cell) noexcept {
   ref(cell.state).fetch_or(counter_cell::kBroken, std::memory_order_acq_rel);
-  ref(cell.counts[dead_party]).fetch_add(kBrokenLead, std::memory_order_acq_rel);
   const std::uint32_t parties = ref(cell.parties).load(std::memory_order_acquire);
   for (std::uint32_t party = 0; party < parties && party < kMaxParties; ++party) {
     futex_wake(&cell.counts[party]);

@@ -161,6 +161,9 @@ acquire_result host_lock::wait_turn(queue_entry mine,
                           : std::nullopt);
     }
   }
+  if (queue_entry::decode(entry.load(std::memory_order_acquire)).state != queue_entry::granted) {
+    return {acquire_status::timeout, {}};  // abandoned for us: the daemon took us for dead
+  }
   // Granted: the releaser moves the word to our ticket next (or the daemon, if it died).
   auto word = word_of(cell_);
   backoff handing_over;

@@ -38,16 +38,17 @@ class host_counters {
   counter_cell& cell_;
 };
 
-/// @brief Daemon side, after @p dead_party's process exited: marks the cell broken and moves
-/// the dead party's counter far ahead, so that nothing waiting on it (a stream included) waits
-/// forever; wakes every sleeper.
-void break_counters(counter_cell& cell, std::uint32_t dead_party) noexcept;
+/// @brief Daemon side, when a party died or left: marks the cell broken and wakes every
+/// sleeper. A wait for what the party had already reached still succeeds; any other wait
+/// returns broken.
+void break_counters(counter_cell& cell) noexcept;
 
 /// @brief Starts over with @p parties parties: counters to zero, not broken, a new epoch.
 void reset_counters(counter_cell& cell, std::uint32_t parties) noexcept;
 
-/// How far break_counters moves a dead party's counter: past any target a live party can
-/// have, and still "ahead" under the cyclic comparison.
+/// How far the daemon moves a dead party's counter on a signal page, where streams wait and
+/// cannot look at a broken flag: past any target a live party can have, and still "ahead"
+/// under the cyclic comparison.
 inline constexpr std::uint32_t kBrokenLead = 1u << 30;
 
 }  // namespace gpumem::sync

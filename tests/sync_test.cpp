@@ -1,0 +1,271 @@
+// Locks, barriers and channels across real processes and a real gpumemd: exclusion, FIFO
+// fairness, timeouts, SIGKILLed holders and parties, operator resets.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "gpumem/gpumem.hpp"
+#include "support/child_process.hpp"
+#include "support/daemon_process.hpp"
+
+namespace gpumem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+/// How soon a death must reach the others (issue: within 100 ms).
+constexpr auto kDeathNoticeBound = 100ms;
+
+child_process peer(const daemon_process& daemon, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{peer_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return child_process(argv, {daemon.socket_env()});
+}
+
+void expect_line(child_process& process, const std::string& prefix) {
+  const auto line = process.read_line(60s);
+  ASSERT_TRUE(line.has_value()) << "expected '" << prefix << "...', got nothing";
+  EXPECT_TRUE(line->starts_with(prefix)) << "expected '" << prefix << "...', got '" << *line << "'";
+}
+
+TEST(Lock, ProcessesIncrementAPlainCounterExactly) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto counter = client.allocate(4096, {.name = "counter"});
+  constexpr int kProcesses = 4;
+  constexpr int kIterations = 3000;
+  std::vector<child_process> workers;
+  for (int i = 0; i < kProcesses; ++i) {
+    workers.push_back(
+        peer(daemon, {"lock-count", "counter.lock", "counter", std::to_string(kIterations)}));
+  }
+  for (auto& worker : workers) expect_line(worker, "done");
+  EXPECT_EQ(*static_cast<const std::uint64_t*>(counter.data()),
+            std::uint64_t{kProcesses} * kIterations);
+}
+
+TEST(Lock, TryLockAndTimeoutsLeaveTheQueueIntact) {
+  daemon_process daemon;
+  auto first = daemon.connect("first");
+  auto second = daemon.connect("second");
+  auto third = daemon.connect("third");
+  auto held = first.lock("queue");
+  auto other = second.lock("queue");
+  auto late = third.lock("queue");
+  held.lock();
+  EXPECT_FALSE(other.try_lock());
+  const auto started = clock_type::now();
+  EXPECT_FALSE(other.try_lock_for(50ms));
+  EXPECT_GE(clock_type::now() - started, 50ms);
+  // A waiter that gave up leaves its place; the one behind it is served next.
+  auto served = std::async(std::launch::async, [&] { return late.acquire(); });
+  EXPECT_EQ(other.try_acquire_for(30ms), LockStatus::timeout);
+  EXPECT_EQ(served.wait_for(20ms), std::future_status::timeout);
+  held.unlock();
+  ASSERT_EQ(served.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(served.get(), LockStatus::acquired);
+  late.unlock();
+  EXPECT_TRUE(other.try_lock());
+  other.unlock();
+}
+
+TEST(Lock, UnlockWithoutHoldingIsRefused) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto lock = client.lock("never.held");
+  try {
+    lock.unlock();
+    FAIL() << "unlock of a free lock succeeded";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::not_lock_owner) << error.what();
+  }
+  auto barrier = client.barrier("not.a.lock", 2);
+  try {
+    client.lock("not.a.lock");
+    FAIL() << "a barrier's name was opened as a lock";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::already_exists) << error.what();
+  }
+}
+
+TEST(Lock, AKilledHolderHandsTheLockOnWithOwnerDied) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto lock = client.lock("robust");
+  auto holder = peer(daemon, {"lock-hold", "robust"});
+  expect_line(holder, "held");
+  auto waiter = std::async(std::launch::async, [&] {
+    const auto status = lock.acquire();
+    return std::pair(status, clock_type::now());
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(waiter.wait_for(0ms), std::future_status::timeout);
+  const auto killed_at = clock_type::now();
+  holder.signal(SIGKILL);
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  const auto [status, acquired_at] = waiter.get();
+  EXPECT_EQ(status, LockStatus::acquired_owner_died);
+  EXPECT_LT(acquired_at - killed_at, kDeathNoticeBound);
+  EXPECT_TRUE(lock.owner_died());
+
+  // Released without repair: nobody may use it until an operator resets it.
+  lock.unlock();
+  try {
+    lock.lock();
+    FAIL() << "a lock released without mark_consistent() was acquired";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::not_recoverable) << error.what();
+  }
+  const auto listed = client.sync_objects();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(listed[0].not_recoverable);
+  EXPECT_EQ(listed[0].owner_deaths, 1u);
+  client.reset("robust");
+  EXPECT_EQ(lock.acquire(), LockStatus::acquired);
+  lock.unlock();
+}
+
+TEST(Lock, RepairedLockStaysUsable) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto lock = client.lock("repaired");
+  auto holder = peer(daemon, {"lock-hold", "repaired"});
+  expect_line(holder, "held");
+  holder.signal(SIGKILL);
+  ASSERT_TRUE(holder.wait());
+  EXPECT_EQ(lock.acquire(), LockStatus::acquired_owner_died);
+  lock.mark_consistent();
+  EXPECT_FALSE(lock.owner_died());
+  lock.unlock();
+  EXPECT_EQ(lock.acquire(), LockStatus::acquired);
+  lock.unlock();
+}
+
+TEST(Lock, AResetRevokesTheHolderWhoseUnlockIsThenStale) {
+  daemon_process daemon;
+  auto first = daemon.connect("first");
+  auto second = daemon.connect("second");
+  auto stale = first.lock("revoked");
+  auto next = second.lock("revoked");
+  stale.lock();
+  auto waiter = std::async(std::launch::async, [&] { return next.acquire(); });
+  first.reset("revoked");
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(waiter.get(), LockStatus::acquired);
+  EXPECT_THROW(stale.unlock(), Error);
+  next.unlock();
+}
+
+TEST(Lock, ADomainIsFixedByTheFirstUse) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto lock = client.lock("host.only");
+  lock.lock();
+  lock.unlock();
+  try {
+    lock.device(0);
+    FAIL() << "a host lock was handed to kernels";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::wrong_domain) << error.what();
+  }
+}
+
+TEST(Barrier, ProcessesMeetEveryRound) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  constexpr int kParties = 4;
+  auto progress = client.allocate(4096, {.name = "progress"});
+  std::vector<child_process> parties;
+  for (int i = 0; i < kParties; ++i) {
+    parties.push_back(
+        peer(daemon, {"barrier-rounds", "rounds", std::to_string(kParties), "2000", "progress"}));
+  }
+  for (auto& party : parties) expect_line(party, "done");
+}
+
+TEST(Barrier, AKilledPartyBreaksItForEveryoneWaiting) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto first = client.barrier("breakable", 3);
+  auto second = client.barrier("breakable", 3);
+  auto doomed = peer(daemon, {"barrier-join", "breakable", "3"});
+  expect_line(doomed, "ready 2");
+  const auto token = first.arrive();
+  second.arrive();
+  auto waiter = std::async(std::launch::async, [&] {
+    const auto status = first.wait(token);
+    return std::pair(status, clock_type::now());
+  });
+  EXPECT_EQ(waiter.wait_for(50ms), std::future_status::timeout);
+  const auto killed_at = clock_type::now();
+  doomed.signal(SIGKILL);
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  const auto [status, returned_at] = waiter.get();
+  EXPECT_EQ(status, BarrierStatus::broken);
+  EXPECT_LT(returned_at - killed_at, kDeathNoticeBound);
+  EXPECT_TRUE(second.broken());
+  EXPECT_EQ(second.arrive_and_wait(), BarrierStatus::broken);
+
+  // Re-formed with the two parties left.
+  client.reset("breakable", 2);
+  EXPECT_FALSE(first.broken());
+  auto other = std::async(std::launch::async, [&] { return second.arrive_and_wait(); });
+  EXPECT_EQ(first.arrive_and_wait(), BarrierStatus::ok);
+  EXPECT_EQ(other.get(), BarrierStatus::ok);
+}
+
+TEST(Barrier, WaitForTimesOutAndPartiesAreCounted) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto only = client.barrier("pair", 2);
+  EXPECT_EQ(only.wait_for(only.arrive(), 20ms), BarrierStatus::timeout);
+  auto second = client.barrier("pair", 2);
+  try {
+    client.barrier("pair", 2);
+    FAIL() << "a third party joined a barrier of two";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::no_party_left) << error.what();
+  }
+  EXPECT_THROW(client.barrier("pair", 3), Error);
+}
+
+TEST(Channel, AHundredThousandItemsArriveCompleteAndInOrderAtEveryConsumer) {
+  daemon_process daemon;
+  const std::vector<std::string> shape{"100000", "2", "8", "256"};
+  auto with = [&](const char* command) {
+    std::vector<std::string> args{command, "frames"};
+    args.insert(args.end(), shape.begin(), shape.end());
+    return peer(daemon, args);
+  };
+  auto first = with("channel-consume");
+  auto second = with("channel-consume");
+  auto producer = with("channel-produce");
+  expect_line(producer, "done");
+  expect_line(first, "ok 100000");
+  expect_line(second, "ok 100000");
+}
+
+TEST(Channel, AKilledConsumerBreaksTheProducer) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  const ChannelOptions options{.slots = 2, .slot_bytes = 64, .consumers = 1};
+  auto producer = client.channel("stalled", ChannelRole::producer, options);
+  auto consumer = peer(daemon, {"channel-consume", "stalled", "1000000", "1", "2", "64"});
+  for (int item = 0; item < 2; ++item) {
+    const auto slot = producer.acquire_slot();
+    ASSERT_EQ(slot.status, BarrierStatus::ok);
+    std::memset(slot.data, 0, 64);  // not the pattern: the consumer stops at item 0
+    producer.publish();
+  }
+  expect_line(consumer, "mismatch 0");
+  consumer.wait();
+  EXPECT_EQ(producer.acquire_slot().status, BarrierStatus::broken);
+  EXPECT_TRUE(producer.broken());
+}
+
+}  // namespace
+}  // namespace gpumem::testing
