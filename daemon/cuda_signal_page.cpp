@@ -28,9 +28,9 @@ cuda_signal_page::cuda_signal_page(const cuda::driver_api& driver, std::int32_t 
     properties.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     check(cu_.cuMemCreate(&handle_, size_, &properties, 0), "cuMemCreate");
     int fd = -1;
-    check(cu_.cuMemExportToShareableHandle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                                           0),
-          "cuMemExportToShareableHandle");
+    check(
+        cu_.cuMemExportToShareableHandle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        "cuMemExportToShareableHandle");
     exported_.reset(fd);
     check(cu_.cuMemAddressReserve(&base_, size_, size_, 0, 0), "cuMemAddressReserve");
     check(cu_.cuMemMap(base_, size_, 0, handle_, 0), "cuMemMap");

@@ -21,7 +21,7 @@ class cuda_signal_page final : public signal_page {
   std::uint32_t read(std::uint32_t cell, std::size_t offset) override;
   void write(std::uint32_t cell, std::size_t offset, std::uint32_t value) override;
   void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
-                         std::uint32_t next_turn) override;
+                 std::uint32_t next_turn) override;
   void clear(std::uint32_t cell) override;
 
  private:

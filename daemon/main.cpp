@@ -43,8 +43,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     boost::asio::io_context io(1);
-    registry books(config, make_pools(config), make_reservation_maker(),
-                   make_signal_page_maker());
+    registry books(config, make_pools(config), make_reservation_maker(), make_signal_page_maker());
     server listener(io, config, books);
     listener.run();
     return 0;

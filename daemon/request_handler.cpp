@@ -185,7 +185,8 @@ namespace gpumem::daemon {
 proto::sync_attach_reply request_handler::on_attach_sync(client_state& client,
                                                          const proto::empty_payload&,
                                                          reply_attachment& attach) {
-  const std::uint16_t slot = books_.sync().attach(client.client_id, books_.pid_of(client.client_id));
+  const std::uint16_t slot =
+      books_.sync().attach(client.client_id, books_.pid_of(client.client_id));
   attach = {{books_.sync().host_page_fd()}, proto::handle_type::host_memfd};
   return {slot, static_cast<std::uint32_t>(sync::kCellSize), sync::kCellCount, 0};
 }

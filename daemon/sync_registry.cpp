@@ -1,6 +1,7 @@
 #include "sync_registry.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,7 +11,6 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <fmt/format.h>
 
 #include "gpumem/shared/sync/host_counters.hpp"
 #include "gpumem/shared/sync/host_lock.hpp"
@@ -51,8 +51,8 @@ sync_registry::sync_registry(signal_page_maker make_signal_page)
       ::fcntl(page_fd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     throw std::runtime_error(std::string("lock page: ") + std::strerror(errno));
   }
-  void* mapped = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
-                        page_fd_.get(), 0);
+  void* mapped =
+      ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd_.get(), 0);
   if (mapped == MAP_FAILED) {
     throw std::runtime_error(std::string("lock page: mmap: ") + std::strerror(errno));
   }
@@ -199,9 +199,9 @@ void sync_registry::forget_if_unused(std::uint64_t object_id) noexcept {
 }
 
 signal_page* sync_registry::gpu_page_of(const object& found) {
-  const std::uint32_t where = load(found.kind == sync_kind::lock
-                                       ? cell_as<sync::lock_cell>(found.cell).domain
-                                       : cell_as<sync::counter_cell>(found.cell).domain);
+  const std::uint32_t where =
+      load(found.kind == sync_kind::lock ? cell_as<sync::lock_cell>(found.cell).domain
+                                         : cell_as<sync::counter_cell>(found.cell).domain);
   const domain kind = sync::domain_of(where);
   if (kind != domain::stream && kind != domain::device) return nullptr;
   const auto page = signal_pages_.find(sync::device_of(where));
@@ -245,8 +245,9 @@ void sync_registry::drop_client(std::uint64_t client) noexcept {
   }
   clients_.erase(found);
   for (const std::uint64_t id : touched) forget_if_unused(id);
-  const bool slot_pending = std::any_of(pending_.begin(), pending_.end(),
-                                        [&](const pending_reclaim& each) { return each.slot == slot; });
+  const bool slot_pending =
+      std::any_of(pending_.begin(), pending_.end(),
+                  [&](const pending_reclaim& each) { return each.slot == slot; });
   if (!slot_pending) slot_taken_[slot] = false;
 }
 
@@ -264,9 +265,8 @@ bool sync_registry::settle() noexcept {
   }
   std::vector<std::uint16_t> freed;
   for (const pending_reclaim& each : pending_) {
-    const bool waiting = std::any_of(still.begin(), still.end(), [&](const pending_reclaim& s) {
-      return s.slot == each.slot;
-    });
+    const bool waiting = std::any_of(still.begin(), still.end(),
+                                     [&](const pending_reclaim& s) { return s.slot == each.slot; });
     if (!waiting) freed.push_back(each.slot);
   }
   pending_ = std::move(still);
@@ -298,8 +298,8 @@ bool sync_registry::reclaim(object& found, std::uint16_t dead_slot,
     }
     return true;
   } catch (const std::exception& error) {
-    spdlog::error("{} '{}': cleaning up after a dead client: {}", kind_name(found.kind),
-                  found.name, error.what());
+    spdlog::error("{} '{}': cleaning up after a dead client: {}", kind_name(found.kind), found.name,
+                  error.what());
     return true;
   }
 }
@@ -350,8 +350,7 @@ void sync_registry::break_party(object& found, std::uint32_t party) {
   sync::break_counters(cell_as<sync::counter_cell>(found.cell));
   signal_page* page = gpu_page_of(found);
   if (page == nullptr) return;
-  const std::size_t count_at =
-      offsetof(sync::signal_cell, counts) + party * sizeof(std::uint32_t);
+  const std::size_t count_at = offsetof(sync::signal_cell, counts) + party * sizeof(std::uint32_t);
   const std::uint32_t count = page->read(found.cell, count_at);
   page->write(found.cell, offsetof(sync::signal_cell, broken), 1);
   page->write(found.cell, count_at, count + sync::kBrokenLead);

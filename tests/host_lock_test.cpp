@@ -1,5 +1,7 @@
 // The lock and counter algorithms on a cell in this process, threads standing in for clients
 // (each thread its own slot): what the daemon-free paths guarantee, under TSan too.
+#include "gpumem/shared/sync/host_lock.hpp"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "gpumem/shared/sync/host_counters.hpp"
-#include "gpumem/shared/sync/host_lock.hpp"
 
 namespace gpumem::sync {
 namespace {

@@ -39,10 +39,9 @@ struct Channel::state {
   std::uint32_t reuse_target() const { return static_cast<std::uint32_t>(next + 1 - slots); }
   void check_role(bool wants_producer, const char* call) const {
     if (producer != wants_producer) {
-      throw Error(errc::invalid_argument, std::string(call) + " on channel '" + object.name() +
-                                              "': only its " +
-                                              (wants_producer ? "producer" : "consumers") +
-                                              " may call it");
+      throw Error(errc::invalid_argument,
+                  std::string(call) + " on channel '" + object.name() + "': only its " +
+                      (wants_producer ? "producer" : "consumers") + " may call it");
     }
   }
   void check_turn(bool wants_held, const char* call) const {
@@ -143,8 +142,7 @@ Channel::Slot Channel::acquire(Stream stream) {
   const int device = detail::cuda_sync::device_of(stream);
   state_->object.enter(sync::domain::device, device);
   detail::cuda_sync::wait_value(stream, state_->count_address(device, kProducer),
-                                static_cast<std::uint32_t>(state_->next + 1),
-                                wait_kind::at_least);
+                                static_cast<std::uint32_t>(state_->next + 1), wait_kind::at_least);
   state_->holding = true;
   return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
 }
@@ -191,9 +189,10 @@ Buffer& Channel::buffer() noexcept {
 Channel Client::channel(std::string_view name, ChannelRole role, const ChannelOptions& options) {
   if (options.slots == 0 || options.slot_bytes == 0 || options.consumers == 0 ||
       options.consumers >= sync::kMaxParties) {
-    throw Error(errc::invalid_argument,
-                "channel '" + std::string(name) + "': slots, slot_bytes and consumers must be "
-                "positive, with fewer than " + std::to_string(sync::kMaxParties) + " consumers");
+    throw Error(errc::invalid_argument, "channel '" + std::string(name) +
+                                            "': slots, slot_bytes and consumers must be "
+                                            "positive, with fewer than " +
+                                            std::to_string(sync::kMaxParties) + " consumers");
   }
   const std::size_t bytes = std::size_t{options.slots} * options.slot_bytes;
   const std::string data_name = std::string(name) + ".slots";
@@ -205,10 +204,10 @@ Channel Client::channel(std::string_view name, ChannelRole role, const ChannelOp
     slots = open(data_name);
   }
   if (slots.size() != bytes || slots.device() != options.device) {
-    throw Error(errc::invalid_argument,
-                "channel '" + std::string(name) + "' exists with other slots (" +
-                    std::to_string(slots.size()) + " bytes on device " +
-                    std::to_string(slots.device()) + ")");
+    throw Error(errc::invalid_argument, "channel '" + std::string(name) +
+                                            "' exists with other slots (" +
+                                            std::to_string(slots.size()) + " bytes on device " +
+                                            std::to_string(slots.device()) + ")");
   }
   return Channel(std::make_unique<Channel::state>(connection_, name, role == ChannelRole::producer,
                                                   options, std::move(slots)));

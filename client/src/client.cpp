@@ -222,7 +222,8 @@ std::vector<SyncInfo> Client::sync_objects() {
 
 void Client::reset(std::string_view name, std::uint32_t parties) {
   connection_->call<proto::empty_payload>(
-      message_type::reset_sync, proto::sync_reset_request{checked_name(name, "object"), parties, 0});
+      message_type::reset_sync,
+      proto::sync_reset_request{checked_name(name, "object"), parties, 0});
 }
 
 std::uint64_t Client::id() const noexcept {

@@ -1,7 +1,5 @@
 #include "connection.hpp"
 
-#include "sync_pages.hpp"
-
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -14,6 +12,7 @@
 
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/socket_path.hpp"
+#include "sync_pages.hpp"
 #ifdef GPUMEM_WITH_CUDA
 #include "cuda_context.hpp"
 #include "cuda_imports.hpp"

@@ -69,9 +69,9 @@ void unmap_signal_page(std::uint64_t address, std::size_t size) noexcept {
 std::uint64_t register_host_page(void* page, std::size_t size) {
   const cuda::driver_api& cu = cuda_driver();
   context_scope scope(cu, context_of(cu, nullptr));
-  check_cuda(cu.cuMemHostRegister(page, size,
-                                  CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE),
-             "cuMemHostRegister(lock page)");
+  check_cuda(
+      cu.cuMemHostRegister(page, size, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE),
+      "cuMemHostRegister(lock page)");
   CUdeviceptr address = 0;
   check_cuda(cu.cuMemHostGetDevicePointer(&address, page, 0), "cuMemHostGetDevicePointer");
   return address;
@@ -92,9 +92,9 @@ int device_of(Stream stream) {
 void wait_value(Stream stream, std::uint64_t address, std::uint32_t value, wait_kind kind) {
   const cuda::driver_api& cu = cuda_driver();
   context_scope scope(cu, context_of(cu, stream));
-  check_cuda(cu.cuStreamWaitValue32(stream, address, value,
-                                    kind == wait_kind::equal ? CU_STREAM_WAIT_VALUE_EQ
-                                                             : CU_STREAM_WAIT_VALUE_GEQ),
+  check_cuda(cu.cuStreamWaitValue32(
+                 stream, address, value,
+                 kind == wait_kind::equal ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ),
              "cuStreamWaitValue32");
 }
 

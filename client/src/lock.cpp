@@ -142,8 +142,8 @@ void Lock::unlock(Stream stream) {
   auto& cell = state_->object.cell<sync::lock_cell>();
   const std::uint64_t serving =
       state_->object.signal_word(device, offsetof(sync::signal_cell, serving));
-  const std::uint64_t entry = state_->object.pages().host_word_on_device(
-      &cell.queue[ticket % sync::kLockQueueLength]);
+  const std::uint64_t entry =
+      state_->object.pages().host_word_on_device(&cell.queue[ticket % sync::kLockQueueLength]);
   // The turn first, then the entry: a death between the two leaves an entry whose turn has
   // passed, which the daemon recognises; the other order would lose the turn.
   detail::cuda_sync::write_value(stream, serving, static_cast<std::uint16_t>(ticket + 1));

@@ -61,8 +61,7 @@ void sync_object::enter(sync::domain where, int device) {
   std::atomic_ref<std::uint32_t> word(domain_word());
   std::uint32_t current = word.load(std::memory_order_acquire);
   if (current == wanted) return;
-  if (current == 0 &&
-      word.compare_exchange_strong(current, wanted, std::memory_order_acq_rel)) {
+  if (current == 0 && word.compare_exchange_strong(current, wanted, std::memory_order_acq_rel)) {
     return;
   }
   if (current == wanted) return;

@@ -16,7 +16,8 @@ namespace gpumem::detail {
 class connection;
 
 inline void check_open(const void* state, const char* type) {
-  if (state == nullptr) throw Error(errc::invalid_argument, std::string("the ") + type + " is empty (moved from)");
+  if (state == nullptr)
+    throw Error(errc::invalid_argument, std::string("the ") + type + " is empty (moved from)");
 }
 
 class sync_object {

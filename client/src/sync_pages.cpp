@@ -15,8 +15,8 @@ using proto::message_type;
 
 sync_pages::sync_pages(connection& link) : link_(link) {
   std::vector<unique_fd> fds;
-  const auto reply = link_.call<proto::sync_attach_reply>(message_type::attach_sync,
-                                                          proto::empty_payload{}, &fds);
+  const auto reply =
+      link_.call<proto::sync_attach_reply>(message_type::attach_sync, proto::empty_payload{}, &fds);
   if (fds.size() != 1 || reply.cell_size != sync::kCellSize ||
       reply.cell_count != sync::kCellCount) {
     throw Error(errc::bad_message, "gpumemd's lock page does not match this libgpumem");

@@ -168,9 +168,8 @@ bool is_known_kind(sync_kind kind) noexcept {
 }  // namespace
 
 std::error_code validate(const sync_attach_reply& m) noexcept {
-  return m.slot != 0 && m.cell_size != 0 && m.cell_count != 0 && m.reserved == 0
-             ? std::error_code{}
-             : bad();
+  return m.slot != 0 && m.cell_size != 0 && m.cell_count != 0 && m.reserved == 0 ? std::error_code{}
+                                                                                 : bad();
 }
 
 std::error_code validate(const sync_open_request& m) noexcept {
@@ -179,8 +178,8 @@ std::error_code validate(const sync_open_request& m) noexcept {
     return bad();
   }
   const bool counters = m.kind != sync_kind::lock;
-  const bool role_fits = m.kind == sync_kind::channel ? m.role != sync_role::party
-                                                      : m.role == sync_role::party;
+  const bool role_fits =
+      m.kind == sync_kind::channel ? m.role != sync_role::party : m.role == sync_role::party;
   if (!role_fits || (counters && m.parties < (m.kind == sync_kind::channel ? 2u : 1u)) ||
       (!counters && m.parties != 0)) {
     return errc::invalid_argument;

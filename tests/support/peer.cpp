@@ -81,9 +81,10 @@ int barrier_rounds(gpumem::Client& client, const char* name, std::uint32_t parti
 
 int pass_items(gpumem::Client& client, bool producing, char** argv) {
   const std::uint64_t items = std::stoull(argv[3]);
-  const gpumem::ChannelOptions options{.slots = static_cast<std::uint32_t>(std::stoul(argv[5])),
-                                       .slot_bytes = std::stoull(argv[6]),
-                                       .consumers = static_cast<std::uint32_t>(std::stoul(argv[4]))};
+  const gpumem::ChannelOptions options{
+      .slots = static_cast<std::uint32_t>(std::stoul(argv[5])),
+      .slot_bytes = std::stoull(argv[6]),
+      .consumers = static_cast<std::uint32_t>(std::stoul(argv[4]))};
   auto channel = client.channel(
       argv[2], producing ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
   for (std::uint64_t item = 0; item < items; ++item) {

@@ -195,7 +195,7 @@ struct SyncInfo {
   std::string name;
   std::string domain;  ///< "host", "stream:N", "device:N", or "unused"
   std::uint32_t parties = 0;
-  std::uint32_t attached = 0;  ///< lock: clients holding it open; else parties taken
+  std::uint32_t attached = 0;   ///< lock: clients holding it open; else parties taken
   std::uint32_t owner_pid = 0;  ///< lock holder's process, 0 when free (host locks)
   std::uint32_t queued = 0;     ///< host lock: waiters behind the holder
   std::uint32_t owner_deaths = 0;

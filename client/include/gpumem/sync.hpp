@@ -138,10 +138,10 @@ class Barrier {
 };
 
 struct ChannelOptions {
-  std::uint32_t slots = 4;          ///< items in flight at most
-  std::size_t slot_bytes = 0;       ///< bytes per item
-  std::uint32_t consumers = 1;      ///< each consumer sees every item
-  int device = kHost;               ///< where the slots live
+  std::uint32_t slots = 4;      ///< items in flight at most
+  std::size_t slot_bytes = 0;   ///< bytes per item
+  std::uint32_t consumers = 1;  ///< each consumer sees every item
+  int device = kHost;           ///< where the slots live
 };
 
 /// @brief A ring of slots over a shared buffer, from one producer to consumers that each see
@@ -153,8 +153,8 @@ struct ChannelOptions {
 class Channel {
  public:
   struct Slot {
-    void* data = nullptr;          ///< in the channel's buffer (host or device memory)
-    std::uint64_t sequence = 0;    ///< the item's number, from 0
+    void* data = nullptr;        ///< in the channel's buffer (host or device memory)
+    std::uint64_t sequence = 0;  ///< the item's number, from 0
     BarrierStatus status = BarrierStatus::ok;
   };
 

@@ -156,9 +156,9 @@ acquire_result host_lock::wait_turn(queue_entry mine,
     if (now < spin_until) {
       cpu_relax();
     } else {
-      futex_wait(&entry_of(cell_, mine.ticket), waiting,
-                 deadline ? std::optional<std::chrono::nanoseconds>(*deadline - now)
-                          : std::nullopt);
+      futex_wait(
+          &entry_of(cell_, mine.ticket), waiting,
+          deadline ? std::optional<std::chrono::nanoseconds>(*deadline - now) : std::nullopt);
     }
   }
   if (queue_entry::decode(entry.load(std::memory_order_acquire)).state != queue_entry::granted) {

@@ -29,7 +29,7 @@ namespace gpumem::proto {
   X(io_error, 13, "socket error")                                   \
   X(internal, 14, "internal daemon error")                          \
   X(cuda_error, 15, "CUDA error")                                   \
-  X(not_supported, 16, "not supported by this daemon")             \
+  X(not_supported, 16, "not supported by this daemon")              \
   X(not_lock_owner, 17, "not the holder of the lock")               \
   X(not_recoverable, 18, "lock not recoverable")                    \
   X(wrong_domain, 19, "used in another domain")                     \

@@ -289,10 +289,10 @@ struct sync_record {
   std::uint64_t sync_id;
   sync_kind kind;
   std::uint32_t cell;
-  std::uint32_t domain;    ///< gpumem::sync::domain
-  std::uint32_t parties;   ///< barriers and channels
-  std::uint32_t attached;  ///< clients holding it open (lock) or parties taken
-  std::uint32_t flags;     ///< lock: lock_word flags; counters: counter_cell state
+  std::uint32_t domain;     ///< gpumem::sync::domain
+  std::uint32_t parties;    ///< barriers and channels
+  std::uint32_t attached;   ///< clients holding it open (lock) or parties taken
+  std::uint32_t flags;      ///< lock: lock_word flags; counters: counter_cell state
   std::uint32_t owner_pid;  ///< lock holder's process, 0 when free
   std::uint32_t queued;     ///< lock: tickets waiting behind the holder
   std::uint32_t owner_deaths;

@@ -1,0 +1,165 @@
+#pragma once
+/// @file
+/// @brief Locks, barriers and channels inside kernels: `__device__` functions on the words of
+/// a device's signal page, shared by the kernels of every process that opened the object.
+///
+/// @code
+///   __global__ void add(gpumem::device::lock_ref lock, float* total, const float* parts) {
+///     gpumem::device::with_lock(lock, [&] { *total += parts[threadIdx.x]; });
+///   }
+///   add<<<blocks, threads, 0, stream>>>(lock.device(0), total, parts);  // lock: gpumem::Lock
+/// @endcode
+///
+/// Two processes' kernels run at the same time only under MPS (measured on an H100: a 0.86 us
+/// hand-off with MPS; without it the GPU time-slices between processes and a hand-off takes
+/// milliseconds). Without MPS, prefer the stream-ordered forms between processes. Every wait
+/// here backs off with __nanosleep, so a spinning warp leaves the SM to others.
+///
+/// Pass the refs by value (they are plain addresses): a lock object with a destructor that
+/// releases, copied into a kernel, would release once per copy.
+
+#include <cooperative_groups.h>
+
+#include <cuda/atomic>
+
+#include "gpumem/device_refs.hpp"
+
+namespace gpumem::device {
+
+namespace detail {
+
+using system_word = cuda::atomic_ref<unsigned int, cuda::thread_scope_system>;
+
+/// Doubles the pause from 32 ns up to about 1 us.
+struct backoff {
+  unsigned int nanoseconds = 32;
+  __device__ void pause() {
+    __nanosleep(nanoseconds);
+    if (nanoseconds < 1024) nanoseconds *= 2;
+  }
+};
+
+__device__ inline unsigned long long now_ns() {
+  unsigned long long time;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(time));
+  return time;
+}
+
+/// Counters compare cyclically, like the host's and cuStreamWaitValue32's.
+__device__ inline bool reached(unsigned int count, unsigned int target) {
+  return static_cast<int>(count - target) >= 0;
+}
+
+}  // namespace detail
+
+/// @brief One attempt. For one thread; lanes of a warp that share a lock use with_lock().
+__device__ inline bool try_lock(lock_ref lock) {
+  unsigned int expected = 0;
+  return detail::system_word(*lock.word)
+      .compare_exchange_strong(expected, lock.slot, cuda::memory_order_acquire,
+                               cuda::memory_order_relaxed);
+}
+
+/// @brief Spins with back-off until held or @p timeout_ns passed.
+__device__ inline bool try_lock_for(lock_ref lock, unsigned long long timeout_ns) {
+  const unsigned long long deadline = detail::now_ns() + timeout_ns;
+  detail::backoff wait;
+  while (!try_lock(lock)) {
+    if (detail::now_ns() >= deadline) return false;
+    wait.pause();
+  }
+  return true;
+}
+
+/// @brief Spins with back-off until held. For one thread (see with_lock()).
+__device__ inline void lock(lock_ref lock) {
+  detail::backoff wait;
+  while (!try_lock(lock)) wait.pause();
+}
+
+__device__ inline void unlock(lock_ref lock) {
+  detail::system_word(*lock.word).store(0, cuda::memory_order_release);
+}
+
+/// @brief True once the daemon released the lock for a process that died holding it: the
+/// holder repairs what it protects, then calls mark_consistent().
+__device__ inline bool owner_died(lock_ref lock) {
+  return detail::system_word(*lock.owner_died).load(cuda::memory_order_acquire) != 0;
+}
+
+__device__ inline void mark_consistent(lock_ref lock) {
+  detail::system_word(*lock.owner_died).store(0, cuda::memory_order_relaxed);
+}
+
+/// @brief Runs @p critical in every calling thread, one at a time, holding the lock.
+///
+/// Lanes of a warp that call it for the same lock form a group whose first lane takes the lock
+/// once for all of them; the others never spin. So the group cannot deadlock on itself (a lane
+/// spinning on a lock its own warp holds), and a warp costs one acquisition, not 32. The
+/// group's lanes then take turns, with the warp synchronised between turns.
+template <class Critical>
+__device__ void with_lock(lock_ref lock, Critical&& critical) {
+  namespace cg = cooperative_groups;
+  const cg::coalesced_group active = cg::coalesced_threads();
+  const cg::coalesced_group sharing =
+      cg::labeled_partition(active, reinterpret_cast<unsigned long long>(lock.word));
+  if (sharing.thread_rank() == 0) gpumem::device::lock(lock);
+  sharing.sync();
+  cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
+  for (unsigned int turn = 0; turn < sharing.size(); ++turn) {
+    if (sharing.thread_rank() == turn) critical();
+    sharing.sync();
+  }
+  if (sharing.thread_rank() == 0) {
+    // Every lane's writes, ordered before the release by the group's synchronisation.
+    cuda::atomic_thread_fence(cuda::memory_order_seq_cst, cuda::thread_scope_system);
+    gpumem::device::unlock(lock);
+  }
+}
+
+/// @brief Publishes @p count as this party's progress (a barrier round arrived at, an item
+/// published or released). One thread per party calls it, after the work it covers.
+__device__ inline void publish(counters_ref counters, unsigned int count) {
+  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
+  detail::system_word(counters.counts[counters.party]).store(count, cuda::memory_order_release);
+}
+
+/// @brief Waits until @p party reached @p target. False when the object broke first (a party
+/// died or left).
+__device__ inline bool wait_for(counters_ref counters, unsigned int party, unsigned int target) {
+  detail::backoff wait;
+  for (;;) {
+    const unsigned int count =
+        detail::system_word(counters.counts[party]).load(cuda::memory_order_acquire);
+    if (detail::reached(count, target)) return true;
+    if (detail::system_word(*counters.broken).load(cuda::memory_order_acquire) != 0) return false;
+    wait.pause();
+  }
+}
+
+/// @brief Barrier: arrive at @p round (1, 2, ...) and wait for every party. One thread per
+/// party; the rest of its block waits on __syncthreads() around it.
+__device__ inline bool arrive_and_wait(counters_ref barrier, unsigned int round) {
+  publish(barrier, round);
+  for (unsigned int party = 0; party < barrier.parties; ++party) {
+    if (!wait_for(barrier, party, round)) return false;
+  }
+  return true;
+}
+
+/// @brief Channel producer: waits until slot `sequence % slots` is free again (every consumer
+/// released the item that used it before).
+__device__ inline bool wait_free_slot(counters_ref channel, unsigned int sequence,
+                                      unsigned int slots) {
+  for (unsigned int consumer = 1; consumer < channel.parties; ++consumer) {
+    if (!wait_for(channel, consumer, sequence + 1 - slots)) return false;
+  }
+  return true;
+}
+
+/// @brief Channel consumer: waits until item @p sequence is published.
+__device__ inline bool wait_item(counters_ref channel, unsigned int sequence) {
+  return wait_for(channel, 0, sequence + 1);
+}
+
+}  // namespace gpumem::device

@@ -1,0 +1,181 @@
+// gpumem_gpu_sync_peer: a CUDA client process for the lock, barrier and channel tests.
+//   stream-lock-count LOCK BUFFER|- N
+//                      N times, without waiting on the host: lock(stream), a kernel that
+//                      increments the plain counter at BUFFER, unlock(stream); then "done"
+//   stream-lock-queue LOCK
+//                      lock(stream) and never unlock; print "queued", wait to be killed
+//   device-lock-count LOCK BUFFER BLOCKS THREADS ITERATIONS
+//                      every thread adds one ITERATIONS times under with_lock(); "done"
+//   device-lock-hold LOCK
+//                      a kernel takes the device lock and spins; print "held" once it has
+//   stream-barrier-rounds NAME PARTIES ROUNDS BUFFER
+//                      each round: write the round to this party's slot, arrive(stream),
+//                      wait(stream), check every slot on the GPU; print "ok" or "bad N"
+//   barrier-join NAME PARTIES
+//                      join in the GPU domain, print "ready", wait to be killed
+//   stream-channel-produce NAME ITEMS CONSUMERS SLOTS BYTES
+//   stream-channel-consume NAME ITEMS CONSUMERS SLOTS BYTES
+//                      pass patterned items in stream order; the consumer checks each on the
+//                      GPU and prints "ok ITEMS" or "bad N"
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "gpumem/gpumem.hpp"
+#include "sync_kernels.hpp"
+
+namespace {
+
+using namespace gpumem::testing;
+using namespace std::chrono_literals;
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+[[noreturn]] void wait_forever() {
+  for (;;) ::pause();
+}
+
+/// A device word the kernels count errors into, read back at the end.
+class error_count {
+ public:
+  error_count(gpumem::Client& client, stream_t stream)
+      : buffer_(client.allocate(sizeof(unsigned long long), {.device = 0, .stream = stream})),
+        stream_(stream) {
+    zero_on_device(buffer_.data(), buffer_.size(), stream);
+  }
+  unsigned long long* device() { return static_cast<unsigned long long*>(buffer_.data()); }
+  unsigned long long read() {
+    unsigned long long value = 0;
+    copy_to_host(&value, buffer_.data(), sizeof value, stream_);
+    return value;
+  }
+
+ private:
+  gpumem::Buffer buffer_;
+  stream_t stream_;
+};
+
+int pass_items(gpumem::Client& client, bool producing, char** argv, stream_t stream) {
+  const std::uint64_t items = std::stoull(argv[3]);
+  const gpumem::ChannelOptions options{.slots = static_cast<std::uint32_t>(std::stoul(argv[5])),
+                                       .slot_bytes = std::stoull(argv[6]),
+                                       .consumers = static_cast<std::uint32_t>(std::stoul(argv[4])),
+                                       .device = 0};
+  auto channel = client.channel(
+      argv[2], producing ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
+  error_count errors(client, stream);
+  for (std::uint64_t item = 0; item < items; ++item) {
+    const auto seed = static_cast<std::uint32_t>(item);
+    if (producing) {
+      const auto slot = channel.acquire_slot(stream);
+      fill_on_device(slot.data, options.slot_bytes, seed, stream);
+      channel.publish(stream);
+    } else {
+      const auto slot = channel.acquire(stream);
+      count_mismatches(slot.data, options.slot_bytes, seed, errors.device(), stream);
+      channel.release(stream);
+    }
+  }
+  const auto bad = errors.read();
+  if (producing) {
+    say("done");
+  } else {
+    say(bad == 0 ? "ok " + std::to_string(items) : "bad " + std::to_string(bad));
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+int run(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  auto client = gpumem::Client::connect({.label = "gpu-sync-peer-" + command});
+  stream_t stream = make_stream();
+  if (command == "stream-lock-count" && argc == 5) {
+    auto lock = client.lock(argv[2]);
+    auto counter = std::string(argv[3]) == "-"
+                       ? client.allocate(sizeof(std::uint64_t), {.device = 0, .stream = stream})
+                       : client.open(argv[3], {.stream = stream});
+    for (std::uint64_t i = 0, n = std::stoull(argv[4]); i < n; ++i) {
+      lock.lock(stream);
+      increment_slowly(static_cast<std::uint64_t*>(counter.data()), stream);
+      lock.unlock(stream);
+    }
+    synchronize(stream);
+    say("done");
+    return 0;
+  }
+  if (command == "stream-lock-queue" && argc == 3) {
+    auto lock = client.lock(argv[2]);
+    lock.lock(stream);
+    say("queued");
+    wait_forever();
+  }
+  if (command == "device-lock-count" && argc == 7) {
+    auto lock = client.lock(argv[2]);
+    auto counter = client.open(argv[3], {.stream = stream});
+    count_under_device_lock(lock.device(0), static_cast<std::uint64_t*>(counter.data()),
+                            static_cast<unsigned>(std::stoul(argv[4])),
+                            static_cast<unsigned>(std::stoul(argv[5])),
+                            static_cast<unsigned>(std::stoul(argv[6])), stream);
+    synchronize(stream);
+    say("done");
+    return 0;
+  }
+  if (command == "device-lock-hold" && argc == 3) {
+    auto lock = client.lock(argv[2]);
+    auto taken = client.allocate(sizeof(unsigned), {.device = 0, .stream = stream});
+    zero_on_device(taken.data(), taken.size(), stream);
+    synchronize(stream);
+    hold_device_lock_forever(lock.device(0), static_cast<unsigned*>(taken.data()), stream);
+    stream_t reader = make_stream();
+    unsigned seen = 0;
+    while (seen == 0) {
+      std::this_thread::sleep_for(1ms);
+      copy_to_host(&seen, taken.data(), sizeof seen, reader);
+    }
+    say("held");
+    wait_forever();
+  }
+  if (command == "stream-barrier-rounds" && argc == 6) {
+    const auto parties = static_cast<unsigned>(std::stoul(argv[3]));
+    auto barrier = client.barrier(argv[2], parties);
+    auto slots = client.open(argv[5], {.stream = stream});
+    auto* progress = static_cast<std::uint32_t*>(slots.data());
+    error_count errors(client, stream);
+    for (unsigned round = 1, rounds = static_cast<unsigned>(std::stoul(argv[4])); round <= rounds;
+         ++round) {
+      write_round(progress, barrier.party(), round, stream);
+      barrier.wait(barrier.arrive(stream), stream);
+      check_round(progress, parties, round, errors.device(), stream);
+    }
+    const auto bad = errors.read();
+    say(bad == 0 ? "ok" : "bad " + std::to_string(bad));
+    return bad == 0 ? 0 : 1;
+  }
+  if (command == "barrier-join" && argc == 4) {
+    auto barrier = client.barrier(argv[2], static_cast<std::uint32_t>(std::stoul(argv[3])));
+    barrier.device(0);
+    say("ready");
+    wait_forever();
+  }
+  if ((command == "stream-channel-produce" || command == "stream-channel-consume") && argc == 7) {
+    return pass_items(client, command == "stream-channel-produce", argv, stream);
+  }
+  std::fprintf(stderr, "gpumem_gpu_sync_peer: bad arguments\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    say(std::string("error ") + error.what());
+    return 3;
+  }
+}

@@ -1,0 +1,47 @@
+#pragma once
+// Kernels for the lock, barrier and channel tests and benchmarks (plain C++ interface).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpumem/device_refs.hpp"
+#include "kernels.hpp"
+
+namespace gpumem::testing {
+
+/// One thread: read, pause, write back plus one. Two overlapping holders lose an increment.
+void increment_slowly(std::uint64_t* counter, stream_t stream);
+/// Every thread of @p blocks x @p threads adds one @p iterations times under with_lock().
+void count_under_device_lock(device::lock_ref lock, std::uint64_t* counter, unsigned blocks,
+                             unsigned threads, unsigned iterations, stream_t stream);
+/// One thread takes the lock, sets *taken, and spins until the process dies.
+void hold_device_lock_forever(device::lock_ref lock, unsigned* taken, stream_t stream);
+/// One thread: try_lock_for(timeout); *result = 1 + owner_died when taken (then released), 0 not.
+void probe_device_lock(device::lock_ref lock, unsigned long long timeout_ns, unsigned* result,
+                       stream_t stream);
+
+/// slots[party] = round.
+void write_round(std::uint32_t* slots, unsigned party, unsigned round, stream_t stream);
+/// Adds to *errors the parties whose slot is behind @p round.
+void check_round(const std::uint32_t* slots, unsigned parties, unsigned round,
+                 unsigned long long* errors, stream_t stream);
+/// Adds to *errors the bytes that differ from the pattern (pattern.hpp).
+void count_mismatches(const void* data, std::size_t size, std::uint32_t seed,
+                      unsigned long long* errors, stream_t stream);
+
+/// Two processes' kernels take turns @p rounds times (process @p me on turns of its parity):
+/// through the device lock (take it, pass the turn if it is ours, release), or through the
+/// turn word alone (the raw spin ping-pong). *done = turns taken; both give up after 10 s.
+void device_lock_ping_pong(device::lock_ref lock, unsigned* turn, unsigned me, unsigned rounds,
+                           unsigned* done, stream_t stream);
+void spin_ping_pong(unsigned* turn, unsigned me, unsigned rounds, unsigned* done, stream_t stream);
+
+void zero_on_device(void* data, std::size_t size, stream_t stream);
+/// Copies @p size bytes device to host and waits.
+void copy_to_host(void* host, const void* device, std::size_t size, stream_t stream);
+/// True when the stream's work is done.
+bool stream_idle(stream_t stream);
+/// Device-to-device copy on the stream (channel bandwidth baseline).
+void copy_on_device(void* to, const void* from, std::size_t size, stream_t stream);
+
+}  // namespace gpumem::testing
