@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "mps_status.hpp"
 #include "request_error.hpp"
 
 namespace gpumem::daemon {
@@ -316,7 +317,9 @@ bool registry::holds_process_state(std::uint64_t client_id) const {
 
 std::uint32_t registry::features() const noexcept {
   for (const auto& candidate : pools_) {
-    if (candidate->is_device_memory()) return proto::kFeatureCuda;
+    if (candidate->is_device_memory()) {
+      return proto::kFeatureCuda | (mps_active() ? proto::kFeatureMps : 0u);
+    }
   }
   return 0;
 }

@@ -43,9 +43,13 @@ void print_json(const json& document) {
 
 void status(gpumem::Client& client, bool as_json) {
   const auto stats = client.stats();
-  const json document{{"daemon_pid", stats.daemon_pid},  {"socket", client.socket_path()},
-                      {"uptime_ms", stats.uptime_ms},    {"cuda", stats.cuda},
-                      {"pools", stats.pools.size()},     {"clients", stats.clients},
+  const json document{{"daemon_pid", stats.daemon_pid},
+                      {"socket", client.socket_path()},
+                      {"uptime_ms", stats.uptime_ms},
+                      {"cuda", stats.cuda},
+                      {"mps", stats.mps},
+                      {"pools", stats.pools.size()},
+                      {"clients", stats.clients},
                       {"allocations", stats.allocations}};
   if (as_json) return print_json(document);
   gpumemctl::table rows({"", ""});
@@ -53,6 +57,7 @@ void status(gpumem::Client& client, bool as_json) {
   rows.add({"socket", client.socket_path()});
   rows.add({"uptime", gpumemctl::duration_text(stats.uptime_ms)});
   rows.add({"cuda backend", stats.cuda ? "yes" : "no"});
+  rows.add({"mps", stats.cuda ? (stats.mps ? "active" : "not active") : "-"});
   rows.add({"ipc events live", std::to_string(stats.ipc_events_live)});
   rows.add({"pools", std::to_string(stats.pools.size())});
   rows.add({"clients", std::to_string(stats.clients)});
@@ -169,6 +174,57 @@ void reservations(gpumem::Client& client, bool as_json) {
   rows.print(std::cout);
 }
 
+const char* kind_name(gpumem::SyncKind kind) {
+  switch (kind) {
+    case gpumem::SyncKind::lock:
+      return "lock";
+    case gpumem::SyncKind::barrier:
+      return "barrier";
+    case gpumem::SyncKind::channel:
+      return "channel";
+  }
+  return "?";
+}
+
+std::string sync_state(const gpumem::SyncInfo& s) {
+  if (s.not_recoverable) return "not recoverable";
+  if (s.owner_died) return "owner died";
+  if (s.broken) return "broken";
+  if (s.kind == gpumem::SyncKind::lock) return s.owner_pid != 0 ? "held" : "free";
+  return "ok";
+}
+
+void locks(gpumem::Client& client, bool as_json) {
+  const auto all = client.sync_objects();
+  if (as_json) {
+    json list = json::array();
+    for (const auto& s : all) {
+      list.push_back({{"id", s.id},
+                      {"kind", kind_name(s.kind)},
+                      {"name", s.name},
+                      {"domain", s.domain},
+                      {"state", sync_state(s)},
+                      {"owner_pid", s.owner_pid},
+                      {"queued", s.queued},
+                      {"parties", s.parties},
+                      {"attached", s.attached},
+                      {"owner_deaths", s.owner_deaths},
+                      {"epoch", s.epoch}});
+    }
+    return print_json(list);
+  }
+  gpumemctl::table rows(
+      {"ID", "KIND", "NAME", "DOMAIN", "STATE", "OWNER", "QUEUED", "PARTIES", "OPEN", "DEATHS"});
+  for (const auto& s : all) {
+    const bool lock = s.kind == gpumem::SyncKind::lock;
+    rows.add({std::to_string(s.id), kind_name(s.kind), s.name, s.domain, sync_state(s),
+              s.owner_pid != 0 ? std::to_string(s.owner_pid) : "-",
+              lock ? std::to_string(s.queued) : "-", lock ? "-" : std::to_string(s.parties),
+              std::to_string(s.attached), std::to_string(s.owner_deaths)});
+  }
+  rows.print(std::cout);
+}
+
 void ping(gpumem::Client& client, bool as_json) {
   client.ping();
   if (as_json) return print_json({{"ok", true}});
@@ -188,6 +244,7 @@ constexpr command kCommands[] = {
     {"clients", "connected clients and what they hold", clients},
     {"allocations", "live allocations, names and holders", allocations},
     {"reservations", "VMM reservations, committed sizes and holders", reservations},
+    {"locks", "locks, barriers and channels: state, holder, waiters, deaths", locks},
     {"ping", "check that the daemon answers", ping},
 };
 
@@ -206,9 +263,25 @@ int main(int argc, char** argv) {
     sub->add_flag("--json", as_json, "print JSON instead of a table");
     sub->callback([&chosen, &each] { chosen = &each; });
   }
+  std::string reset_name;
+  std::uint32_t reset_parties = 0;
+  auto* reset = app.add_subcommand(
+      "reset", "make a lock usable again (releasing its holder) or restart a barrier or channel");
+  reset->add_option("name", reset_name, "the lock, barrier or channel")->required();
+  reset->add_option("--parties", reset_parties,
+                    "barriers and channels: parties from now on (default: those attached)");
   CLI11_PARSE(app, argc, argv);
   try {
     auto client = gpumem::Client::connect({.socket_path = socket_path, .label = "gpumemctl"});
+    if (reset->parsed()) {
+      client.reset(reset_name, reset_parties);
+      if (as_json) {
+        print_json({{"reset", reset_name}});
+      } else {
+        std::cout << "reset " << reset_name << '\n';
+      }
+      return 0;
+    }
     chosen->run(client, as_json);
     return 0;
   } catch (const gpumem::Error& error) {

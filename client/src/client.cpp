@@ -131,6 +131,7 @@ Stats Client::stats() {
   stats.uptime_ms = reply.head.uptime_ms;
   stats.daemon_pid = reply.head.daemon_pid;
   stats.cuda = (reply.head.features & proto::kFeatureCuda) != 0;
+  stats.mps = (reply.head.features & proto::kFeatureMps) != 0;
   stats.ipc_events_live = reply.head.ipc_events_live;
   for (const auto& record : reply.records) {
     stats.pools.push_back({std::string(record.name.view()), record.pool_id, record.device,

@@ -151,6 +151,9 @@ struct Stats {
   std::uint64_t uptime_ms = 0;
   std::uint32_t daemon_pid = 0;
   bool cuda = false;
+  /// MPS shares the daemon's contexts: kernels of several processes run at the same time, so
+  /// device-side locks hand off in about a microsecond (milliseconds without MPS).
+  bool mps = false;
   std::uint32_t ipc_events_live = 0;  ///< interprocess events the daemon holds
 };
 

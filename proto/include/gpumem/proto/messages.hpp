@@ -18,6 +18,8 @@ inline constexpr std::int32_t kHostDevice = -1;
 
 /// Feature bits in hello_reply::features and stats_head::features.
 inline constexpr std::uint32_t kFeatureCuda = 1u << 0;
+/// The daemon's CUDA contexts are MPS clients: kernels of several processes run concurrently.
+inline constexpr std::uint32_t kFeatureMps = 1u << 1;
 
 enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
 
