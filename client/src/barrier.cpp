@@ -58,7 +58,7 @@ Barrier::Token Barrier::arrive() {
   detail::check_open(state_.get(), "Barrier");
   state_->object.enter(sync::domain::host);
   const Token token = state_->next_round();
-  state_->counters.publish(state_->object.party(), token.round);
+  state_->counters.arrive(state_->object.party(), token.round);
   return token;
 }
 
@@ -66,11 +66,7 @@ BarrierStatus Barrier::wait(Token token) {
   detail::check_open(state_.get(), "Barrier");
   state_->object.enter(sync::domain::host);
   if (token.epoch != state_->counters.epoch()) return BarrierStatus::broken;
-  for (std::uint32_t party = 0; party < state_->counters.parties(); ++party) {
-    const auto status = state_->counters.wait_for(party, token.round);
-    if (status != sync::wait_status::ok) return to_status(status);
-  }
-  return BarrierStatus::ok;
+  return to_status(state_->counters.wait_all(token.round));
 }
 
 BarrierStatus Barrier::wait_for(Token token, std::chrono::nanoseconds timeout) {
@@ -78,11 +74,7 @@ BarrierStatus Barrier::wait_for(Token token, std::chrono::nanoseconds timeout) {
   state_->object.enter(sync::domain::host);
   if (token.epoch != state_->counters.epoch()) return BarrierStatus::broken;
   const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(timeout);
-  for (std::uint32_t party = 0; party < state_->counters.parties(); ++party) {
-    const auto status = state_->counters.wait_for(party, token.round, deadline);
-    if (status != sync::wait_status::ok) return to_status(status);
-  }
-  return BarrierStatus::ok;
+  return to_status(state_->counters.wait_all(token.round, deadline));
 }
 
 BarrierStatus Barrier::arrive_and_wait() {

@@ -22,6 +22,19 @@ struct Lock::state {
   /// both ordered by the lock itself.
   sync::lock_hold hold{};
   std::atomic<bool> owner_died{false};
+  /// Whether this object already checked that the lock is a host lock (it stays one).
+  std::atomic<bool> host_checked{false};
+  void enter_host() {
+    if (host_checked.load(std::memory_order_relaxed)) return;
+    object.enter(sync::domain::host);
+    host_checked.store(true, std::memory_order_relaxed);
+  }
+  /// Read only by holders, so a relaxed store that is skipped when nothing changes suffices.
+  void set_owner_died(bool died) noexcept {
+    if (owner_died.load(std::memory_order_relaxed) != died) {
+      owner_died.store(died, std::memory_order_relaxed);
+    }
+  }
   std::mutex stream_mutex;
   std::deque<std::uint16_t> stream_tickets;  ///< taken by lock(stream), oldest first
 };
@@ -50,33 +63,38 @@ void Lock::lock() {
 
 bool Lock::try_lock() {
   detail::check_open(state_.get(), "Lock");
-  state_->object.enter(sync::domain::host);
+  state_->enter_host();
   const auto taken = state_->algorithm.try_acquire();
   if (!taken) return false;
   if (taken->status == sync::acquire_status::not_recoverable) {
     throw not_recoverable(name());
   }
   state_->hold = taken->hold;
-  state_->owner_died.store(taken->status == sync::acquire_status::acquired_owner_died);
+  state_->set_owner_died(taken->status == sync::acquire_status::acquired_owner_died);
   return true;
 }
 
 LockStatus Lock::acquire() {
   detail::check_open(state_.get(), "Lock");
-  state_->object.enter(sync::domain::host);
+  state_->enter_host();
+  if (const auto hold = state_->algorithm.try_acquire_clean()) {
+    state_->hold = *hold;
+    state_->set_owner_died(false);
+    return LockStatus::acquired;
+  }
   const auto result = state_->algorithm.acquire();
   if (result.status == sync::acquire_status::not_recoverable) {
     throw not_recoverable(name());
   }
   state_->hold = result.hold;
   const bool died = result.status == sync::acquire_status::acquired_owner_died;
-  state_->owner_died.store(died);
+  state_->set_owner_died(died);
   return died ? LockStatus::acquired_owner_died : LockStatus::acquired;
 }
 
 LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
   detail::check_open(state_.get(), "Lock");
-  state_->object.enter(sync::domain::host);
+  state_->enter_host();
   const auto deadline = sync::host_lock::clock::now() +
                         std::chrono::duration_cast<sync::host_lock::clock::duration>(timeout);
   const auto result = state_->algorithm.acquire(deadline);
@@ -87,18 +105,19 @@ LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
       throw not_recoverable(name());
     case sync::acquire_status::acquired_owner_died:
       state_->hold = result.hold;
-      state_->owner_died.store(true);
+      state_->set_owner_died(true);
       return LockStatus::acquired_owner_died;
     case sync::acquire_status::acquired:
       break;
   }
   state_->hold = result.hold;
-  state_->owner_died.store(false);
+  state_->set_owner_died(false);
   return LockStatus::acquired;
 }
 
 void Lock::unlock() {
   detail::check_open(state_.get(), "Lock");
+  if (state_->algorithm.release_alone(state_->hold)) return;
   if (state_->algorithm.release(state_->hold) != sync::release_status::released) {
     throw Error(errc::not_lock_owner,
                 "lock '" + name() + "' is not held by this process (or an operator reset it)");
@@ -114,7 +133,7 @@ void Lock::mark_consistent() {
   if (!state_->algorithm.mark_consistent(state_->hold)) {
     throw Error(errc::not_lock_owner, "lock '" + name() + "' is not held by this process");
   }
-  state_->owner_died.store(false);
+  state_->set_owner_died(false);
 }
 
 void Lock::lock(Stream stream) {

@@ -1,5 +1,7 @@
 #include "gpumem/shared/sync/host_counters.hpp"
 
+#include <sched.h>
+
 #include <atomic>
 
 #include "gpumem/shared/sync/futex.hpp"
@@ -42,26 +44,47 @@ std::uint32_t host_counters::parties() const noexcept {
   return ref(cell_.parties).load(std::memory_order_acquire);
 }
 
+void host_counters::arrive(std::uint32_t party, std::uint32_t round) noexcept {
+  ref(cell_.counts[party]).store(round, std::memory_order_release);
+  const std::uint32_t arrived = ref(cell_.arrivals).fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (arrived == round * parties()) futex_wake(&cell_.arrivals);
+}
+
+wait_status host_counters::wait_all(std::uint32_t round,
+                                    std::optional<clock::time_point> deadline) noexcept {
+  return wait_word(cell_.arrivals, round * parties(), deadline);
+}
+
 wait_status host_counters::wait_for(std::uint32_t party, std::uint32_t target,
                                     std::optional<clock::time_point> deadline) noexcept {
+  return wait_word(cell_.counts[party], target, deadline);
+}
+
+wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
+                                     std::optional<clock::time_point> deadline) noexcept {
   const auto spin_until = clock::now() + kSpinBeforeSleep;
   const std::uint32_t started_in = epoch();
-  for (;;) {
+  for (unsigned spins = 0;; ++spins) {
     // What was reached stays reached, also once the cell broke; a reset ends the rounds of
     // the epoch the wait began in.
-    const std::uint32_t seen = count(party);
+    const std::uint32_t seen = ref(word).load(std::memory_order_acquire);
     if (epoch() != started_in) return wait_status::broken;
     if (reached(seen, target)) return wait_status::ok;
     if (broken()) return wait_status::broken;
     const auto now = clock::now();
     if (deadline && now >= *deadline) return wait_status::timeout;
     if (now < spin_until) {
-      cpu_relax();
+      // Pause first; then yield, so that on a busy machine the party awaited gets to run.
+      if (spins < 64) {
+        cpu_relax();
+      } else {
+        ::sched_yield();
+      }
       continue;
     }
     std::chrono::nanoseconds nap = kLongestSleep;
     if (deadline) nap = std::min(nap, std::chrono::nanoseconds(*deadline - now));
-    futex_wait(&cell_.counts[party], seen, nap);
+    futex_wait(&word, seen, nap);
   }
 }
 
@@ -71,14 +94,17 @@ void break_counters(counter_cell& cell) noexcept {
   for (std::uint32_t party = 0; party < parties && party < kMaxParties; ++party) {
     futex_wake(&cell.counts[party]);
   }
+  futex_wake(&cell.arrivals);
 }
 
 void reset_counters(counter_cell& cell, std::uint32_t parties) noexcept {
   for (auto& count : cell.counts) ref(count).store(0, std::memory_order_relaxed);
   ref(cell.parties).store(parties, std::memory_order_relaxed);
+  ref(cell.arrivals).store(0, std::memory_order_relaxed);
   ref(cell.state).store(0, std::memory_order_relaxed);
   ref(cell.epoch).fetch_add(1, std::memory_order_release);
   for (auto& count : cell.counts) futex_wake(&count);
+  futex_wake(&cell.arrivals);
 }
 
 }  // namespace gpumem::sync

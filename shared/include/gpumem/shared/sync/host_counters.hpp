@@ -26,6 +26,11 @@ class host_counters {
   explicit host_counters(counter_cell& cell) noexcept : cell_(cell) {}
 
   void publish(std::uint32_t party, std::uint32_t count) noexcept;
+  /// @brief Barrier arrival at @p round: publishes it and counts it among all arrivals.
+  void arrive(std::uint32_t party, std::uint32_t round) noexcept;
+  /// @brief Waits until every party arrived at @p round, the cell broke, or @p deadline.
+  wait_status wait_all(std::uint32_t round,
+                       std::optional<clock::time_point> deadline = std::nullopt) noexcept;
   /// @brief Waits until @p party's counter reached @p target, the cell broke, or @p deadline.
   wait_status wait_for(std::uint32_t party, std::uint32_t target,
                        std::optional<clock::time_point> deadline = std::nullopt) noexcept;
@@ -35,6 +40,10 @@ class host_counters {
   std::uint32_t parties() const noexcept;
 
  private:
+  /// Waits until @p word reached @p target (see wait_for).
+  wait_status wait_word(std::uint32_t& word, std::uint32_t target,
+                        std::optional<clock::time_point> deadline) noexcept;
+
   counter_cell& cell_;
 };
 

@@ -9,6 +9,7 @@
 /// ticket. The releaser grants the first waiting entry, skipping abandoned ones (timeouts,
 /// dead waiters), then moves the word to that ticket with the new owner, then wakes it.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -42,6 +43,35 @@ class host_lock {
 
   /// @return nullopt when the lock is held or others wait for it (never jumps the queue).
   std::optional<acquire_result> try_acquire() noexcept;
+  /// The common case inline: a free lock with no flags taken, or nullopt (then acquire()).
+  std::optional<lock_hold> try_acquire_clean() noexcept {
+    std::atomic_ref<std::uint64_t> word(cell_.word);
+    std::uint64_t raw = word.load(std::memory_order_relaxed);
+    lock_word current = lock_word::decode(raw);
+    if (current.flags != 0 || !current.free()) return std::nullopt;
+    const lock_hold hold{current.serving, current.epoch};
+    current.next = static_cast<std::uint16_t>(current.next + 1);
+    current.owner = slot_;
+    if (!word.compare_exchange_strong(raw, current.encode(), std::memory_order_acquire,
+                                      std::memory_order_relaxed)) {
+      return std::nullopt;
+    }
+    return hold;
+  }
+  /// The common case inline: nobody queued and no flags; false means release() is needed.
+  bool release_alone(lock_hold hold) noexcept {
+    std::atomic_ref<std::uint64_t> word(cell_.word);
+    std::uint64_t raw = word.load(std::memory_order_relaxed);
+    lock_word current = lock_word::decode(raw);
+    if (current.flags != 0 || current.owner != slot_ || current.serving != hold.ticket ||
+        current.epoch != hold.epoch || current.queued() != 1) {
+      return false;
+    }
+    current.serving = static_cast<std::uint16_t>(current.serving + 1);
+    current.owner = 0;
+    return word.compare_exchange_strong(raw, current.encode(), std::memory_order_release,
+                                        std::memory_order_relaxed);
+  }
   /// @brief Waits in FIFO order until acquired or @p deadline (none: no limit).
   acquire_result acquire(std::optional<clock::time_point> deadline = std::nullopt) noexcept;
   release_status release(lock_hold hold, release_mode mode = release_mode::normal) noexcept;

@@ -114,6 +114,9 @@ struct counter_cell {
   std::uint32_t parties;
   std::uint32_t state;  ///< kBroken
   std::uint32_t epoch;  ///< bumped by a reset; a party that sees it change starts over
+  /// Host barriers: arrivals of all parties so far, so that a waiter sleeps on one word and
+  /// the last arriver of a round wakes everyone with one call.
+  std::uint32_t arrivals;
   std::uint32_t counts[kMaxParties];
 };
 static_assert(sizeof(counter_cell) <= kCellSize);

@@ -1,0 +1,400 @@
+// Locks, barriers and channels against the raw mechanisms they are built on, measured in the
+// same run: a compare-and-swap lock, a futex ping-pong, a process-shared pthread_barrier_t,
+// and on a GPU the stream memory operation ping-pong, the SM spin ping-pong and a device copy.
+// Every party is a forked process with its own connection; the parent never touches CUDA.
+//
+//   sync_bench [--daemon PATH] [--rounds N]
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpumem/gpumem.hpp"
+#ifdef GPUMEM_BENCH_CUDA
+#include "gpumem/shared/cuda/driver.hpp"
+#include "sync_kernels.hpp"
+#endif
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double nanos_since(clock_type::time_point start) {
+  return std::chrono::duration<double, std::nano>(clock_type::now() - start).count();
+}
+
+/// Memory every forked party sees: the parent maps it before forking.
+struct scratch {
+  std::uint32_t cas_word;
+  std::uint32_t futex_word;
+  std::uint32_t ready;
+  std::uint32_t turn;
+  pthread_barrier_t barrier;
+};
+
+scratch* shared_scratch() {
+  void* memory = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::runtime_error("mmap");
+  return new (memory) scratch{};
+}
+
+std::atomic_ref<std::uint32_t> word(std::uint32_t& w) {
+  return std::atomic_ref<std::uint32_t>(w);
+}
+
+/// Runs @p work(party) in @p parties forked processes at once; their results, by party.
+std::vector<double> in_parties(int parties, const std::function<double(int)>& work) {
+  std::vector<int> pipes;
+  std::vector<pid_t> children;
+  for (int party = 0; party < parties; ++party) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::close(fds[0]);
+      double result = -1;
+      int status = 0;
+      try {
+        result = work(party);
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "party %d: %s\n", party, error.what());
+        status = 1;
+      }
+      (void)!::write(fds[1], &result, sizeof result);
+      ::_exit(status);
+    }
+    ::close(fds[1]);
+    pipes.push_back(fds[0]);
+    children.push_back(child);
+  }
+  std::vector<double> results;
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    double value = -1;
+    if (::read(pipes[i], &value, sizeof value) != sizeof value) value = -1;
+    ::close(pipes[i]);
+    int status = 0;
+    ::waitpid(children[i], &status, 0);
+    results.push_back(value);
+  }
+  return results;
+}
+
+/// Every party spins here until all @p parties arrived (host, cheap, before timing starts).
+void start_together(scratch& s, std::uint32_t parties) {
+  word(s.ready).fetch_add(1);
+  while (word(s.ready).load() < parties) std::this_thread::yield();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+void futex_wait(std::uint32_t* address, std::uint32_t expected) {
+  ::syscall(SYS_futex, address, FUTEX_WAIT, expected, nullptr, nullptr, 0);
+}
+void futex_wake(std::uint32_t* address) {
+  ::syscall(SYS_futex, address, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void print_ratio(const char* what, double ours, double raw, const char* unit, const char* target) {
+  std::printf("%-44s gpumem %9.3f %s   raw %9.3f %s   ratio %.2f  (%s)\n", what, ours, unit, raw,
+              unit, ours / raw, target);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpumemd lock, barrier and channel benchmark"};
+  std::string daemon = GPUMEM_BENCH_DAEMON;
+  int rounds = 20000;
+  app.add_option("--daemon", daemon, "gpumemd binary")->check(CLI::ExistingFile);
+  app.add_option("--rounds", rounds, "hand-offs per figure")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  char pattern[] = "/tmp/gpumem-sync-bench-XXXXXX";
+  const std::string folder = ::mkdtemp(pattern);
+  const std::string socket = folder + "/gpumemd.sock";
+  const pid_t gpumemd = ::fork();
+  if (gpumemd == 0) {
+    ::execl(daemon.c_str(), daemon.c_str(), "--socket", socket.c_str(), "--log-level", "warn",
+            nullptr);
+    ::_exit(127);
+  }
+  while (!std::filesystem::exists(socket)) std::this_thread::sleep_for(10ms);
+  const gpumem::ConnectOptions connect{.socket_path = socket, .label = "bench"};
+  scratch& s = *shared_scratch();
+  const auto reset_scratch = [&] { s.cas_word = s.futex_word = s.ready = s.turn = 0; };
+
+  // Uncontended lock + unlock, one process.
+  const auto solo = in_parties(1, [&](int) {
+    auto client = gpumem::Client::connect(connect);
+    auto lock = client.lock("bench.solo");
+    constexpr int kRepeats = 2'000'000;
+    auto start = clock_type::now();
+    for (int i = 0; i < kRepeats; ++i) {
+      lock.lock();
+      lock.unlock();
+    }
+    return nanos_since(start) / kRepeats;
+  });
+  const auto raw_solo = in_parties(1, [&](int) {
+    constexpr int kRepeats = 2'000'000;
+    auto cas = word(s.cas_word);
+    auto start = clock_type::now();
+    for (int i = 0; i < kRepeats; ++i) {
+      std::uint32_t expected = 0;
+      while (!cas.compare_exchange_weak(expected, 1, std::memory_order_acquire)) expected = 0;
+      cas.store(0, std::memory_order_release);
+    }
+    return nanos_since(start) / kRepeats;
+  });
+  print_ratio("uncontended lock+unlock (ns)", solo[0], raw_solo[0], "ns", "target <= 3");
+
+  // Contended: two processes take turns through the lock (a turn word it protects), against
+  // the same turns through a futex word.
+  reset_scratch();
+  const auto handoff = in_parties(2, [&](int party) {
+    auto client = gpumem::Client::connect(connect);
+    auto lock = client.lock("bench.contended");
+    const auto me = static_cast<std::uint32_t>(party);
+    start_together(s, 2);
+    auto start = clock_type::now();
+    for (int i = 0; i < rounds; ++i) {
+      lock.lock();
+      while (s.turn % 2 != me) {  // FIFO: unlocking hands it to the other, queued behind us
+        lock.unlock();
+        lock.lock();
+      }
+      ++s.turn;
+      lock.unlock();
+    }
+    return nanos_since(start) / 1000.0 / (2.0 * rounds);
+  });
+  reset_scratch();
+  const auto raw_handoff = in_parties(2, [&](int party) {
+    const auto me = static_cast<std::uint32_t>(party);
+    start_together(s, 2);
+    auto start = clock_type::now();
+    for (int i = 0; i < rounds; ++i) {
+      std::uint32_t seen;
+      while ((seen = word(s.futex_word).load()) % 2 != me) futex_wait(&s.futex_word, seen);
+      word(s.futex_word).store(seen + 1);
+      futex_wake(&s.futex_word);
+    }
+    return nanos_since(start) / 1000.0 / (2.0 * rounds);
+  });
+  print_ratio("contended hand-off, 2 processes (us)", std::max(handoff[0], handoff[1]),
+              std::max(raw_handoff[0], raw_handoff[1]), "us", "target <= 1, futex ping-pong");
+
+  // Barrier of 8 processes: median round.
+  constexpr int kParties = 8;
+  const int barrier_rounds = std::max(200, rounds / 10);
+  reset_scratch();
+  const auto ours_barrier = in_parties(kParties, [&](int) {
+    auto client = gpumem::Client::connect(connect);
+    auto barrier = client.barrier("bench.barrier", kParties);
+    start_together(s, kParties);
+    std::vector<double> each;
+    for (int i = 0; i < barrier_rounds; ++i) {
+      auto start = clock_type::now();
+      if (barrier.arrive_and_wait() != gpumem::BarrierStatus::ok)
+        throw std::runtime_error("broken");
+      each.push_back(nanos_since(start) / 1000.0);
+    }
+    return median(each);
+  });
+  pthread_barrierattr_t shared_attribute;
+  pthread_barrierattr_init(&shared_attribute);
+  pthread_barrierattr_setpshared(&shared_attribute, PTHREAD_PROCESS_SHARED);
+  pthread_barrier_init(&s.barrier, &shared_attribute, kParties);
+  reset_scratch();
+  const auto raw_barrier = in_parties(kParties, [&](int) {
+    start_together(s, kParties);
+    std::vector<double> each;
+    for (int i = 0; i < barrier_rounds; ++i) {
+      auto start = clock_type::now();
+      pthread_barrier_wait(&s.barrier);
+      each.push_back(nanos_since(start) / 1000.0);
+    }
+    return median(each);
+  });
+  print_ratio("barrier of 8 processes, median round (us)", median(ours_barrier),
+              median(raw_barrier), "us", "target <= 1, pthread_barrier_t");
+
+#ifdef GPUMEM_BENCH_CUDA
+  using namespace gpumem::testing;
+  const bool gpu = in_parties(1, [&](int) { return why_no_gpu().empty() ? 1.0 : 0.0; })[0] == 1.0;
+  if (!gpu) {
+    std::printf("GPU figures skipped: no usable CUDA device\n");
+  } else {
+    const bool mps = in_parties(1, [&](int) {
+                       return gpumem::Client::connect(connect).stats().mps ? 1.0 : 0.0;
+                     })[0] == 1.0;
+    std::printf("MPS %s\n", mps ? "active" : "not active");
+
+    // Stream-ordered lock: the processes take tickets in turn (a host spin), so every
+    // acquisition waits for the other process's release on the GPU.
+    reset_scratch();
+    const auto stream_lock = in_parties(2, [&](int party) {
+      auto client = gpumem::Client::connect(connect);
+      auto lock = client.lock("bench.stream");
+      stream_t stream = make_stream();
+      lock.lock(stream);  // maps the pages before timing
+      lock.unlock(stream);
+      synchronize(stream);
+      start_together(s, 2);
+      const auto me = static_cast<std::uint32_t>(party);
+      auto start = clock_type::now();
+      for (int i = 0; i < rounds; ++i) {
+        while (word(s.turn).load() != 2u * i + me) {
+        }
+        lock.lock(stream);
+        lock.unlock(stream);
+        word(s.turn).store(2u * i + me + 1);
+      }
+      synchronize(stream);
+      return nanos_since(start) / 1000.0 / (2.0 * rounds);
+    });
+    reset_scratch();
+    const auto raw_stream = in_parties(2, [&](int) {
+      auto client = gpumem::Client::connect(connect);
+      auto pair = client.barrier("bench.raw-memops", 2);
+      const auto party = static_cast<int>(pair.party());
+      const auto counters = pair.device(0);
+      const gpumem::cuda::driver_api& cu = *gpumem::cuda::driver();
+      stream_t stream = make_stream();
+      const auto mine = reinterpret_cast<CUdeviceptr>(counters.counts + party);
+      const auto theirs = reinterpret_cast<CUdeviceptr>(counters.counts + (1 - party));
+      start_together(s, 2);
+      auto start = clock_type::now();
+      for (unsigned i = 1; i <= static_cast<unsigned>(rounds); ++i) {
+        if (party == 0) cu.cuStreamWriteValue32(stream, mine, i, 0);
+        cu.cuStreamWaitValue32(stream, theirs, i, CU_STREAM_WAIT_VALUE_GEQ);
+        if (party == 1) cu.cuStreamWriteValue32(stream, mine, i, 0);
+      }
+      synchronize(stream);
+      return nanos_since(start) / 1000.0 / (2.0 * rounds);
+    });
+    print_ratio("stream-ordered lock hand-off (us)", std::max(stream_lock[0], stream_lock[1]),
+                std::max(raw_stream[0], raw_stream[1]), "us",
+                "target <= 1.3, cuStreamWrite/WaitValue32");
+
+    // Device lock: kernels of two processes take turns; only concurrent under MPS.
+    if (!mps) {
+      std::printf(
+          "device lock hand-off skipped: kernels of two processes only run together "
+          "under MPS\n");
+    } else {
+      const int device_rounds = rounds;
+      double with_lock = 0;
+      for (const bool through_lock : {true, false}) {
+        reset_scratch();
+        const auto turns = in_parties(2, [&](int party) {
+          auto client = gpumem::Client::connect(connect);
+          auto lock = client.lock("bench.device");
+          stream_t stream = make_stream();
+          auto turn = party == 0 ? client.allocate(
+                                       4096, {.device = 0, .name = "bench.turn", .stream = stream})
+                                 : gpumem::Buffer{};
+          if (party == 0) {
+            zero_on_device(turn.data(), 4096, stream);
+            synchronize(stream);
+          }
+          start_together(s, 2);
+          if (party == 1) turn = client.open("bench.turn", {.stream = stream});
+          auto done = client.allocate(4096, {.device = 0, .stream = stream});
+          const auto ref = lock.device(0);
+          word(s.turn).fetch_add(1);
+          while (word(s.turn).load() < 2) {
+          }
+          auto start = clock_type::now();
+          auto* t = static_cast<unsigned*>(turn.data());
+          auto* d = static_cast<unsigned*>(done.data());
+          const auto me = static_cast<unsigned>(party);
+          const auto count = static_cast<unsigned>(device_rounds);
+          if (through_lock) {
+            device_lock_ping_pong(ref, t, me, count, d, stream);
+          } else {
+            spin_ping_pong(t, me, count, d, stream);
+          }
+          synchronize(stream);
+          const double elapsed = nanos_since(start) / 1000.0;
+          unsigned completed = 0;
+          copy_to_host(&completed, d, sizeof completed, stream);
+          return completed == count ? elapsed / (2.0 * count) : -1.0;
+        });
+        const double per_turn = std::max(turns[0], turns[1]);
+        if (through_lock) {
+          with_lock = per_turn;
+        } else {
+          print_ratio("device lock hand-off under MPS (us)", with_lock, per_turn, "us",
+                      "target <= 1.5, SM spin ping-pong");
+        }
+      }
+    }
+
+    // Channel: 1 MiB items from a producer process to a consumer process that copies each out,
+    // against the same copies from the consumer's own memory.
+    constexpr std::size_t kItem = 1 << 20;
+    const int items = 2000;
+    reset_scratch();
+    const auto channel = in_parties(2, [&](int party) {
+      auto client = gpumem::Client::connect(connect);
+      stream_t stream = make_stream();
+      const gpumem::ChannelOptions options{.slots = 4, .slot_bytes = kItem, .device = 0};
+      auto pipe = client.channel(
+          "bench.frames",
+          party == 0 ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
+      auto own = client.allocate(kItem, {.device = 0, .stream = stream});
+      zero_on_device(own.data(), kItem, stream);
+      synchronize(stream);
+      start_together(s, 2);
+      auto start = clock_type::now();
+      for (int i = 0; i < items; ++i) {
+        if (party == 0) {
+          copy_on_device(pipe.acquire_slot(stream).data, own.data(), kItem, stream);
+          pipe.publish(stream);
+        } else {
+          copy_on_device(own.data(), pipe.acquire(stream).data, kItem, stream);
+          pipe.release(stream);
+        }
+      }
+      synchronize(stream);
+      return items * double(kItem) / nanos_since(start);  // GB/s
+    });
+    const auto copies = in_parties(1, [&](int) {
+      auto client = gpumem::Client::connect(connect);
+      stream_t stream = make_stream();
+      auto from = client.allocate(kItem, {.device = 0, .stream = stream});
+      auto to = client.allocate(kItem, {.device = 0, .stream = stream});
+      synchronize(stream);
+      auto start = clock_type::now();
+      for (int i = 0; i < items; ++i) copy_on_device(to.data(), from.data(), kItem, stream);
+      synchronize(stream);
+      return items * double(kItem) / nanos_since(start);
+    });
+    print_ratio("channel, 1 MiB items, consumer copy (GB/s)", channel[1], copies[0], "GB/s",
+                "target >= 0.8, device copy");
+  }
+#endif
+  ::kill(gpumemd, SIGTERM);
+  ::waitpid(gpumemd, nullptr, 0);
+  std::filesystem::remove_all(folder);
+  return 0;
+}
