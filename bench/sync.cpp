@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
     const auto channel = in_parties(2, [&](int party) {
       auto client = gpumem::Client::connect(connect);
       stream_t stream = make_stream();
-      const gpumem::ChannelOptions options{.slots = 4, .slot_bytes = kItem, .device = 0};
+      const gpumem::ChannelOptions options{.slots = 16, .slot_bytes = kItem, .device = 0};
       auto pipe = client.channel(
           "bench.frames",
           party == 0 ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);

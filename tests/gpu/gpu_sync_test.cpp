@@ -113,6 +113,10 @@ TEST_F(GpuSync, DeviceLockCountsExactlyAcrossTwoProcesses) {
 }
 
 TEST_F(GpuSync, ADeviceLockHeldByADeadProcessIsReleasedWithOwnerDied) {
+  if (client->stats().mps) {
+    GTEST_SKIP() << "under MPS, killing a process while its kernel runs faults the shared MPS "
+                    "server and every client with it (README, 'Kernels and MPS')";
+  }
   auto lock = client->lock("gpu.held");
   auto holder = peer({"device-lock-hold", "gpu.held"});
   expect_line(holder, "held");

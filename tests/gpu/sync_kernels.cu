@@ -79,19 +79,19 @@ __global__ void mismatch_kernel(const std::uint8_t* data, std::size_t size, std:
   if (local != 0) atomicAdd(errors, local);
 }
 
-// Two processes alternate: each takes the lock when the turn word says it is its turn, passes
-// the turn, releases. One hand-off per round; bounded by the globaltimer so it never hangs.
+// Two processes alternate: each waits for its turn, then takes the lock (which the other may
+// still hold: it passed the turn and is releasing), passes the turn, releases. Bounded by the
+// globaltimer so that it never hangs.
 __global__ void ping_pong_kernel(device::lock_ref lock, unsigned* turn, unsigned me,
                                  unsigned rounds, unsigned* done) {
   using word = cuda::atomic_ref<unsigned, cuda::thread_scope_system>;
   const unsigned long long deadline = device::detail::now_ns() + 10'000'000'000ull;
   unsigned completed = 0;
   while (completed < rounds && device::detail::now_ns() < deadline) {
+    if (word(*turn).load(cuda::memory_order_relaxed) % 2 != me) continue;
     device::lock(lock);
-    if (word(*turn).load(cuda::memory_order_relaxed) % 2 == me) {
-      word(*turn).fetch_add(1, cuda::memory_order_relaxed);
-      ++completed;
-    }
+    word(*turn).fetch_add(1, cuda::memory_order_relaxed);
+    ++completed;
     device::unlock(lock);
   }
   *done = completed;
