@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench_daemon.hpp"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/slab.hpp"
 #include "kernels.hpp"
@@ -149,18 +151,8 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", daemon, "gpumemd binary")->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
 
-  char pattern[] = "/tmp/gpumem-cuda-bench-XXXXXX";
-  const std::string folder = ::mkdtemp(pattern);
-  const std::string socket = folder + "/gpumemd.sock";
-  const pid_t gpumemd = ::fork();
-  if (gpumemd == 0) {
-    ::execl(daemon.c_str(), daemon.c_str(), "--socket", socket.c_str(), "--log-level", "warn",
-            nullptr);
-    ::_exit(127);
-  }
-  while (!std::filesystem::exists(socket))
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const gpumem::ConnectOptions connect{.socket_path = socket, .label = "bench"};
+  std::optional<bench_daemon> gpumemd(std::in_place, daemon, "gpumem-cuda-bench");
+  const gpumem::ConnectOptions connect{.socket_path = gpumemd->socket(), .label = "bench"};
 
   const auto single = series(6, [&] {
     const auto why = why_no_gpu();
@@ -240,9 +232,7 @@ int main(int argc, char** argv) {
   });
   ::kill(owner, SIGKILL);
   ::waitpid(owner, nullptr, 0);
-  ::kill(gpumemd, SIGTERM);
-  ::waitpid(gpumemd, nullptr, 0);
-  std::filesystem::remove_all(folder);
+  gpumemd.reset();
 
   const std::string heading = "1 MiB unless said (n=" + std::to_string(iterations) + ")";
   std::printf("%-58s %10s %10s\n", heading.c_str(), "median_us", "p99_us");

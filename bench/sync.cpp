@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_daemon.hpp"
 #include "gpumem/gpumem.hpp"
 #ifdef GPUMEM_BENCH_CUDA
 #include "gpumem/shared/cuda/driver.hpp"
@@ -127,17 +128,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "hand-offs per figure")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  char pattern[] = "/tmp/gpumem-sync-bench-XXXXXX";
-  const std::string folder = ::mkdtemp(pattern);
-  const std::string socket = folder + "/gpumemd.sock";
-  const pid_t gpumemd = ::fork();
-  if (gpumemd == 0) {
-    ::execl(daemon.c_str(), daemon.c_str(), "--socket", socket.c_str(), "--log-level", "warn",
-            nullptr);
-    ::_exit(127);
-  }
-  while (!std::filesystem::exists(socket)) std::this_thread::sleep_for(10ms);
-  const gpumem::ConnectOptions connect{.socket_path = socket, .label = "bench"};
+  const bench_daemon gpumemd(daemon, "gpumem-sync-bench");
+  const gpumem::ConnectOptions connect{.socket_path = gpumemd.socket(), .label = "bench"};
   scratch& s = *shared_scratch();
   const auto reset_scratch = [&] { s.cas_word = s.futex_word = s.ready = s.turn = 0; };
 
@@ -393,8 +385,5 @@ int main(int argc, char** argv) {
                 "target >= 0.8, device copy");
   }
 #endif
-  ::kill(gpumemd, SIGTERM);
-  ::waitpid(gpumemd, nullptr, 0);
-  std::filesystem::remove_all(folder);
   return 0;
 }

@@ -104,11 +104,7 @@ void Barrier::wait(Token token, Stream stream) {
 
 device::counters_ref Barrier::device(int device) {
   detail::check_open(state_.get(), "Barrier");
-  state_->object.enter(sync::domain::device, device);
-  return {reinterpret_cast<unsigned int*>(state_->count_address(device, 0)),
-          reinterpret_cast<unsigned int*>(
-              state_->object.signal_word(device, offsetof(sync::signal_cell, broken))),
-          state_->object.parties(), state_->object.party()};
+  return state_->object.counters_on(device);
 }
 
 bool Barrier::broken() const noexcept {

@@ -1,6 +1,7 @@
 #include "sync_object.hpp"
 
 #include <atomic>
+#include <cstddef>
 
 #include "connection.hpp"
 
@@ -67,6 +68,13 @@ void sync_object::enter(sync::domain where, int device) {
   if (current == wanted) return;
   throw Error(errc::wrong_domain, "'" + name_ + "' is used " + domain_text(current) +
                                       "; it cannot also be used " + domain_text(wanted));
+}
+
+device::counters_ref sync_object::counters_on(int device) {
+  enter(sync::domain::device, device);
+  return {reinterpret_cast<unsigned int*>(signal_word(device, offsetof(sync::signal_cell, counts))),
+          reinterpret_cast<unsigned int*>(signal_word(device, offsetof(sync::signal_cell, broken))),
+          parties_, party_};
 }
 
 }  // namespace gpumem::detail

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "gpumem/device_refs.hpp"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/proto/messages.hpp"
 #include "gpumem/shared/sync/layout.hpp"
@@ -39,6 +40,8 @@ class sync_object {
   std::uint64_t signal_word(int device, std::size_t offset) {
     return pages_.signal_word(device, cell_index_, offset);
   }
+  /// @brief The counters as kernels use them; fixes the GPU domain.
+  device::counters_ref counters_on(int device);
 
   sync_pages& pages() const noexcept { return pages_; }
   std::uint16_t slot() const noexcept { return pages_.slot(); }

@@ -1,0 +1,44 @@
+#pragma once
+// A gpumemd of the benchmark's own, on a socket in a fresh temporary folder: started before
+// any party forks, stopped (SIGTERM) and cleaned up when it goes out of scope.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+class bench_daemon {
+ public:
+  explicit bench_daemon(const std::string& binary, const char* prefix) {
+    std::string pattern = std::string("/tmp/") + prefix + "-XXXXXX";
+    folder_ = ::mkdtemp(pattern.data());
+    socket_ = folder_ + "/gpumemd.sock";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl(binary.c_str(), binary.c_str(), "--socket", socket_.c_str(), "--log-level", "warn",
+              nullptr);
+      ::_exit(127);
+    }
+    while (!std::filesystem::exists(socket_)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~bench_daemon() {
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
+    std::filesystem::remove_all(folder_);
+  }
+  bench_daemon(const bench_daemon&) = delete;
+  bench_daemon& operator=(const bench_daemon&) = delete;
+
+  const std::string& socket() const noexcept { return socket_; }
+
+ private:
+  std::string folder_;
+  std::string socket_;
+  pid_t pid_ = -1;
+};
