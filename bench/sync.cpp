@@ -342,7 +342,7 @@ int main(int argc, char** argv) {
     }
 
     // Channel: 1 MiB items from a producer process to a consumer process that copies each out,
-    // against the same copies from the consumer's own memory.
+    // against the same copies between the consumer's own buffers.
     constexpr std::size_t kItem = 1 << 20;
     const int items = 2000;
     reset_scratch();
@@ -360,7 +360,9 @@ int main(int argc, char** argv) {
       auto start = clock_type::now();
       for (int i = 0; i < items; ++i) {
         if (party == 0) {
-          copy_on_device(pipe.acquire_slot(stream).data, own.data(), kItem, stream);
+          // The slots hold bytes already: the producer only hands them on, so the figure is
+          // the consumer's read rate through the channel, not two processes sharing HBM.
+          pipe.acquire_slot(stream);
           pipe.publish(stream);
         } else {
           copy_on_device(own.data(), pipe.acquire(stream).data, kItem, stream);
