@@ -50,9 +50,6 @@ class sync_registry {
   bool settle() noexcept;
   bool holds_anything(std::uint64_t client) const noexcept;
 
-  /// The host page as the daemon maps it (tests look at cells through it).
-  std::byte* host_page() const noexcept { return page_; }
-
  private:
   struct object {
     std::uint64_t id;

@@ -94,14 +94,19 @@ void fill_on_device(void* data, std::size_t size, std::uint32_t seed, stream_t s
   check(cudaGetLastError(), "fill launch");
 }
 
+void count_mismatches(const void* data, std::size_t size, std::uint32_t seed,
+                      unsigned long long* errors, stream_t stream) {
+  compare<<<1024, 256, 0, native(stream)>>>(static_cast<const std::uint8_t*>(data), size, seed,
+                                            errors);
+  check(cudaGetLastError(), "compare launch");
+}
+
 std::uint64_t mismatches_on_device(const void* data, std::size_t size, std::uint32_t seed,
                                    stream_t stream) {
   unsigned long long* bad = nullptr;
   check(cudaMallocAsync(&bad, sizeof *bad, native(stream)), "cudaMallocAsync");
   check(cudaMemsetAsync(bad, 0, sizeof *bad, native(stream)), "cudaMemsetAsync");
-  compare<<<1024, 256, 0, native(stream)>>>(static_cast<const std::uint8_t*>(data), size, seed,
-                                            bad);
-  check(cudaGetLastError(), "compare launch");
+  count_mismatches(data, size, seed, bad, stream);
   unsigned long long result = 0;
   check(cudaMemcpyAsync(&result, bad, sizeof result, cudaMemcpyDeviceToHost, native(stream)),
         "cudaMemcpyAsync");

@@ -27,6 +27,9 @@ void fill_on_device(void* data, std::size_t size, std::uint32_t seed, stream_t s
 /// Counts bytes that differ from the pattern; waits for the stream.
 std::uint64_t mismatches_on_device(const void* data, std::size_t size, std::uint32_t seed,
                                    stream_t stream);
+/// Adds to *errors, without waiting, the bytes that differ from the pattern.
+void count_mismatches(const void* data, std::size_t size, std::uint32_t seed,
+                      unsigned long long* errors, stream_t stream);
 /// Device read bandwidth of a sum kernel over @p size bytes, in GB/s (median of @p repeats).
 double read_bandwidth(const void* data, std::size_t size, stream_t stream, int repeats);
 

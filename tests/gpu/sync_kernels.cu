@@ -20,11 +20,6 @@ cudaStream_t native(stream_t stream) {
   return reinterpret_cast<cudaStream_t>(stream);
 }
 
-__device__ std::uint8_t pattern_byte(std::size_t index, std::uint32_t seed) {
-  const std::uint64_t mixed = (index + 1) * 0x9e3779b97f4a7c15ull ^ (std::uint64_t{seed} << 17);
-  return static_cast<std::uint8_t>(mixed >> 56);
-}
-
 __global__ void increment_slowly_kernel(volatile std::uint64_t* counter) {
   const std::uint64_t seen = *counter;
   __nanosleep(2000);
@@ -67,16 +62,6 @@ __global__ void check_round_kernel(const volatile std::uint32_t* slots, unsigned
   for (unsigned party = 0; party < parties; ++party) {
     if (slots[party] < round) atomicAdd(errors, 1ull);
   }
-}
-
-__global__ void mismatch_kernel(const std::uint8_t* data, std::size_t size, std::uint32_t seed,
-                                unsigned long long* errors) {
-  unsigned long long local = 0;
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < size;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    local += data[i] != pattern_byte(i, seed);
-  }
-  if (local != 0) atomicAdd(errors, local);
 }
 
 // Two processes alternate: each waits for its turn, then takes the lock (which the other may
@@ -149,13 +134,6 @@ void check_round(const std::uint32_t* slots, unsigned parties, unsigned round,
                  unsigned long long* errors, stream_t stream) {
   check_round_kernel<<<1, 1, 0, native(stream)>>>(slots, parties, round, errors);
   check(cudaGetLastError(), "check_round launch");
-}
-
-void count_mismatches(const void* data, std::size_t size, std::uint32_t seed,
-                      unsigned long long* errors, stream_t stream) {
-  mismatch_kernel<<<64, 256, 0, native(stream)>>>(static_cast<const std::uint8_t*>(data), size,
-                                                  seed, errors);
-  check(cudaGetLastError(), "mismatch launch");
 }
 
 void device_lock_ping_pong(device::lock_ref lock, unsigned* turn, unsigned me, unsigned rounds,

@@ -25,9 +25,6 @@ void write_round(std::uint32_t* slots, unsigned party, unsigned round, stream_t 
 /// Adds to *errors the parties whose slot is behind @p round.
 void check_round(const std::uint32_t* slots, unsigned parties, unsigned round,
                  unsigned long long* errors, stream_t stream);
-/// Adds to *errors the bytes that differ from the pattern (pattern.hpp).
-void count_mismatches(const void* data, std::size_t size, std::uint32_t seed,
-                      unsigned long long* errors, stream_t stream);
 
 /// Two processes' kernels take turns @p rounds times (process @p me on turns of its parity):
 /// through the device lock (take it, pass the turn if it is ours, release), or through the

@@ -48,8 +48,6 @@ class sync_object;
 /// acquire throws Error(not_recoverable) until `gpumemctl reset NAME`.
 class Lock {
  public:
-  using clock = std::chrono::steady_clock;
-
   Lock() noexcept;
   Lock(Lock&&) noexcept;
   Lock& operator=(Lock&&) noexcept;
