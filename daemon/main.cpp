@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "config.hpp"
-#include "pool_factory.hpp"
+#include "config/config.hpp"
+#include "memory/pool_factory.hpp"
+#include "net/server.hpp"
 #include "registry.hpp"
-#include "server.hpp"
 
 using namespace gpumem::daemon;
 

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "mps_status.hpp"
+#include "memory/mps_status.hpp"
 #include "request_error.hpp"
 
 namespace gpumem::daemon {

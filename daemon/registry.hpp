@@ -13,11 +13,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "config.hpp"
+#include "config/config.hpp"
 #include "gpumem/proto/messages.hpp"
-#include "pool.hpp"
-#include "reservation.hpp"
-#include "sync_registry.hpp"
+#include "memory/pool.hpp"
+#include "memory/reservation.hpp"
+#include "sync/sync_registry.hpp"
 
 namespace gpumem::daemon {
 

@@ -1,4 +1,4 @@
-#include "cuda_spares.hpp"
+#include "memory/cuda_spares.hpp"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "gpumem/shared/unique_fd.hpp"
-#include "host_pool.hpp"
+#include "memory/host_pool.hpp"
 #include "request_error.hpp"
 
 namespace gpumem::daemon {

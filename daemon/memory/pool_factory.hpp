@@ -6,10 +6,10 @@
 #include <memory>
 #include <vector>
 
-#include "config.hpp"
-#include "pool.hpp"
-#include "reservation.hpp"
-#include "signal_page.hpp"
+#include "config/config.hpp"
+#include "memory/pool.hpp"
+#include "memory/reservation.hpp"
+#include "sync/signal_page.hpp"
 
 namespace gpumem::daemon {
 

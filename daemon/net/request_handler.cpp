@@ -1,4 +1,4 @@
-#include "request_handler.hpp"
+#include "net/request_handler.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

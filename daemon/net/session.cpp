@@ -1,4 +1,4 @@
-#include "session.hpp"
+#include "net/session.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "gpumem/shared/fd_passing.hpp"
-#include "peer_process.hpp"
+#include "net/peer_process.hpp"
 
 namespace gpumem::daemon {
 

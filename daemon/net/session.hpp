@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
-#include "asio.hpp"
 #include "gpumem/shared/unique_fd.hpp"
+#include "net/asio.hpp"
+#include "net/request_handler.hpp"
 #include "registry.hpp"
-#include "request_handler.hpp"
 
 namespace gpumem::daemon {
 

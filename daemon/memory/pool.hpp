@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "config.hpp"
+#include "config/config.hpp"
 #include "gpumem/proto/messages.hpp"
 #include "gpumem/proto/wire.hpp"
 

@@ -1,4 +1,4 @@
-#include "pool.hpp"
+#include "memory/pool.hpp"
 
 #include <fmt/format.h>
 

@@ -6,7 +6,7 @@
 
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/unique_fd.hpp"
-#include "signal_page.hpp"
+#include "sync/signal_page.hpp"
 
 namespace gpumem::daemon {
 

@@ -1,4 +1,4 @@
-#include "peer_process.hpp"
+#include "net/peer_process.hpp"
 
 #include <sys/socket.h>
 #include <sys/syscall.h>

@@ -1,4 +1,4 @@
-#include "systemd_notify.hpp"
+#include "net/systemd_notify.hpp"
 
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -1,4 +1,4 @@
-#include "cuda_signal_page.hpp"
+#include "sync/cuda_signal_page.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "cuda_reservation.hpp"
+#include "memory/cuda_reservation.hpp"
 
 #include <fmt/format.h>
 

@@ -9,7 +9,7 @@
 
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/unique_fd.hpp"
-#include "reservation.hpp"
+#include "memory/reservation.hpp"
 
 namespace gpumem::daemon {
 

@@ -1,4 +1,4 @@
-#include "server.hpp"
+#include "net/server.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 
 #include "gpumem/shared/socket_path.hpp"
-#include "systemd_notify.hpp"
+#include "net/systemd_notify.hpp"
 
 namespace gpumem::daemon {
 

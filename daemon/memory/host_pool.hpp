@@ -5,7 +5,7 @@
 
 #include "gpumem/shared/range_allocator.hpp"
 #include "gpumem/shared/unique_fd.hpp"
-#include "pool.hpp"
+#include "memory/pool.hpp"
 
 namespace gpumem::daemon {
 

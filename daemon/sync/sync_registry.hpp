@@ -16,7 +16,7 @@
 #include "gpumem/proto/messages.hpp"
 #include "gpumem/shared/sync/layout.hpp"
 #include "gpumem/shared/unique_fd.hpp"
-#include "signal_page.hpp"
+#include "sync/signal_page.hpp"
 
 namespace gpumem::daemon {
 

@@ -1,14 +1,14 @@
-#include "pool_factory.hpp"
+#include "memory/pool_factory.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
-#include "host_pool.hpp"
+#include "memory/host_pool.hpp"
 #ifdef GPUMEM_WITH_CUDA
-#include "cuda_pool.hpp"
-#include "cuda_reservation.hpp"
-#include "cuda_signal_page.hpp"
+#include "memory/cuda_pool.hpp"
+#include "memory/cuda_reservation.hpp"
+#include "sync/cuda_signal_page.hpp"
 #endif
 
 namespace gpumem::daemon {

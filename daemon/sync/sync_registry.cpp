@@ -1,4 +1,4 @@
-#include "sync_registry.hpp"
+#include "sync/sync_registry.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

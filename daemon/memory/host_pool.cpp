@@ -1,4 +1,4 @@
-#include "host_pool.hpp"
+#include "memory/host_pool.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

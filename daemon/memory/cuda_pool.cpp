@@ -1,4 +1,4 @@
-#include "cuda_pool.hpp"
+#include "memory/cuda_pool.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -6,11 +6,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "asio.hpp"
-#include "config.hpp"
+#include "config/config.hpp"
+#include "net/asio.hpp"
+#include "net/request_handler.hpp"
+#include "net/session.hpp"
 #include "registry.hpp"
-#include "request_handler.hpp"
-#include "session.hpp"
 
 namespace gpumem::daemon {
 

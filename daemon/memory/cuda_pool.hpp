@@ -12,10 +12,10 @@
 
 #include <unordered_map>
 
-#include "cuda_spares.hpp"
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/unique_fd.hpp"
-#include "pool.hpp"
+#include "memory/cuda_spares.hpp"
+#include "memory/pool.hpp"
 
 namespace gpumem::daemon {
 

@@ -1,4 +1,4 @@
-#include "mps_status.hpp"
+#include "memory/mps_status.hpp"
 
 #ifdef GPUMEM_WITH_CUDA
 #include "gpumem/shared/cuda/driver.hpp"
