@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <iostream>
 
+#include "books.hpp"
 #include "config/config.hpp"
 #include "memory/pool_factory.hpp"
 #include "net/server.hpp"
-#include "registry.hpp"
 
 using namespace gpumem::daemon;
 
@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     boost::asio::io_context io(1);
-    registry books(config, make_pools(config), make_reservation_maker(), make_signal_page_maker());
-    server listener(io, config, books);
+    books state(config, make_pools(config), make_reservation_maker(), make_signal_page_maker());
+    server listener(io, config, state);
     listener.run();
     return 0;
   } catch (const config_error& error) {

@@ -4,7 +4,7 @@
 /// when that process has exited.
 
 #include "gpumem/shared/unique_fd.hpp"
-#include "registry.hpp"
+#include "ledger/ledger.hpp"
 
 namespace gpumem::daemon {
 

@@ -48,11 +48,11 @@ void prepare_folder(const std::string& path) {
 }
 }  // namespace
 
-server::server(asio::io_context& io, const daemon_config& config, registry& books)
+server::server(asio::io_context& io, const daemon_config& config, books& state)
     : io_(io),
       config_(config),
-      books_(books),
-      handler_(books),
+      books_(state),
+      handler_(state),
       socket_path_(config.socket_path.empty() ? default_daemon_socket_path() : config.socket_path),
       acceptor_(io),
       signals_(io, SIGINT, SIGTERM),
@@ -87,9 +87,8 @@ void server::run() {
     if (!error) shut_down(signal == SIGINT ? "SIGINT" : "SIGTERM");
   });
   asio::co_spawn(io_, accept_loop(), asio::detached);
-  asio::co_spawn(io_, settle_loop(), asio::detached);
   spdlog::info("gpumemd {} listening on {} with {} pool(s)", ::getpid(), socket_path_,
-               books_.pool_count());
+               books_.memory.pool_count());
   notify_systemd("READY=1\nSTATUS=accepting clients");
   io_.run();
 }
@@ -105,9 +104,11 @@ asio::awaitable<void> server::accept_loop() {
       spdlog::warn("accept failed: {}", error.message());
       continue;
     }
-    auto client =
-        std::make_shared<session>(std::move(socket), books_, handler_, config_.max_output_bytes,
-                                  [this](session& ended) { sessions_.erase(&ended); });
+    auto client = std::make_shared<session>(std::move(socket), books_, handler_,
+                                            config_.max_output_bytes, [this](session& ended) {
+                                              sessions_.erase(&ended);
+                                              settle_pending();
+                                            });
     sessions_.emplace(client.get(), client);
     try {
       client->start();
@@ -118,14 +119,20 @@ asio::awaitable<void> server::accept_loop() {
   }
 }
 
+void server::settle_pending() {
+  if (settling_ || !books_.sync.has_pending() || !acceptor_.is_open()) return;
+  settling_ = true;
+  asio::co_spawn(io_, settle_loop(), asio::detached);
+}
+
 asio::awaitable<void> server::settle_loop() {
-  for (;;) {
+  do {
     settle_timer_.expires_after(kSettleInterval);
     boost::system::error_code error;
     co_await settle_timer_.async_wait(asio::redirect_error(asio::use_awaitable, error));
-    if (error) co_return;
-    books_.sync().settle();
-  }
+    if (error) break;
+  } while (!books_.sync.settle());
+  settling_ = false;
 }
 
 void server::shut_down(const char* why) {

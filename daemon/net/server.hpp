@@ -7,10 +7,9 @@
 #include <unordered_map>
 
 #include "config/config.hpp"
+#include "handlers/request_handler.hpp"
 #include "net/asio.hpp"
-#include "net/request_handler.hpp"
 #include "net/session.hpp"
-#include "registry.hpp"
 
 namespace gpumem::daemon {
 
@@ -19,7 +18,7 @@ class server {
   /// @brief Binds the socket (creating its folder) and refuses to start if another daemon
   /// answers on it; a stale socket file is replaced.
   /// @throws std::runtime_error naming the path and the cause.
-  server(boost::asio::io_context& io, const daemon_config& config, registry& books);
+  server(boost::asio::io_context& io, const daemon_config& config, books& state);
   ~server();
 
   /// @brief Accepts clients until SIGINT or SIGTERM, then ends every session and returns.
@@ -29,18 +28,21 @@ class server {
 
  private:
   boost::asio::awaitable<void> accept_loop();
-  /// Retries the clean-ups after deaths that found a lock hand-off in flight.
+  /// After a session ended: retries, until none is left, the clean-ups after deaths that found
+  /// a lock hand-off in flight. Runs only while there are some.
+  void settle_pending();
   boost::asio::awaitable<void> settle_loop();
   void shut_down(const char* why);
 
   boost::asio::io_context& io_;
   const daemon_config& config_;
-  registry& books_;
+  books& books_;
   request_handler handler_;
   std::string socket_path_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer settle_timer_;
+  bool settling_ = false;
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
 };
 

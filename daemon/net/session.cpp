@@ -24,11 +24,11 @@ bool would_block(const std::error_code& error) {
 }
 }  // namespace
 
-session::session(socket_type socket, registry& books, request_handler& handler,
+session::session(socket_type socket, books& state, request_handler& handler,
                  std::uint64_t max_output_bytes, on_end ended)
     : socket_(std::move(socket)),
       process_watch_(socket_.get_executor()),
-      books_(books),
+      books_(state),
       handler_(handler),
       max_output_bytes_(max_output_bytes),
       ended_(std::move(ended)),
@@ -37,9 +37,9 @@ session::session(socket_type socket, registry& books, request_handler& handler,
 void session::start() {
   socket_.non_blocking(true);
   const credentials who = peer_credentials(socket_.native_handle());
-  state_.client_id = books_.add_client(who);
+  state_.client = books_.add_client(who);
   unique_fd pidfd = peer_pidfd(socket_.native_handle(), who);
-  spdlog::info("client {} connected: pid {} uid {} gid {}{}", state_.client_id, who.pid, who.uid,
+  spdlog::info("client {} connected: pid {} uid {} gid {}{}", state_.client, who.pid, who.uid,
                who.gid, pidfd ? "" : " (process not visible: watching the socket only)");
   if (pidfd) watch_process_exit(std::move(pidfd));
   asio::co_spawn(
@@ -70,13 +70,13 @@ void session::wait_for_process_exit() {
 }
 
 void session::end_of_stream() {
-  if (process_watch_.is_open() && books_.holds_process_state(state_.client_id)) {
+  if (process_watch_.is_open() && books_.holds_process_state(state_.client)) {
     // The process lives on, and its GPU work may still use what it holds, or it may still hold
     // a lock: the ledger is kept until the process exits.
     spdlog::info(
         "client {} closed the connection holding device memory or locks: kept until its "
         "process exits",
-        state_.client_id);
+        state_.client);
     boost::system::error_code ignored;
     socket_.close(ignored);
     return;
@@ -87,11 +87,11 @@ void session::end_of_stream() {
 void session::stop(const char* reason) {
   if (stopped_) return;
   stopped_ = true;
-  spdlog::info("client {} gone: {}", state_.client_id, reason);
+  spdlog::info("client {} gone: {}", state_.client, reason);
   boost::system::error_code ignored;
   socket_.close(ignored);
   process_watch_.close(ignored);
-  books_.remove_client(state_.client_id);
+  books_.remove_client(state_.client);
   out_fds_.clear();
   ended_(*this);
 }

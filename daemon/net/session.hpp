@@ -10,9 +10,8 @@
 #include <vector>
 
 #include "gpumem/shared/unique_fd.hpp"
+#include "handlers/request_handler.hpp"
 #include "net/asio.hpp"
-#include "net/request_handler.hpp"
-#include "registry.hpp"
 
 namespace gpumem::daemon {
 
@@ -21,15 +20,13 @@ class session : public std::enable_shared_from_this<session> {
   using socket_type = boost::asio::local::stream_protocol::socket;
   using on_end = std::function<void(session&)>;
 
-  session(socket_type socket, registry& books, request_handler& handler,
+  session(socket_type socket, books& state, request_handler& handler,
           std::uint64_t max_output_bytes, on_end ended);
 
   /// @brief Registers the client and starts reading; call once, after construction.
   void start();
   /// @brief Closes the connection and releases everything the client held. Idempotent.
   void stop(const char* reason);
-
-  std::uint64_t client_id() const noexcept { return state_.client_id; }
 
  private:
   boost::asio::awaitable<void> read_loop();
@@ -45,7 +42,7 @@ class session : public std::enable_shared_from_this<session> {
 
   socket_type socket_;
   boost::asio::posix::stream_descriptor process_watch_;
-  registry& books_;
+  books& books_;
   request_handler& handler_;
   std::uint64_t max_output_bytes_;
   on_end ended_;

@@ -1,23 +1,30 @@
 #pragma once
 /// @file
-/// @brief Turns one request frame into one reply frame: decode and validate the payload, call
-/// the registry, encode the reply or an error. One handler per message of the protocol table.
+/// @brief daemon/handlers/: one request frame in, one reply frame out.
+///
+/// The dispatch (request_handler.cpp) decodes and validates a payload by the protocol table
+/// and turns errors into error replies; each message's handler lives in the file of its domain
+/// (client_handlers.cpp: session, statistics and clients; memory_handlers.cpp: pools,
+/// allocations, reservations; sync_handlers.cpp: locks, barriers, channels) and calls that
+/// domain's book. Wire types stop here: the books below return or take them only at their edge.
+/// May include: proto/ and shared/ headers, daemon/books.hpp and the folders it includes,
+/// daemon/request_error.hpp. Not: daemon/net/.
 
 #include <cstdint>
 #include <vector>
 
+#include "books.hpp"
 #include "gpumem/proto/codec.hpp"
-#include "registry.hpp"
 
 namespace gpumem::daemon {
 
 /// What a session knows about its client that handlers need.
 struct client_state {
-  std::uint64_t client_id = 0;
+  client_id client = 0;
   bool greeted = false;
 };
 
-/// Descriptors to send with the reply, still owned by their pool or reservation.
+/// Descriptors to send with the reply, still owned by their pool, reservation or page.
 struct reply_attachment {
   std::vector<int> fds;
   proto::handle_type handle = proto::handle_type::none;
@@ -25,7 +32,7 @@ struct reply_attachment {
 
 class request_handler {
  public:
-  explicit request_handler(registry& books) : books_(books) {}
+  explicit request_handler(books& state) : books_(state) {}
 
   /// @brief Appends the reply to @p frame to @p out.
   /// @return the descriptors to attach to that reply, if any.
@@ -39,7 +46,7 @@ class request_handler {
   GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X
 
-  registry& books_;
+  books& books_;
 };
 
 /// @brief Appends an error reply frame.

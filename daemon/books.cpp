@@ -1,0 +1,64 @@
+#include "books.hpp"
+
+namespace gpumem::daemon {
+
+namespace {
+std::uint64_t milliseconds_since(std::chrono::steady_clock::time_point then) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - then)
+          .count());
+}
+}  // namespace
+
+books::books(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools,
+             reservation_maker make_reservation, signal_page_maker make_signal_page)
+    : memory(rows, config, std::move(pools), std::move(make_reservation)),
+      sync(rows, std::move(make_signal_page)) {}
+
+void books::remove_client(client_id client) noexcept {
+  rows.remove_client(client, [&](object_id id, const object_row& row) {
+    if (family_of(row.kind) == object_family::sync) {
+      sync.let_go(id, row, client);
+    } else {
+      memory.let_go(id, row);
+    }
+  });
+  sync.detach(client);
+}
+
+bool books::holds_process_state(client_id client) const {
+  for (const object_id id : rows.client(client).holds) {
+    const object_row& row = *rows.find(id);
+    if (family_of(row.kind) == object_family::sync || memory.needs_process_exit(id, row)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+proto::stats_reply books::stats() const {
+  proto::stats_reply reply = memory.stats();
+  reply.head.client_count = static_cast<std::uint32_t>(rows.clients().size());
+  reply.head.uptime_ms = milliseconds_since(started_);
+  return reply;
+}
+
+proto::client_list_reply books::list_clients(client_id after) const {
+  return rows.client_page<proto::client_record>(
+      after, memory_book::kPageSize, [&](client_id id, const client_row& entry) {
+        const holdings allocations = rows.holdings_of(id)[object_family::allocation];
+        proto::client_record record{};
+        record.client_id = id;
+        record.pid = static_cast<std::uint32_t>(entry.who.pid);
+        record.uid = entry.who.uid;
+        record.gid = entry.who.gid;
+        record.allocations_owned = allocations.owned;
+        record.allocations_opened = allocations.opened;
+        record.bytes_owned = allocations.bytes_owned;
+        record.connected_ms = milliseconds_since(entry.connected);
+        (void)proto::make_wire_name(entry.label, record.label);
+        return record;
+      });
+}
+
+}  // namespace gpumem::daemon

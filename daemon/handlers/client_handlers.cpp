@@ -1,0 +1,37 @@
+// Handlers of the session itself, statistics and the client list.
+#include <unistd.h>
+
+#include "handlers/request_handler.hpp"
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+
+using proto::errc;
+
+proto::hello_reply request_handler::on_hello(client_state& client,
+                                             const proto::hello_request& message,
+                                             reply_attachment&) {
+  if (client.greeted) throw request_error(errc::bad_message, "hello was already sent");
+  client.greeted = true;
+  books_.rows.set_label(client.client, std::string(message.client_label.view()));
+  return {client.client, static_cast<std::uint32_t>(books_.memory.pool_count()),
+          proto::kMaxPayloadSize, static_cast<std::uint32_t>(::getpid()), 0};
+}
+
+proto::empty_payload request_handler::on_ping(client_state&, const proto::empty_payload&,
+                                              reply_attachment&) {
+  return {};
+}
+
+proto::stats_reply request_handler::on_stats(client_state&, const proto::empty_payload&,
+                                             reply_attachment&) {
+  return books_.stats();
+}
+
+proto::client_list_reply request_handler::on_list_clients(client_state&,
+                                                          const proto::list_request& message,
+                                                          reply_attachment&) {
+  return books_.list_clients(message.after_id);
+}
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,80 @@
+// Handlers of pools, allocations and reservations: each calls the memory book.
+#include "handlers/request_handler.hpp"
+
+namespace gpumem::daemon {
+
+proto::pool_reply request_handler::on_get_pool(client_state&,
+                                               const proto::get_pool_request& message,
+                                               reply_attachment& attach) {
+  const pool& found = books_.memory.find_pool(message.pool_id);
+  attach = {{found.shareable_fd()}, found.handle_kind()};
+  proto::pool_reply reply{};
+  reply.pool_id = found.id();
+  reply.device = found.config().device;
+  reply.size_limit = found.config().size;
+  (void)proto::make_wire_name(found.config().name, reply.name);
+  found.describe_pool(reply);
+  return reply;
+}
+
+proto::allocation_reply request_handler::on_allocate(client_state& client,
+                                                     const proto::allocate_request& message,
+                                                     reply_attachment&) {
+  return books_.memory.allocate(client.client, message);
+}
+
+proto::allocation_reply request_handler::on_open(client_state& client,
+                                                 const proto::open_request& message,
+                                                 reply_attachment&) {
+  return books_.memory.open(client.client, message);
+}
+
+proto::empty_payload request_handler::on_release(client_state& client,
+                                                 const proto::release_request& message,
+                                                 reply_attachment&) {
+  books_.memory.release(client.client, message);
+  return {};
+}
+
+proto::allocation_list_reply request_handler::on_list_allocations(
+    client_state&, const proto::list_request& message, reply_attachment&) {
+  return books_.memory.list_allocations(message.after_id);
+}
+
+proto::reservation_reply request_handler::on_reserve(client_state& client,
+                                                     const proto::reserve_request& message,
+                                                     reply_attachment&) {
+  return books_.memory.reserve(client.client, message);
+}
+
+proto::reservation_reply request_handler::on_open_reservation(client_state& client,
+                                                              const proto::open_request& message,
+                                                              reply_attachment&) {
+  return books_.memory.open_reservation(client.client, message);
+}
+
+proto::reservation_reply request_handler::on_resize_reservation(
+    client_state& client, const proto::resize_request& message, reply_attachment&) {
+  return books_.memory.resize_reservation(client.client, message);
+}
+
+proto::chunks_reply request_handler::on_get_chunks(client_state& client,
+                                                   const proto::chunks_request& message,
+                                                   reply_attachment& attach) {
+  auto reply = books_.memory.chunks(client.client, message, attach.fds);
+  if (!attach.fds.empty()) attach.handle = proto::handle_type::cuda_posix_fd;
+  return reply;
+}
+
+proto::empty_payload request_handler::on_release_reservation(
+    client_state& client, const proto::reservation_release_request& message, reply_attachment&) {
+  books_.memory.release_reservation(client.client, message.reservation_id);
+  return {};
+}
+
+proto::reservation_list_reply request_handler::on_list_reservations(
+    client_state&, const proto::list_request& message, reply_attachment&) {
+  return books_.memory.list_reservations(message.after_id);
+}
+
+}  // namespace gpumem::daemon

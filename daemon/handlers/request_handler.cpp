@@ -1,0 +1,74 @@
+#include "handlers/request_handler.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "request_error.hpp"
+#ifdef GPUMEM_WITH_CUDA
+#include "gpumem/shared/cuda/driver.hpp"
+#endif
+
+namespace gpumem::daemon {
+
+using proto::errc;
+using proto::message_type;
+
+void append_error(std::vector<std::byte>& out, std::uint32_t request_id, errc code,
+                  std::string_view text) {
+  proto::append_frame(out, static_cast<std::uint16_t>(message_type::error), request_id,
+                      proto::make_error_reply(code, text));
+}
+
+reply_attachment request_handler::handle(client_state& client, const proto::frame_view& frame,
+                                         std::vector<std::byte>& out) {
+  const auto id = frame.head.request_id;
+  reply_attachment attach;
+  if (frame.head.fd_count != 0) {
+    append_error(out, id, errc::unexpected_handle, "requests carry no file descriptors");
+    return attach;
+  }
+  const auto type = static_cast<message_type>(frame.head.type);
+  if (!client.greeted && type != message_type::hello) {
+    append_error(out, id, errc::bad_message, "the first request of a session must be hello");
+    return attach;
+  }
+  const std::size_t rollback = out.size();
+  try {
+    switch (type) {
+#define GPUMEM_X(name, number, request, reply, reply_fd_count, summary)                \
+  case message_type::name: {                                                           \
+    proto::request message{};                                                          \
+    if (auto error = proto::decode_payload(frame.payload, message)) {                  \
+      throw request_error(static_cast<errc>(error.value()),                            \
+                          fmt::format("{} request: {}", #name, error.message()));      \
+    }                                                                                  \
+    const auto answer = on_##name(client, message, attach);                            \
+    proto::append_frame(out, proto::reply_type(type), id, answer,                      \
+                        static_cast<std::uint16_t>(attach.fds.size()), attach.handle); \
+    return attach;                                                                     \
+  }
+      GPUMEM_MESSAGE_TABLE(GPUMEM_X)
+#undef GPUMEM_X
+      default:
+        throw request_error(errc::unknown_message_type,
+                            fmt::format("message type {:#x} is not a request", frame.head.type));
+    }
+  } catch (const request_error& error) {
+    spdlog::debug("client {}: request {} failed: {}", client.client, id, error.what());
+    out.resize(rollback);
+    append_error(out, id, error.code(), error.what());
+#ifdef GPUMEM_WITH_CUDA
+  } catch (const cuda::cuda_error& error) {
+    spdlog::error("client {}: request {}: {}", client.client, id, error.what());
+    out.resize(rollback);
+    append_error(out, id, errc::cuda_error, error.what());
+#endif
+  } catch (const std::exception& error) {
+    spdlog::error("client {}: request {} failed unexpectedly: {}", client.client, id, error.what());
+    out.resize(rollback);
+    append_error(out, id, errc::internal, error.what());
+  }
+  return {};
+}
+
+}  // namespace gpumem::daemon

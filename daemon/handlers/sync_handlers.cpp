@@ -1,0 +1,48 @@
+// Handlers of locks, barriers and channels: each calls the sync book.
+#include "gpumem/shared/sync/layout.hpp"
+#include "handlers/request_handler.hpp"
+
+namespace gpumem::daemon {
+
+proto::sync_attach_reply request_handler::on_attach_sync(client_state& client,
+                                                         const proto::empty_payload&,
+                                                         reply_attachment& attach) {
+  const std::uint16_t slot = books_.sync.attach(client.client);
+  attach = {{books_.sync.host_page_fd()}, proto::handle_type::host_memfd};
+  return {slot, static_cast<std::uint32_t>(sync::kCellSize), sync::kCellCount, 0};
+}
+
+proto::sync_open_reply request_handler::on_open_sync(client_state& client,
+                                                     const proto::sync_open_request& message,
+                                                     reply_attachment&) {
+  return books_.sync.open(client.client, message);
+}
+
+proto::empty_payload request_handler::on_close_sync(client_state& client,
+                                                    const proto::sync_close_request& message,
+                                                    reply_attachment&) {
+  books_.sync.close(client.client, message);
+  return {};
+}
+
+proto::empty_payload request_handler::on_reset_sync(client_state&,
+                                                    const proto::sync_reset_request& message,
+                                                    reply_attachment&) {
+  books_.sync.reset(message);
+  return {};
+}
+
+proto::sync_list_reply request_handler::on_list_sync(client_state&,
+                                                     const proto::list_request& message,
+                                                     reply_attachment&) {
+  return books_.sync.list(message.after_id);
+}
+
+proto::signal_page_reply request_handler::on_get_signal_page(
+    client_state&, const proto::signal_page_request& message, reply_attachment& attach) {
+  const signal_page& page = books_.sync.signal_page_of(message.device);
+  attach = {{page.fd()}, proto::handle_type::cuda_posix_fd};
+  return {page.size(), message.device, static_cast<std::uint32_t>(sync::kSignalCellSize)};
+}
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,163 @@
+#include "ledger/ledger.hpp"
+
+#include <fmt/format.h>
+
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+
+using proto::errc;
+
+const char* kind_name(object_kind kind) noexcept {
+  switch (kind) {
+    case object_kind::allocation:
+      return "allocation";
+    case object_kind::reservation:
+      return "reservation";
+    case object_kind::lock:
+      return "lock";
+    case object_kind::barrier:
+      return "barrier";
+    case object_kind::channel:
+      return "channel";
+  }
+  return "object";
+}
+
+const char* family_name(object_family family) noexcept {
+  switch (family) {
+    case object_family::allocation:
+      return "allocation";
+    case object_family::reservation:
+      return "reservation";
+    case object_family::sync:
+      return "lock, barrier or channel";
+  }
+  return "object";
+}
+
+client_id ledger::add_client(const credentials& who) {
+  const client_id id = next_client_id_++;
+  clients_.emplace(id, client_row{who, {}, clock::now(), {}});
+  return id;
+}
+
+void ledger::set_label(client_id client, std::string label) {
+  clients_.at(client).label = std::move(label);
+}
+
+const client_row& ledger::client(client_id client) const {
+  const auto found = clients_.find(client);
+  if (found == clients_.end()) throw request_error(errc::internal, "unknown client");
+  return found->second;
+}
+
+object_id ledger::add(object_kind kind, std::string name, client_id owner, std::uint64_t bytes) {
+  const auto family = index(family_of(kind));
+  client_row& maker = clients_.at(owner);
+  if (!name.empty() && names_[family].contains(name)) {
+    throw request_error(
+        errc::already_exists,
+        fmt::format("{} {} named '{}' already exists", kind == object_kind::allocation ? "an" : "a",
+                    family_name(family_of(kind)), name));
+  }
+  const object_id id = next_object_id_++;
+  if (!name.empty()) names_[family].emplace(name, id);
+  objects_.emplace(id,
+                   object_row{kind, std::move(name), owner, maker.who.uid, bytes, {{owner, 1}}});
+  maker.holds.insert(id);
+  ++counts_[family];
+  return id;
+}
+
+std::optional<object_id> ledger::find_name(object_family family, std::string_view name) const {
+  const auto& names = names_[index(family)];
+  const auto found = names.find(std::string(name));
+  if (found == names.end()) return std::nullopt;
+  return found->second;
+}
+
+object_row* ledger::find(object_id id) noexcept {
+  const auto found = objects_.find(id);
+  return found == objects_.end() ? nullptr : &found->second;
+}
+
+const object_row* ledger::find(object_id id) const noexcept {
+  const auto found = objects_.find(id);
+  return found == objects_.end() ? nullptr : &found->second;
+}
+
+object_row& ledger::held(client_id client, object_id id, object_family family) {
+  object_row* row = find(id);
+  if (row == nullptr || family_of(row->kind) != family || !row->holders.contains(client)) {
+    throw request_error(errc::not_found,
+                        fmt::format("this client holds no {} {}", family_name(family), id));
+  }
+  return *row;
+}
+
+bool ledger::hold(object_id id, client_id client) {
+  client_row& holder = clients_.at(client);
+  auto [references, first] = objects_.at(id).holders.try_emplace(client, 0);
+  ++references->second;
+  if (first) holder.holds.insert(id);
+  return first;
+}
+
+bool ledger::drop_reference(object_id id, client_id client) {
+  object_row& row = objects_.at(id);
+  const auto references = row.holders.find(client);
+  if (references == row.holders.end()) return true;
+  if (--references->second > 0) return false;
+  row.holders.erase(references);
+  if (row.owner == client) row.owner = 0;
+  if (const auto holder = clients_.find(client); holder != clients_.end()) {
+    holder->second.holds.erase(id);
+  }
+  return true;
+}
+
+void ledger::erase(object_id id) noexcept {
+  const auto found = objects_.find(id);
+  if (found == objects_.end()) return;
+  const auto family = index(family_of(found->second.kind));
+  if (!found->second.name.empty()) names_[family].erase(found->second.name);
+  // A row is erased when nobody holds it any more, but a book may erase it earlier (a failed
+  // creation): the holders' sets must not keep its id.
+  for (const auto& [holder, references] : found->second.holders) {
+    if (const auto client = clients_.find(holder); client != clients_.end()) {
+      client->second.holds.erase(id);
+    }
+  }
+  --counts_[family];
+  objects_.erase(found);
+}
+
+void ledger::add_holdings(holdings_by_family& into, client_id client, const client_row& row) const {
+  for (const object_id id : row.holds) {
+    const object_row& object = objects_.at(id);
+    holdings& family = into[family_of(object.kind)];
+    if (object.owner == client) {
+      ++family.owned;
+      family.bytes_owned += object.bytes;
+    } else {
+      ++family.opened;
+    }
+  }
+}
+
+holdings_by_family ledger::holdings_of(client_id client) const {
+  holdings_by_family result;
+  add_holdings(result, client, this->client(client));
+  return result;
+}
+
+holdings_by_family ledger::holdings_of_uid(uid_t uid) const {
+  holdings_by_family result;
+  for (const auto& [id, row] : clients_) {
+    if (row.who.uid == uid) add_holdings(result, id, row);
+  }
+  return result;
+}
+
+}  // namespace gpumem::daemon

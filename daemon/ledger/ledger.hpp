@@ -1,0 +1,212 @@
+#pragma once
+/// @file
+/// @brief daemon/ledger/: the one table of everything the daemon hands out, and of who holds it.
+///
+/// Every object a client can name or hold (allocations, reservations, locks, barriers,
+/// channels) is one row here: id, kind, name, owner client and uid, bytes, and its holders with
+/// their reference counts. Every connected client is one row too, with the set of objects it
+/// holds, so that a death walks exactly what the client held, once. The ledger is plain data
+/// keyed by ids (no pointers into backends), so that it can be written out and read back, and it
+/// is the one place that answers "what does client C, or uid U, hold". It decides nothing about
+/// memory or cells: the domain books (daemon/memory/, daemon/sync/) keep what each kind needs
+/// beside its row, and erase the row when the object is gone. No I/O.
+/// May include: proto/ and shared/ headers, daemon/request_error.hpp. Nothing else of the daemon.
+
+#include <sys/types.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "gpumem/proto/messages.hpp"
+
+namespace gpumem::daemon {
+
+using client_id = std::uint64_t;
+using object_id = std::uint64_t;
+
+struct credentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+enum class object_kind : std::uint8_t { allocation, reservation, lock, barrier, channel };
+
+/// Names are unique within a family: an allocation, a reservation and a lock may share a name,
+/// but a lock and a barrier may not (they open by name with the kind checked).
+enum class object_family : std::uint8_t { allocation, reservation, sync };
+inline constexpr std::size_t kFamilyCount = 3;
+
+constexpr object_family family_of(object_kind kind) noexcept {
+  switch (kind) {
+    case object_kind::allocation:
+      return object_family::allocation;
+    case object_kind::reservation:
+      return object_family::reservation;
+    default:
+      return object_family::sync;
+  }
+}
+
+/// "allocation", "lock", ... for messages.
+const char* kind_name(object_kind kind) noexcept;
+/// "allocation", "reservation", "lock, barrier or channel", for "no ... named" messages.
+const char* family_name(object_family family) noexcept;
+
+struct object_row {
+  object_kind kind;
+  std::string name;  ///< empty for an anonymous object
+  client_id owner;   ///< 0 once the owner let go while others still hold it
+  uid_t owner_uid;
+  std::uint64_t bytes;                         ///< memory the object takes; 0 for sync objects
+  std::map<client_id, std::uint32_t> holders;  ///< client -> references (the owner included)
+};
+
+struct client_row {
+  credentials who;
+  std::string label;
+  std::chrono::steady_clock::time_point connected;
+  std::set<object_id> holds;  ///< objects of which it holds at least one reference
+};
+
+/// What one client, or every client of one uid, holds of one family.
+struct holdings {
+  std::uint32_t owned = 0;   ///< objects it made and still holds
+  std::uint32_t opened = 0;  ///< objects it holds that another made
+  std::uint64_t bytes_owned = 0;
+};
+struct holdings_by_family {
+  std::array<holdings, kFamilyCount> families{};
+  holdings& operator[](object_family family) noexcept {
+    return families[static_cast<std::size_t>(family)];
+  }
+  const holdings& operator[](object_family family) const noexcept {
+    return families[static_cast<std::size_t>(family)];
+  }
+};
+
+class ledger {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  client_id add_client(const credentials& who);
+  void set_label(client_id client, std::string label);
+  /// @throws request_error(internal) for a client the ledger does not know.
+  const client_row& client(client_id client) const;
+  const std::map<client_id, client_row>& clients() const noexcept { return clients_; }
+
+  /// @brief Adds an object that @p owner holds once.
+  /// @throws request_error(already_exists) when @p name is taken in the kind's family.
+  object_id add(object_kind kind, std::string name, client_id owner, std::uint64_t bytes);
+  std::optional<object_id> find_name(object_family family, std::string_view name) const;
+  object_row* find(object_id id) noexcept;
+  const object_row* find(object_id id) const noexcept;
+  /// @brief The object @p client holds under @p id, of @p family.
+  /// @throws request_error(not_found) "this client holds no <family> <id>" otherwise.
+  object_row& held(client_id client, object_id id, object_family family);
+
+  /// @brief One more reference of @p client to @p id. @return true when it is its first.
+  bool hold(object_id id, client_id client);
+  /// @brief One reference fewer. @return true when @p client holds none any more: it is no
+  /// longer a holder, and no longer the owner.
+  bool drop_reference(object_id id, client_id client);
+  /// @brief Forgets the object and frees its name. The domain book calls it once the object
+  /// is gone (its last holder let go and nothing of it is pending).
+  void erase(object_id id) noexcept;
+
+  /// @brief Takes every reference of @p client off every object it holds, calling
+  /// @p let_go(id, row) for each (the row then no longer lists the client), then forgets the
+  /// client. @p let_go may erase the row.
+  template <class LetGo>
+  void remove_client(client_id client, LetGo&& let_go) noexcept;
+
+  holdings_by_family holdings_of(client_id client) const;
+  holdings_by_family holdings_of_uid(uid_t uid) const;
+  std::size_t count(object_family family) const noexcept { return counts_[index(family)]; }
+
+  /// @brief One page of @p family's rows with ids above @p after, in id order, each turned
+  /// into a record by @p make(id, row).
+  template <class Record, class Make>
+  proto::list_payload<proto::list_head, Record> page(object_family family, object_id after,
+                                                     std::size_t limit, Make&& make) const;
+  /// @brief Likewise for clients, by @p make(id, client_row).
+  template <class Record, class Make>
+  proto::list_payload<proto::list_head, Record> client_page(client_id after, std::size_t limit,
+                                                            Make&& make) const;
+
+ private:
+  static constexpr std::size_t index(object_family family) noexcept {
+    return static_cast<std::size_t>(family);
+  }
+  void add_holdings(holdings_by_family& into, client_id client, const client_row& row) const;
+  template <class Record, class Map, class Keep, class Make>
+  static proto::list_payload<proto::list_head, Record> fill_page(const Map& rows,
+                                                                 std::uint64_t after,
+                                                                 std::size_t limit, Keep&& keep,
+                                                                 Make&& make);
+
+  std::map<object_id, object_row> objects_;
+  std::array<std::unordered_map<std::string, object_id>, kFamilyCount> names_;
+  std::array<std::size_t, kFamilyCount> counts_{};
+  std::map<client_id, client_row> clients_;
+  object_id next_object_id_ = 1;
+  client_id next_client_id_ = 1;
+};
+
+template <class LetGo>
+void ledger::remove_client(client_id client, LetGo&& let_go) noexcept {
+  const auto found = clients_.find(client);
+  if (found == clients_.end()) return;
+  const std::set<object_id> held = std::move(found->second.holds);
+  clients_.erase(found);
+  for (const object_id id : held) {
+    object_row* row = find(id);
+    if (row == nullptr) continue;
+    row->holders.erase(client);
+    if (row->owner == client) row->owner = 0;
+    let_go(id, *row);
+  }
+}
+
+template <class Record, class Map, class Keep, class Make>
+proto::list_payload<proto::list_head, Record> ledger::fill_page(const Map& rows,
+                                                                std::uint64_t after,
+                                                                std::size_t limit, Keep&& keep,
+                                                                Make&& make) {
+  proto::list_payload<proto::list_head, Record> reply;
+  for (auto it = rows.upper_bound(after); it != rows.end(); ++it) {
+    if (!keep(it->second)) continue;
+    if (reply.records.size() == limit) {
+      reply.head.more = 1;
+      break;
+    }
+    reply.records.push_back(make(it->first, it->second));
+  }
+  reply.head.count = static_cast<std::uint32_t>(reply.records.size());
+  return reply;
+}
+
+template <class Record, class Make>
+proto::list_payload<proto::list_head, Record> ledger::page(object_family family, object_id after,
+                                                           std::size_t limit, Make&& make) const {
+  return fill_page<Record>(
+      objects_, after, limit,
+      [family](const object_row& row) { return family_of(row.kind) == family; }, make);
+}
+
+template <class Record, class Make>
+proto::list_payload<proto::list_head, Record> ledger::client_page(client_id after,
+                                                                  std::size_t limit,
+                                                                  Make&& make) const {
+  return fill_page<Record>(
+      clients_, after, limit, [](const client_row&) { return true; }, make);
+}
+
+}  // namespace gpumem::daemon

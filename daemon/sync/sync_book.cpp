@@ -1,0 +1,408 @@
+#include "sync/sync_book.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+#include "gpumem/shared/sync/host_counters.hpp"
+#include "gpumem/shared/sync/lock.hpp"
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+
+using proto::errc;
+using proto::sync_kind;
+
+namespace {
+
+// Cells are shared with clients that change them at any time: every read is atomic.
+std::uint32_t load(const std::uint32_t& word) noexcept {
+  return std::atomic_ref<std::uint32_t>(const_cast<std::uint32_t&>(word))
+      .load(std::memory_order_acquire);
+}
+
+object_kind kind_of(sync_kind kind) noexcept {
+  switch (kind) {
+    case sync_kind::barrier:
+      return object_kind::barrier;
+    case sync_kind::channel:
+      return object_kind::channel;
+    case sync_kind::lock:
+      break;
+  }
+  return object_kind::lock;
+}
+
+sync_kind wire_kind(object_kind kind) noexcept {
+  switch (kind) {
+    case object_kind::barrier:
+      return sync_kind::barrier;
+    case object_kind::channel:
+      return sync_kind::channel;
+    default:
+      return sync_kind::lock;
+  }
+}
+
+}  // namespace
+
+sync_book::sync_book(ledger& rows, signal_page_maker make_signal_page)
+    : rows_(rows), make_signal_page_(std::move(make_signal_page)) {
+  page_fd_.reset(::memfd_create("gpumemd-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!page_fd_ || ::ftruncate(page_fd_.get(), sync::kHostPageSize) != 0 ||
+      ::fcntl(page_fd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    throw std::runtime_error(std::string("lock page: ") + std::strerror(errno));
+  }
+  void* mapped =
+      ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd_.get(), 0);
+  if (mapped == MAP_FAILED) {
+    throw std::runtime_error(std::string("lock page: mmap: ") + std::strerror(errno));
+  }
+  page_ = static_cast<std::byte*>(mapped);
+}
+
+sync_book::~sync_book() {
+  ::munmap(page_, sync::kHostPageSize);
+}
+
+std::uint16_t sync_book::attach(client_id client) {
+  if (const auto found = attached_.find(client); found != attached_.end()) {
+    return found->second.slot;
+  }
+  const pid_t pid = rows_.client(client).who.pid;
+  for (std::uint16_t slot = 1; slot <= sync::kMaxSlots; ++slot) {
+    if (slot_taken_[slot]) continue;
+    slot_taken_[slot] = true;
+    attached_.emplace(client, attached_client{slot, pid});
+    return slot;
+  }
+  throw request_error(errc::out_of_memory,
+                      fmt::format("all {} lock slots are taken", sync::kMaxSlots));
+}
+
+std::uint32_t sync_book::take_cell(object_id id) {
+  // Round robin, so that a freed cell is reused as late as possible: a repair queued on a
+  // signal page for its old object may still be waiting its turn.
+  for (std::uint32_t tried = 0; tried < sync::kCellCount; ++tried) {
+    const std::uint32_t cell = (next_cell_ + tried) % sync::kCellCount;
+    if (cell_objects_[cell] != 0) continue;
+    cell_objects_[cell] = id;
+    next_cell_ = cell + 1;
+    std::memset(page_ + cell * sync::kCellSize, 0, sync::kCellSize);
+    return cell;
+  }
+  throw request_error(errc::out_of_memory,
+                      fmt::format("all {} lock and barrier cells are taken", sync::kCellCount));
+}
+
+std::uint32_t sync_book::take_party(cell_entry& entry, const object_row& row, client_id client,
+                                    proto::sync_role role) {
+  std::uint32_t first = 0;
+  std::uint32_t last = entry.parties;
+  if (role == proto::sync_role::producer) last = 1;
+  if (role == proto::sync_role::consumer) first = 1;
+  for (std::uint32_t party = first; party < last; ++party) {
+    if (entry.party_clients[party] != 0) continue;
+    entry.party_clients[party] = client;
+    return party;
+  }
+  const char* which = role == proto::sync_role::producer   ? "the producer's place"
+                      : role == proto::sync_role::consumer ? "every consumer's place"
+                                                           : "every party's place";
+  throw request_error(errc::no_party_left,
+                      fmt::format("{} '{}': {} is taken", kind_name(row.kind), row.name, which));
+}
+
+proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_request& request) {
+  if (!attached_.contains(client)) {
+    throw request_error(errc::bad_message, "attach_sync must come before open_sync");
+  }
+  const std::string name(request.name.view());
+  const object_kind kind = kind_of(request.kind);
+  const bool counters = kind != object_kind::lock;
+  if (counters && request.parties > sync::kMaxParties) {
+    throw request_error(errc::invalid_argument,
+                        fmt::format("{} parties: at most {}", request.parties, sync::kMaxParties));
+  }
+  object_id id = 0;
+  if (const auto known = rows_.find_name(object_family::sync, name)) {
+    id = *known;
+    const object_row& existing = *rows_.find(id);
+    if (existing.kind != kind) {
+      throw request_error(
+          errc::already_exists,
+          fmt::format("'{}' is a {}, not a {}", name, kind_name(existing.kind), kind_name(kind)));
+    }
+    if (objects_.at(id).parties != request.parties) {
+      throw request_error(errc::invalid_argument,
+                          fmt::format("{} '{}' has {} parties, not {}", kind_name(kind), name,
+                                      objects_.at(id).parties, request.parties));
+    }
+    rows_.hold(id, client);
+  } else {
+    id = rows_.add(kind, name, client, 0);
+    std::uint32_t cell = 0;
+    try {
+      cell = take_cell(id);
+    } catch (...) {
+      rows_.erase(id);
+      throw;
+    }
+    objects_.emplace(id,
+                     cell_entry{cell, request.parties, std::vector<client_id>(request.parties, 0)});
+    if (counters) cell_as<sync::counter_cell>(cell).parties = request.parties;
+  }
+  cell_entry& entry = objects_.at(id);
+  proto::sync_open_reply reply{entry.cell, 0, entry.parties, 0};
+  try {
+    if (counters) reply.party = take_party(entry, *rows_.find(id), client, request.role);
+  } catch (...) {
+    rows_.drop_reference(id, client);
+    forget_if_unused(id);
+    throw;
+  }
+  return reply;
+}
+
+void sync_book::close(client_id client, const proto::sync_close_request& request) {
+  const object_id id = request.cell < sync::kCellCount ? cell_objects_[request.cell] : 0;
+  const object_row* row = rows_.find(id);
+  if (row == nullptr || !row->holders.contains(client)) {
+    throw request_error(errc::not_found, fmt::format("no open object in cell {}", request.cell));
+  }
+  cell_entry& entry = objects_.at(id);
+  if (row->kind != object_kind::lock) {
+    if (request.party >= entry.parties || entry.party_clients[request.party] != client) {
+      throw request_error(errc::invalid_argument,
+                          fmt::format("party {} of '{}' is not yours", request.party, row->name));
+    }
+    entry.party_clients[request.party] = 0;
+    // Whoever waits for a round or an item this party will never reach would wait forever.
+    break_party(entry, request.party);
+  }
+  rows_.drop_reference(id, client);
+  forget_if_unused(id);
+}
+
+void sync_book::forget_if_unused(object_id id) noexcept {
+  const object_row* row = rows_.find(id);
+  if (row == nullptr || !row->holders.empty()) return;
+  if (std::any_of(pending_.begin(), pending_.end(),
+                  [&](const pending_reclaim& each) { return each.id == id; })) {
+    return;
+  }
+  const auto found = objects_.find(id);
+  if (found != objects_.end()) {
+    if (signal_page* page = gpu_page_of(*row, found->second)) {
+      try {
+        page->clear(found->second.cell);
+      } catch (const std::exception& error) {
+        spdlog::error("{} '{}': clearing its signal cell: {}", kind_name(row->kind), row->name,
+                      error.what());
+      }
+    }
+    cell_objects_[found->second.cell] = 0;
+    objects_.erase(found);
+  }
+  rows_.erase(id);
+}
+
+std::uint32_t sync_book::domain_word(const object_row& row,
+                                     const cell_entry& entry) const noexcept {
+  return load(row.kind == object_kind::lock ? cell_as<sync::lock_cell>(entry.cell).domain
+                                            : cell_as<sync::counter_cell>(entry.cell).domain);
+}
+
+signal_page* sync_book::page_for(std::uint32_t domain_word) noexcept {
+  const sync::domain where = sync::domain_of(domain_word);
+  if (where != sync::domain::stream && where != sync::domain::device) return nullptr;
+  const auto page = signal_pages_.find(sync::device_of(domain_word));
+  return page == signal_pages_.end() ? nullptr : page->second.get();
+}
+
+signal_page* sync_book::gpu_page_of(const object_row& row, const cell_entry& entry) noexcept {
+  return page_for(domain_word(row, entry));
+}
+
+const signal_page& sync_book::signal_page_of(std::int32_t device) {
+  if (const auto found = signal_pages_.find(device); found != signal_pages_.end()) {
+    return *found->second;
+  }
+  if (!make_signal_page_) {
+    throw request_error(errc::not_supported,
+                        "stream-ordered and device locks and barriers need CUDA, which this "
+                        "daemon does not have");
+  }
+  return *signal_pages_.emplace(device, make_signal_page_(device)).first->second;
+}
+
+pid_t sync_book::pid_of_slot(std::uint16_t slot) const noexcept {
+  for (const auto& [id, attached] : attached_) {
+    if (attached.slot == slot) return attached.pid;
+  }
+  return 0;
+}
+
+void sync_book::let_go(object_id id, const object_row& row, client_id client) noexcept {
+  if (const auto found = attached_.find(client); found != attached_.end()) {
+    if (!reclaim(id, row, found->second.slot, client)) pending_.push_back({found->second.slot, id});
+  }
+  forget_if_unused(id);
+}
+
+void sync_book::detach(client_id client) noexcept {
+  const auto found = attached_.find(client);
+  if (found == attached_.end()) return;
+  const std::uint16_t slot = found->second.slot;
+  attached_.erase(found);
+  const bool slot_pending =
+      std::any_of(pending_.begin(), pending_.end(),
+                  [&](const pending_reclaim& each) { return each.slot == slot; });
+  if (!slot_pending) slot_taken_[slot] = false;
+}
+
+bool sync_book::settle() noexcept {
+  std::vector<pending_reclaim> still;
+  std::vector<object_id> finished;
+  for (const pending_reclaim& each : pending_) {
+    const object_row* row = rows_.find(each.id);
+    if (row == nullptr) continue;
+    if (reclaim(each.id, *row, each.slot, 0)) {
+      finished.push_back(each.id);
+    } else {
+      still.push_back(each);
+    }
+  }
+  std::vector<std::uint16_t> freed;
+  for (const pending_reclaim& each : pending_) {
+    const bool waiting = std::any_of(still.begin(), still.end(),
+                                     [&](const pending_reclaim& s) { return s.slot == each.slot; });
+    if (!waiting) freed.push_back(each.slot);
+  }
+  pending_ = std::move(still);
+  for (const object_id id : finished) forget_if_unused(id);
+  for (const std::uint16_t slot : freed) slot_taken_[slot] = false;
+  return pending_.empty();
+}
+
+bool sync_book::reclaim(object_id id, const object_row& row, std::uint16_t dead_slot,
+                        client_id dead_client) noexcept {
+  try {
+    cell_entry& entry = objects_.at(id);
+    if (row.kind == object_kind::lock) {
+      const auto done = sync::reclaim(cell_as<sync::lock_cell>(entry.cell), gpu_page_of(row, entry),
+                                      entry.cell, dead_slot);
+      if (done.turns_passed > 0) {
+        spdlog::warn("lock '{}': passed on {} turn(s) of a dead client", row.name,
+                     done.turns_passed);
+      }
+      if (done.device_lock_released) {
+        spdlog::warn("lock '{}': released the device lock of a dead client", row.name);
+      }
+      return done.settled;
+    }
+    for (std::uint32_t party = 0; dead_client != 0 && party < entry.parties; ++party) {
+      if (entry.party_clients[party] != dead_client) continue;
+      entry.party_clients[party] = 0;
+      spdlog::warn("{} '{}' broken: party {} died", kind_name(row.kind), row.name, party);
+      break_party(entry, party);
+    }
+    return true;
+  } catch (const std::exception& error) {
+    spdlog::error("{} '{}': cleaning up after a dead client: {}", kind_name(row.kind), row.name,
+                  error.what());
+    return true;
+  }
+}
+
+void sync_book::break_party(const cell_entry& entry, std::uint32_t party) {
+  sync::break_counters(cell_as<sync::counter_cell>(entry.cell));
+  signal_page* page = page_for(load(cell_as<sync::counter_cell>(entry.cell).domain));
+  if (page == nullptr) return;
+  const std::size_t count_at = offsetof(sync::signal_cell, counts) + party * sizeof(std::uint32_t);
+  const std::uint32_t count = page->read(entry.cell, count_at);
+  page->write(entry.cell, offsetof(sync::signal_cell, broken), 1);
+  page->write(entry.cell, count_at, count + sync::kBrokenLead);
+}
+
+void sync_book::reset(const proto::sync_reset_request& request) {
+  const std::string name(request.name.view());
+  const auto known = rows_.find_name(object_family::sync, name);
+  if (!known) {
+    throw request_error(errc::not_found, fmt::format("no lock, barrier or channel '{}'", name));
+  }
+  const object_row& row = *rows_.find(*known);
+  cell_entry& entry = objects_.at(*known);
+  signal_page* page = gpu_page_of(row, entry);
+  if (row.kind == object_kind::lock) {
+    if (!sync::reset(cell_as<sync::lock_cell>(entry.cell), page, entry.cell)) {
+      throw request_error(errc::not_supported,
+                          fmt::format("lock '{}' is stream-ordered: its turns pass on by "
+                                      "themselves after a death and it has nothing to reset",
+                                      name));
+    }
+    spdlog::info("lock '{}' reset by an operator", name);
+    return;
+  }
+  std::uint32_t parties = request.parties;
+  std::uint32_t highest_taken = 0;
+  for (std::uint32_t party = 0; party < entry.parties; ++party) {
+    if (entry.party_clients[party] != 0) highest_taken = party + 1;
+  }
+  if (parties == 0) parties = highest_taken;
+  if (parties < highest_taken || parties > sync::kMaxParties ||
+      (row.kind == object_kind::channel && parties < 2)) {
+    throw request_error(errc::invalid_argument,
+                        fmt::format("{} '{}': {} parties cannot hold the {} attached",
+                                    kind_name(row.kind), name, parties, highest_taken));
+  }
+  entry.parties = parties;
+  entry.party_clients.resize(parties, 0);
+  if (page != nullptr) page->clear(entry.cell);
+  sync::reset_counters(cell_as<sync::counter_cell>(entry.cell), parties);
+  spdlog::info("{} '{}' reset by an operator: {} parties", kind_name(row.kind), name, parties);
+}
+
+proto::sync_list_reply sync_book::list(object_id after) const {
+  return rows_.page<proto::sync_record>(
+      object_family::sync, after, proto::sync_list_reply::kMaxRecords,
+      [&](object_id id, const object_row& row) {
+        const cell_entry& entry = objects_.at(id);
+        proto::sync_record record{};
+        record.sync_id = id;
+        record.kind = wire_kind(row.kind);
+        record.cell = entry.cell;
+        record.parties = entry.parties;
+        (void)proto::make_wire_name(row.name, record.name);
+        record.domain = domain_word(row, entry);
+        if (row.kind == object_kind::lock) {
+          auto& cell = cell_as<sync::lock_cell>(entry.cell);
+          const auto word = sync::lock_word::decode(
+              std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
+          record.attached = static_cast<std::uint32_t>(row.holders.size());
+          record.flags = word.flags;
+          record.owner_pid = static_cast<std::uint32_t>(pid_of_slot(word.owner));
+          record.queued = word.free() ? 0 : word.queued() - 1u;
+          record.owner_deaths = load(cell.owner_deaths);
+          record.epoch = word.epoch;
+        } else {
+          const auto& cell = cell_as<sync::counter_cell>(entry.cell);
+          record.attached = static_cast<std::uint32_t>(
+              std::count_if(entry.party_clients.begin(), entry.party_clients.end(),
+                            [](client_id each) { return each != 0; }));
+          record.flags = load(cell.state);
+          record.epoch = load(cell.epoch);
+        }
+        return record;
+      });
+}
+
+}  // namespace gpumem::daemon

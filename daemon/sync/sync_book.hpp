@@ -1,0 +1,110 @@
+#pragma once
+/// @file
+/// @brief daemon/sync/: locks, barriers and channels, as the daemon keeps them.
+///
+/// Clients change the words of the shared pages themselves; the daemon hands out what they
+/// need (the host page, a client slot, one cell per named object, a party of a barrier, each
+/// device's signal page) and repairs after a death: the sync book keeps, beside each object's
+/// ledger row, its cell and parties, and calls the objects' protocols (gpumem/shared/sync/) to
+/// clean up. A lock's whole protocol lives in gpumem/shared/sync/lock.hpp.
+/// May include: proto/ and shared/ headers, daemon/ledger/, daemon/request_error.hpp. Not:
+/// daemon/net/, daemon/memory/, daemon/handlers/.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "gpumem/proto/messages.hpp"
+#include "gpumem/shared/sync/layout.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+#include "ledger/ledger.hpp"
+#include "sync/signal_page.hpp"
+
+namespace gpumem::daemon {
+
+class sync_book {
+ public:
+  /// @param make_signal_page empty when there is no CUDA: stream and device forms are refused.
+  explicit sync_book(ledger& rows, signal_page_maker make_signal_page = {});
+  ~sync_book();
+  sync_book(const sync_book&) = delete;
+  sync_book& operator=(const sync_book&) = delete;
+
+  /// @return the client's slot, the same on every call.
+  /// @throws request_error(out_of_memory) when every slot is taken.
+  std::uint16_t attach(client_id client);
+  int host_page_fd() const noexcept { return page_fd_.get(); }
+  /// @throws request_error: bad_message before attach, invalid_argument for a party count
+  /// that differs from the existing object's, no_party_left, out_of_memory.
+  proto::sync_open_reply open(client_id client, const proto::sync_open_request& request);
+  void close(client_id client, const proto::sync_close_request& request);
+  /// @throws request_error(not_found), not_supported for a stream-ordered lock.
+  void reset(const proto::sync_reset_request& request);
+  proto::sync_list_reply list(object_id after) const;
+  /// @throws request_error(not_supported) without CUDA, no_such_device.
+  const signal_page& signal_page_of(std::int32_t device);
+
+  /// @brief The ledger took every reference of the dead (or departed) @p client off @p id:
+  /// hands its locks on (owner died), breaks barriers and channels it was a party of, and
+  /// frees the cell once nobody holds the object.
+  void let_go(object_id id, const object_row& row, client_id client) noexcept;
+  /// @brief After let_go() of each of its objects: frees the client's slot, unless a
+  /// clean-up under it is still pending.
+  void detach(client_id client) noexcept;
+  /// @brief Finishes clean-ups that found a hand-off in flight.
+  /// @return true when none is left.
+  bool settle() noexcept;
+  bool has_pending() const noexcept { return !pending_.empty(); }
+
+ private:
+  struct cell_entry {
+    std::uint32_t cell;
+    std::uint32_t parties = 0;
+    std::vector<client_id> party_clients;  ///< party -> client; 0 when free
+  };
+  struct attached_client {
+    std::uint16_t slot;
+    pid_t pid;
+  };
+  struct pending_reclaim {
+    std::uint16_t slot;
+    object_id id;
+  };
+
+  template <class Cell>
+  Cell& cell_as(std::uint32_t cell) const noexcept {
+    return *reinterpret_cast<Cell*>(page_ + cell * sync::kCellSize);
+  }
+  std::uint32_t take_cell(object_id id);
+  std::uint32_t take_party(cell_entry& entry, const object_row& row, client_id client,
+                           proto::sync_role role);
+  /// @return false while a hand-off is in flight.
+  bool reclaim(object_id id, const object_row& row, std::uint16_t dead_slot,
+               client_id dead_client) noexcept;
+  /// Breaks a barrier or channel whose @p party died or left.
+  void break_party(const cell_entry& entry, std::uint32_t party);
+  /// The signal page a stream or device object's words are on; nullptr for host objects and
+  /// for devices whose page was never made.
+  signal_page* page_for(std::uint32_t domain_word) noexcept;
+  signal_page* gpu_page_of(const object_row& row, const cell_entry& entry) noexcept;
+  std::uint32_t domain_word(const object_row& row, const cell_entry& entry) const noexcept;
+  void forget_if_unused(object_id id) noexcept;
+  pid_t pid_of_slot(std::uint16_t slot) const noexcept;
+
+  ledger& rows_;
+  signal_page_maker make_signal_page_;
+  std::map<std::int32_t, std::unique_ptr<signal_page>> signal_pages_;
+  unique_fd page_fd_;
+  std::byte* page_ = nullptr;
+  std::map<object_id, cell_entry> objects_;
+  std::vector<object_id> cell_objects_ = std::vector<object_id>(sync::kCellCount, 0);
+  std::uint32_t next_cell_ = 0;
+  std::map<client_id, attached_client> attached_;
+  std::vector<bool> slot_taken_ = std::vector<bool>(sync::kMaxSlots + 1, false);
+  std::vector<pending_reclaim> pending_;
+};
+
+}  // namespace gpumem::daemon

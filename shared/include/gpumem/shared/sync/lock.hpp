@@ -1,0 +1,60 @@
+#pragma once
+/// @file
+/// @brief A named lock's whole protocol, for its three domains, in one place.
+///
+/// - Host: the ticket lock of host_lock.hpp on the lock_cell of the host page: acquire and
+///   release by holders, reclaim_lock() and reset_lock() by the daemon.
+/// - Stream-ordered: a holder takes a ticket on the host (host_lock::take_stream_ticket, which
+///   claims its queue entry), and its stream waits until the signal cell's `serving` equals the
+///   ticket; releasing writes, in stream order, the words of stream_release_writes().
+/// - Device: kernels spin on the signal cell's `device_lock` word (client/include/gpumem/
+///   device.cuh), with `owner_died` set by the daemon when a holder's process died holding it.
+/// After a death the daemon calls reclaim() once per lock the dead client had opened; an
+/// operator's reset calls reset().
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "gpumem/shared/sync/host_lock.hpp"
+#include "gpumem/shared/sync/layout.hpp"
+#include "gpumem/shared/sync/signal_words.hpp"
+
+namespace gpumem::sync {
+
+/// One word a stream writes to release a stream-ordered hold.
+struct stream_write {
+  enum class word_type { serving, queue_entry };  ///< signal cell's serving; host queue entry
+  word_type word;
+  std::uint32_t value;
+};
+
+/// @brief What a stream writes, in this order, to release @p ticket: the next turn, then its
+/// queue entry cleared. A death between the two leaves an entry whose turn has passed, which
+/// reclaim() recognises; the other order would lose the turn.
+constexpr std::array<stream_write, 2> stream_release_writes(std::uint16_t ticket) noexcept {
+  return {{{stream_write::word_type::serving, static_cast<std::uint16_t>(ticket + 1)},
+           {stream_write::word_type::queue_entry, 0}}};
+}
+
+struct reclaim_result {
+  bool settled = true;             ///< false: a hand-off to or from the dead client was in flight
+  std::uint32_t turns_passed = 0;  ///< stream-ordered: the dead client's turns passed on
+  bool device_lock_released = false;  ///< device: it died holding the lock
+};
+
+/// @brief After the process of @p dead_slot exited: its host holds and queued tickets are
+/// released or abandoned (the next holder is told the owner died), its stream turns are passed
+/// on in stream order on @p page, its device lock is released with owner_died set.
+/// @param page the signal page of the lock's device; nullptr when it has none (host lock, or
+/// no stream or kernel ever used it). @throws what @p page throws.
+reclaim_result reclaim(lock_cell& cell, signal_words* page, std::uint32_t index,
+                       std::uint16_t dead_slot);
+
+/// @brief Operator reset: a holder is released (its later release is refused as stale), the
+/// owner-died and not-recoverable flags are cleared, a device lock is freed.
+/// @return false for a stream-ordered lock: its turns pass on by themselves after a death and
+/// there is nothing to reset.
+bool reset(lock_cell& cell, signal_words* page, std::uint32_t index);
+
+}  // namespace gpumem::sync

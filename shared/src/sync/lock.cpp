@@ -1,0 +1,88 @@
+#include "gpumem/shared/sync/lock.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+namespace gpumem::sync {
+
+namespace {
+
+// Cells are shared with clients that change them at any time: every read is atomic.
+std::uint32_t load(std::uint32_t& word) noexcept {
+  return std::atomic_ref<std::uint32_t>(word).load(std::memory_order_acquire);
+}
+
+void count_death(lock_cell& cell) noexcept {
+  std::atomic_ref<std::uint32_t>(cell.owner_deaths).fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint32_t reclaim_stream_turns(lock_cell& cell, signal_words* page, std::uint32_t index,
+                                   std::uint16_t dead_slot) {
+  const auto word =
+      lock_word::decode(std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
+  // Its tickets, oldest first: their turns are passed on in that order on one stream.
+  std::vector<std::uint16_t> tickets;
+  for (auto& raw : cell.queue) {
+    const auto entry = queue_entry::decode(load(raw));
+    if (entry.state == queue_entry::empty || !entry.stream || entry.slot != dead_slot) continue;
+    std::atomic_ref<std::uint32_t>(raw).store(0, std::memory_order_release);
+    if (entry.ticket != word.next) tickets.push_back(entry.ticket);  // else never taken
+  }
+  std::sort(tickets.begin(), tickets.end(), [&](std::uint16_t a, std::uint16_t b) {
+    return static_cast<std::uint16_t>(word.next - a) > static_cast<std::uint16_t>(word.next - b);
+  });
+  if (tickets.empty() || page == nullptr) return 0;
+  const std::uint32_t serving = page->read(index, offsetof(signal_cell, serving)) & 0xffffu;
+  std::uint32_t passed = 0;
+  for (const std::uint16_t ticket : tickets) {
+    // A turn already served was released by the dead client's stream before it died.
+    if (static_cast<std::uint16_t>(serving - ticket) < 0x8000 && serving != ticket) continue;
+    page->pass_turn(index, offsetof(signal_cell, serving), ticket,
+                    static_cast<std::uint16_t>(ticket + 1));
+    count_death(cell);
+    ++passed;
+  }
+  return passed;
+}
+
+bool release_device_lock(lock_cell& cell, signal_words* page, std::uint32_t index,
+                         std::uint16_t dead_slot) {
+  if (page == nullptr) return false;
+  if (page->read(index, offsetof(signal_cell, device_lock)) != dead_slot) return false;
+  page->write(index, offsetof(signal_cell, owner_died), 1);
+  page->write(index, offsetof(signal_cell, device_lock), 0);
+  count_death(cell);
+  return true;
+}
+
+}  // namespace
+
+reclaim_result reclaim(lock_cell& cell, signal_words* page, std::uint32_t index,
+                       std::uint16_t dead_slot) {
+  reclaim_result result;
+  switch (domain_of(load(cell.domain))) {
+    case domain::stream:
+      result.turns_passed = reclaim_stream_turns(cell, page, index, dead_slot);
+      break;
+    case domain::device:
+      result.device_lock_released = release_device_lock(cell, page, index, dead_slot);
+      break;
+    default:
+      result.settled = reclaim_lock(cell, dead_slot);
+  }
+  return result;
+}
+
+bool reset(lock_cell& cell, signal_words* page, std::uint32_t index) {
+  const domain where = domain_of(load(cell.domain));
+  if (where == domain::stream) return false;
+  if (where == domain::device && page != nullptr) {
+    page->write(index, offsetof(signal_cell, owner_died), 0);
+    page->write(index, offsetof(signal_cell, device_lock), 0);
+  }
+  reset_lock(cell);
+  return true;
+}
+
+}  // namespace gpumem::sync

@@ -1,0 +1,301 @@
+#include "books.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include "gpumem/shared/unique_fd.hpp"
+#include "memory/host_pool.hpp"
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+namespace {
+
+using proto::errc;
+
+/// The code of the request_error @p work throws, or ok.
+errc code_of(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const request_error& error) {
+    return error.code();
+  }
+  return errc::ok;
+}
+
+class Books : public ::testing::Test {
+ protected:
+  static books make(bool across_users = false) {
+    daemon_config config = embedded_default_config();
+    config.open_across_users = across_users;
+    config.pools[0].size = 4 << 20;
+    std::vector<std::unique_ptr<pool>> pools;
+    pools.push_back(std::make_unique<host_pool>(0, config.pools[0]));
+    return books(config, std::move(pools));
+  }
+  static proto::allocate_request request(std::uint64_t size, std::string_view name = {}) {
+    proto::allocate_request r{};
+    r.size = size;
+    r.device = proto::kHostDevice;
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    return r;
+  }
+  static proto::open_request open_request(std::string_view name) {
+    proto::open_request r{};
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    return r;
+  }
+  static proto::release_request release_of(std::uint64_t id) { return {id, 0, 0, {}}; }
+  std::uint64_t in_use() const { return book.stats().records.at(0).bytes_in_use; }
+
+  books book = make();
+  std::uint64_t owner = book.add_client({100, 1000, 1000});
+  std::uint64_t reader = book.add_client({101, 1000, 1000});
+};
+
+TEST_F(Books, NamedAllocationIsSharedAndFreedWhenTheLastHolderLetsGo) {
+  const auto made = book.memory.allocate(owner, request(5000, "frames"));
+  const auto opened = book.memory.open(reader, open_request("frames"));
+  EXPECT_EQ(made.alloc_id, opened.alloc_id);
+  EXPECT_EQ(made.offset, opened.offset);
+  EXPECT_EQ(in_use(), 5000u);
+  book.memory.release(owner, release_of(made.alloc_id));
+  EXPECT_EQ(in_use(), 5000u);
+  EXPECT_EQ(book.memory.list_allocations(0).records.at(0).owner_client_id, 0u);
+  // The name lives as long as the memory does.
+  EXPECT_EQ(book.memory.open(owner, open_request("frames")).alloc_id, made.alloc_id);
+  book.memory.release(owner, release_of(made.alloc_id));
+  book.memory.release(reader, release_of(made.alloc_id));
+  EXPECT_EQ(in_use(), 0u);
+  EXPECT_EQ(code_of([&] { book.memory.open(reader, open_request("frames")); }), errc::not_found);
+}
+
+TEST_F(Books, RemovingAClientReleasesItsLedgerButNotWhatOthersHold) {
+  const auto shared = book.memory.allocate(owner, request(4096, "shared"));
+  book.memory.allocate(owner, request(8192));
+  book.memory.open(reader, open_request("shared"));
+  book.memory.open(reader, open_request("shared"));  // two references from one client
+  book.remove_client(owner);
+  EXPECT_EQ(in_use(), 4096u);
+  book.memory.release(reader, release_of(shared.alloc_id));
+  EXPECT_EQ(in_use(), 4096u);
+  book.remove_client(reader);
+  EXPECT_EQ(in_use(), 0u);
+  EXPECT_EQ(book.stats().head.client_count, 0u);
+}
+
+TEST_F(Books, BadRequestsAreClearErrorsThatChangeNothing) {
+  book.memory.allocate(owner, request(4096, "taken"));
+  const auto before = book.stats().records.at(0);
+  EXPECT_EQ(code_of([&] { book.memory.allocate(reader, request(4096, "taken")); }),
+            errc::already_exists);
+  EXPECT_EQ(code_of([&] { book.memory.allocate(reader, request(8 << 20)); }), errc::out_of_memory);
+  auto gpu = request(4096);
+  gpu.device = 3;
+  EXPECT_EQ(code_of([&] { book.memory.allocate(reader, gpu); }), errc::no_such_device);
+  auto other_pool = request(4096);
+  EXPECT_FALSE(proto::make_wire_name("nope", other_pool.pool));
+  EXPECT_EQ(code_of([&] { book.memory.allocate(reader, other_pool); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { book.memory.release(reader, release_of(12345)); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { book.memory.open(reader, open_request("missing")); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { book.memory.find_pool(9); }), errc::not_found);
+  const auto after = book.stats().records.at(0);
+  EXPECT_EQ(before.bytes_in_use, after.bytes_in_use);
+  EXPECT_EQ(before.allocations, after.allocations);
+}
+
+TEST_F(Books, AClientCannotReleaseWhatOnlyAnotherHolds) {
+  const auto made = book.memory.allocate(owner, request(4096));
+  EXPECT_EQ(code_of([&] { book.memory.release(reader, release_of(made.alloc_id)); }),
+            errc::not_found);
+  EXPECT_EQ(in_use(), 4096u);
+}
+
+TEST_F(Books, OpeningAnotherUsersAllocationNeedsTheSwitch) {
+  const auto stranger = book.add_client({200, 2000, 2000});
+  const auto root = book.add_client({201, 0, 0});
+  book.memory.allocate(owner, request(4096, "private"));
+  EXPECT_EQ(code_of([&] { book.memory.open(stranger, open_request("private")); }),
+            errc::permission_denied);
+  EXPECT_EQ(code_of([&] { book.memory.open(root, open_request("private")); }), errc::ok);
+  books open_books = make(true);
+  const auto a = open_books.add_client({1, 1000, 1000});
+  const auto b = open_books.add_client({2, 2000, 2000});
+  open_books.memory.allocate(a, request(4096, "private"));
+  EXPECT_EQ(code_of([&] { open_books.memory.open(b, open_request("private")); }), errc::ok);
+}
+
+TEST_F(Books, ListsPageThroughEverything) {
+  for (std::size_t i = 0; i < memory_book::kPageSize + 10; ++i)
+    book.memory.allocate(owner, request(1));
+  const auto first = book.memory.list_allocations(0);
+  EXPECT_EQ(first.records.size(), memory_book::kPageSize);
+  EXPECT_EQ(first.head.more, 1u);
+  const auto second = book.memory.list_allocations(first.records.back().alloc_id);
+  EXPECT_EQ(second.records.size(), 10u);
+  EXPECT_EQ(second.head.more, 0u);
+  const auto clients = book.list_clients(0);
+  ASSERT_EQ(clients.records.size(), 2u);
+  EXPECT_EQ(clients.records[0].allocations_owned, memory_book::kPageSize + 10);
+  EXPECT_EQ(clients.records[0].bytes_owned, memory_book::kPageSize + 10);
+}
+
+TEST_F(Books, StatsKeepAHighWaterMarkAndCountRounding) {
+  const auto a = book.memory.allocate(owner, request(100));
+  book.memory.allocate(owner, request(5000));
+  book.memory.release(owner, release_of(a.alloc_id));
+  const auto pool = book.stats().records.at(0);
+  EXPECT_EQ(pool.bytes_in_use, 5000u);
+  EXPECT_EQ(pool.bytes_in_use_high, 5100u);
+  EXPECT_EQ(pool.bytes_reserved, 8192u);
+  EXPECT_EQ(pool.allocations, 1u);
+}
+
+}  // namespace
+}  // namespace gpumem::daemon
+
+namespace gpumem::daemon {
+namespace {
+
+// Chunks of 2 MiB whose descriptors are /dev/null; counts how many reservations live.
+class fake_reservation final : public reservation {
+ public:
+  explicit fake_reservation(std::uint64_t max_size, int& live) : max_size_(max_size), live_(live) {
+    ++live_;
+  }
+  ~fake_reservation() override { --live_; }
+  std::uint64_t chunk_size() const noexcept override { return 2 << 20; }
+  std::uint64_t max_size() const noexcept override { return max_size_; }
+  std::int32_t device() const noexcept override { return 0; }
+  std::size_t chunk_count() const noexcept override { return chunks_.size(); }
+  chunk chunk_at(std::size_t index) const override {
+    return {chunks_.at(index).first, chunks_.at(index).second.get()};
+  }
+  void resize(std::size_t chunks) override {
+    if (chunks * chunk_size() > (std::uint64_t{1} << 30)) {
+      throw request_error(proto::errc::out_of_memory, "fake device full");
+    }
+    while (chunks_.size() < chunks)
+      chunks_.emplace_back(next_id_++, unique_fd(::open("/dev/null", O_RDONLY)));
+    chunks_.resize(chunks);
+  }
+
+ private:
+  std::uint64_t max_size_;
+  int& live_;
+  std::uint64_t next_id_ = 1;
+  std::vector<std::pair<std::uint64_t, unique_fd>> chunks_;
+};
+
+class Reservations : public ::testing::Test {
+ protected:
+  static proto::reserve_request request(std::uint64_t max, std::uint64_t initial,
+                                        std::string_view name = {}) {
+    proto::reserve_request r{max, initial, 0, 0, {}};
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    return r;
+  }
+  static proto::open_request open_request(std::string_view name) {
+    proto::open_request r{};
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    r.access = proto::access_mode::read_only;
+    return r;
+  }
+
+  int live = 0;
+  daemon_config config = embedded_default_config();
+  books book{config, {}, [this](std::int32_t, std::uint64_t max) {
+               return std::make_unique<fake_reservation>(max, live);
+             }};
+  std::uint64_t owner = book.add_client({100, 1000, 1000});
+  std::uint64_t reader = book.add_client({101, 1000, 1000});
+};
+
+TEST_F(Reservations, ASharedReservationGrowsShrinksAndGoesWithItsLastHolder) {
+  const auto made = book.memory.reserve(owner, request(64 << 20, 3 << 20, "kv"));
+  EXPECT_EQ(made.committed, 4u << 20) << "rounded up to whole chunks";
+  const auto opened = book.memory.open_reservation(reader, open_request("kv"));
+  EXPECT_EQ(opened.reservation_id, made.reservation_id);
+  EXPECT_EQ(opened.access, proto::access_mode::read_only);
+  EXPECT_EQ(book.memory.resize_reservation(owner, {made.reservation_id, 10 << 20}).committed,
+            10u << 20);
+  const auto listed = book.memory.list_reservations(0);
+  ASSERT_EQ(listed.records.size(), 1u);
+  EXPECT_EQ(listed.records[0].committed, 10u << 20);
+  EXPECT_EQ(listed.records[0].holders, 2u);
+  EXPECT_EQ(listed.records[0].name.view(), "kv");
+  std::vector<int> fds;
+  const auto page = book.memory.chunks(reader, {made.reservation_id, 0, 0}, fds);
+  ASSERT_EQ(page.records.size(), 5u);
+  EXPECT_EQ(fds.size(), 5u);
+  EXPECT_EQ(page.head.committed_chunks, 5u);
+  EXPECT_EQ(book.memory.resize_reservation(owner, {made.reservation_id, 2 << 20}).committed,
+            2u << 20);
+  book.remove_client(owner);
+  EXPECT_EQ(live, 1) << "the reader still holds it";
+  book.memory.release_reservation(reader, made.reservation_id);
+  EXPECT_EQ(live, 0);
+  EXPECT_EQ(code_of([&] { book.memory.open_reservation(reader, open_request("kv")); }),
+            errc::not_found);
+}
+
+TEST_F(Reservations, OnlyTheOwnerResizesAndBadRequestsChangeNothing) {
+  const auto made = book.memory.reserve(owner, request(8 << 20, 2 << 20, "only-mine"));
+  book.memory.open_reservation(reader, open_request("only-mine"));
+  EXPECT_EQ(code_of([&] {
+              book.memory.resize_reservation(reader, {made.reservation_id, 4 << 20});
+            }),
+            errc::permission_denied);
+  EXPECT_EQ(code_of([&] {
+              book.memory.resize_reservation(owner, {made.reservation_id, 16 << 20});
+            }),
+            errc::invalid_argument);
+  EXPECT_EQ(code_of([&] { book.memory.reserve(reader, request(8 << 20, 0, "only-mine")); }),
+            errc::already_exists);
+  EXPECT_EQ(code_of([&] { book.memory.reserve(reader, request(4ull << 30, 2ull << 30)); }),
+            errc::out_of_memory);
+  const auto stranger = book.add_client({102, 1000, 1000});
+  std::vector<int> fds;
+  EXPECT_EQ(code_of([&] {
+              book.memory.chunks(stranger, {made.reservation_id, 0, 0}, fds);
+            }),
+            errc::not_found);
+  EXPECT_EQ(code_of([&] { book.memory.release_reservation(stranger, made.reservation_id); }),
+            errc::not_found);
+  EXPECT_EQ(live, 1);
+  book.remove_client(owner);
+  EXPECT_EQ(code_of([&] {
+              book.memory.resize_reservation(reader, {made.reservation_id, 2 << 20});
+            }),
+            errc::permission_denied)
+      << "nobody resizes once the owner is gone";
+}
+
+TEST_F(Reservations, ChunkPagesStopAtTheDescriptorLimit) {
+  const auto made = book.memory.reserve(owner, request(600 << 20, 600 << 20));  // 300 chunks
+  std::vector<int> fds;
+  const auto first = book.memory.chunks(owner, {made.reservation_id, 0, 0}, fds);
+  EXPECT_EQ(first.records.size(), proto::kMaxFdsPerMessage);
+  EXPECT_EQ(fds.size(), proto::kMaxFdsPerMessage);
+  EXPECT_EQ(first.head.more, 1u);
+  fds.clear();
+  const auto second =
+      book.memory.chunks(owner, {made.reservation_id, proto::kMaxFdsPerMessage, 0}, fds);
+  EXPECT_EQ(second.records.size(), 300u - proto::kMaxFdsPerMessage);
+  EXPECT_EQ(second.records.front().index, proto::kMaxFdsPerMessage);
+  EXPECT_EQ(second.head.more, 0u);
+}
+
+TEST(ReservationsWithoutCuda, AreRefusedClearly) {
+  books book(embedded_default_config(), {});
+  const auto client = book.add_client({1, 1, 1});
+  proto::reserve_request r{1 << 20, 0, 0, 0, {}};
+  try {
+    book.memory.reserve(client, r);
+    ADD_FAILURE() << "no error";
+  } catch (const request_error& error) {
+    EXPECT_EQ(error.code(), errc::not_supported);
+  }
+}
+
+}  // namespace
+}  // namespace gpumem::daemon
