@@ -3,7 +3,7 @@
 
 #include "connection.hpp"
 #include "cuda_sync.hpp"
-#include "gpumem/shared/sync/host_lock.hpp"
+#include "gpumem/shared/sync/lock.hpp"
 #include "gpumem/sync.hpp"
 #include "sync_object.hpp"
 
@@ -163,10 +163,10 @@ void Lock::unlock(Stream stream) {
       state_->object.signal_word(device, offsetof(sync::signal_cell, serving));
   const std::uint64_t entry =
       state_->object.pages().host_word_on_device(&cell.queue[ticket % sync::kLockQueueLength]);
-  // The turn first, then the entry: a death between the two leaves an entry whose turn has
-  // passed, which the daemon recognises; the other order would lose the turn.
-  detail::cuda_sync::write_value(stream, serving, static_cast<std::uint16_t>(ticket + 1));
-  detail::cuda_sync::write_value(stream, entry, 0);
+  for (const sync::stream_write& step : sync::stream_release_writes(ticket)) {
+    const bool on_signal_page = step.word == sync::stream_write::word_type::serving;
+    detail::cuda_sync::write_value(stream, on_signal_page ? serving : entry, step.value);
+  }
   state_->stream_tickets.pop_front();
 }
 
