@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
+#include "gpumem/shared/sync/host_lock.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "memory/host_pool.hpp"
 #include "request_error.hpp"
@@ -81,6 +83,47 @@ TEST_F(Books, RemovingAClientReleasesItsLedgerButNotWhatOthersHold) {
   book.remove_client(reader);
   EXPECT_EQ(in_use(), 0u);
   EXPECT_EQ(book.stats().head.client_count, 0u);
+}
+
+TEST_F(Books, ADeathWalksTheClientsLedgerOnceThroughEveryBook) {
+  const auto own = book.memory.allocate(owner, request(4096, "own"));
+  const auto shared = book.memory.allocate(owner, request(4096, "shared"));
+  book.memory.open(reader, open_request("shared"));
+  proto::sync_open_request lock_request{};
+  EXPECT_FALSE(proto::make_wire_name("guard", lock_request.name));
+  lock_request.kind = proto::sync_kind::lock;
+  const std::uint16_t owner_slot = book.sync.attach(owner);
+  const std::uint16_t reader_slot = book.sync.attach(reader);
+  const auto opened = book.sync.open(owner, lock_request);
+  book.sync.open(reader, lock_request);
+  // The owner takes the lock through the host page, as a client does.
+  void* page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
+                      book.sync.host_page_fd(), 0);
+  ASSERT_NE(page, MAP_FAILED);
+  auto& cell = *reinterpret_cast<sync::lock_cell*>(static_cast<std::byte*>(page) +
+                                                   opened.cell * sync::kCellSize);
+  cell.domain = sync::domain_word(sync::domain::host);
+  ASSERT_TRUE(sync::host_lock(cell, owner_slot).try_acquire_clean());
+
+  book.remove_client(owner);
+
+  EXPECT_EQ(in_use(), 4096u) << "its own allocation is freed, the shared one stays";
+  EXPECT_EQ(book.rows.find(own.alloc_id), nullptr);
+  EXPECT_EQ(book.rows.find(shared.alloc_id)->owner, 0u);
+  const auto next = sync::host_lock(cell, reader_slot).try_acquire();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, sync::acquire_status::acquired_owner_died);
+  const auto listed = book.sync.list(0);
+  ASSERT_EQ(listed.records.size(), 1u);
+  EXPECT_EQ(listed.records[0].attached, 1u);
+  EXPECT_EQ(listed.records[0].owner_deaths, 1u);
+  EXPECT_EQ(book.sync.attach(book.add_client({102, 1000, 1000})), owner_slot)
+      << "the dead client's slot is free again";
+  book.remove_client(reader);
+  EXPECT_EQ(book.sync.list(0).records.size(), 0u) << "the lock goes with its last holder";
+  EXPECT_EQ(book.rows.count(object_family::sync), 0u);
+  EXPECT_EQ(in_use(), 0u);
+  ::munmap(page, sync::kHostPageSize);
 }
 
 TEST_F(Books, BadRequestsAreClearErrorsThatChangeNothing) {
