@@ -1,4 +1,11 @@
 // gpumemd: the per-node daemon that owns shareable memory pools.
+//
+// daemon/ is split by domain, each folder's main header saying what lives there and what it may
+// include: config/ (the configuration), ledger/ (the one table of objects and clients),
+// memory/ (pools, reservations and their book), sync/ (locks, barriers, channels and their
+// book), books.hpp (the ledger and the domain books together), handlers/ (one handler per
+// message, by domain), net/ (socket, sessions, systemd). A request crosses
+// proto -> net/session -> handlers -> one book -> one backend.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 

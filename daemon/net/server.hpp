@@ -1,6 +1,12 @@
 #pragma once
 /// @file
-/// @brief Owns the listening socket, the signal handling and the live sessions.
+/// @brief daemon/net/: the daemon's edge to the world. The server owns the listening socket,
+/// the signal handling and the live sessions; a session reads a client's frames, hands each to
+/// the request handler and writes the replies with their descriptors, and ends when the
+/// client's process exits (pidfd) or its socket closes; peer_process finds who is on the other
+/// end; systemd_notify speaks the NOTIFY_SOCKET protocol. Nothing here keeps books.
+/// May include: proto/ and shared/ headers, daemon/handlers/, daemon/books.hpp (and what it
+/// includes), daemon/config/. Nothing includes daemon/net/ but main.cpp.
 
 #include <memory>
 #include <string>
