@@ -26,12 +26,19 @@ int main(int argc, char** argv) {
   std::string socket_path;
   std::string log_level;
   bool check_only = false;
+  bool print_default = false;
   app.add_option("-c,--config", config_path, "YAML configuration (default: embedded)")
       ->check(CLI::ExistingFile);
   app.add_option("-s,--socket", socket_path, "socket path (default: $GPUMEM_SOCKET, ...)");
   app.add_option("-l,--log-level", log_level, "trace, debug, info, warn, error, critical, off");
   app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  app.add_flag("--print-default-config", print_default,
+               "print the default configuration as commented YAML and exit");
   CLI11_PARSE(app, argc, argv);
+  if (print_default) {
+    std::fputs(default_config_yaml().c_str(), stdout);
+    return 0;
+  }
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpumemd"));
   try {

@@ -1,12 +1,41 @@
 #include "config/config.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 
 namespace gpumem::daemon {
 namespace {
+
+struct command_result {
+  int exit_status = -1;
+  std::string output;
+};
+
+/// Runs the real gpumemd with @p arguments (a shell command line's tail) and collects stdout.
+command_result run_gpumemd(const std::string& arguments) {
+  const std::string command = std::string("'") + GPUMEM_TEST_DAEMON + "' " + arguments;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {};
+  command_result result;
+  char buffer[4096];
+  while (const std::size_t got = std::fread(buffer, 1, sizeof buffer, pipe)) {
+    result.output.append(buffer, got);
+  }
+  const int status = ::pclose(pipe);
+  if (WIFEXITED(status)) result.exit_status = WEXITSTATUS(status);
+  return result;
+}
+
+std::string contents_of(const std::string& path) {
+  std::ostringstream text;
+  text << std::ifstream(path, std::ios::binary).rdbuf();
+  return text.str();
+}
 
 class ConfigFile : public ::testing::Test {
  protected:
@@ -48,6 +77,32 @@ TEST(EmbeddedDefault, HasOneHostPool) {
   ASSERT_EQ(config.pools.size(), 1u);
   EXPECT_EQ(config.pools[0].name, "host");
   EXPECT_EQ(config.pools[0].device, proto::kHostDevice);
+  EXPECT_EQ(config.pools[0].size, 1u << 30);
+}
+
+TEST(EmbeddedDefault, SetsEveryTopLevelKeyToItsDocumentedDefault) {
+  const auto config = embedded_default_config();
+  EXPECT_EQ(config.socket_path, "");
+  EXPECT_EQ(config.socket_mode, 0600u);
+  EXPECT_EQ(config.log_level, "info");
+  EXPECT_FALSE(config.open_across_users);
+  EXPECT_EQ(config.max_output_bytes, 4u << 20);
+}
+
+TEST(DefaultCudaPool, IsNamedForItsDeviceAsLargeAsItAndKeepsAllFreedMemory) {
+  const auto pool = default_cuda_pool(1, 80ull << 30);
+  EXPECT_EQ(pool.name, "cuda1");
+  EXPECT_EQ(pool.device, 1);
+  EXPECT_EQ(pool.size, 80ull << 30);
+  EXPECT_EQ(pool.release_threshold, 80ull << 30);
+  EXPECT_TRUE(pool.peer_access.empty());
+}
+
+TEST(PrintDefaultConfig, PrintsDeployExampleByteForByte) {
+  const auto printed = run_gpumemd("--print-default-config");
+  EXPECT_EQ(printed.exit_status, 0);
+  EXPECT_EQ(printed.output, contents_of(GPUMEM_SOURCE_DIR "/deploy/gpumemd.example.yaml"))
+      << "regenerate it: gpumemd --print-default-config > deploy/gpumemd.example.yaml";
 }
 
 TEST_F(ConfigFile, ReadsEveryKey) {
@@ -78,6 +133,18 @@ pools:
   EXPECT_EQ(config.pools[1].peer_access, (std::vector<std::int32_t>{1, 2}));
 }
 
+TEST_F(ConfigFile, PrintedDefaultLoadsAsTheEmbeddedDefault) {
+  const auto printed = run_gpumemd("--print-default-config");
+  ASSERT_EQ(printed.exit_status, 0);
+  EXPECT_EQ(load(printed.output), embedded_default_config());
+}
+
+TEST_F(ConfigFile, APoolWithoutReleaseThresholdKeepsAllFreedMemory) {
+  const auto config = load("pools:\n  - {name: gpu0, device: 0, size: 8GiB}\n");
+  ASSERT_EQ(config.pools.size(), 1u);
+  EXPECT_EQ(config.pools[0].release_threshold, 8ull << 30);
+}
+
 TEST_F(ConfigFile, EmptyFileOrNoPoolsMeansTheDefaultPools) {
   EXPECT_EQ(load("").pools.size(), 1u);
   EXPECT_EQ(load("log_level: warn\n").pools.at(0).name, "host");
@@ -99,6 +166,31 @@ TEST_F(ConfigFile, ErrorsNameTheKeyAndTheProblem) {
             std::string::npos);
   EXPECT_NE(error_of("socket_mode: rw\n").find("octal"), std::string::npos);
   EXPECT_NE(error_of("pools: [").find(path), std::string::npos);
+}
+
+TEST_F(ConfigFile, ErrorsNameTheFileAndThePathOfTheKey) {
+  const auto names = [&](const std::string& text, const std::string& key) {
+    return error_of(text).find(path + ": " + key + ": ") != std::string::npos;
+  };
+  EXPECT_TRUE(names("max_output_bytes: 12XB\n", "max_output_bytes"));
+  EXPECT_TRUE(names("log_level: loud\n", "log_level"));
+  EXPECT_TRUE(names("open_across_users: maybe\n", "open_across_users"));
+  EXPECT_TRUE(names("socket: [a, b]\n", "socket"));
+  EXPECT_TRUE(names("pools:\n  - {name: a, device: host, size: 0}\n", "pools[0].size"));
+  EXPECT_TRUE(names("pools:\n  - {name: a, device: 0, size: 1MiB, peer_access: [host]}\n",
+                    "pools[0].peer_access"));
+  EXPECT_NE(error_of("pools:\n  - {name: a, device: host, size: 1MiB, colour: blue}\n")
+                .find(path + ": pools[0]: unknown key 'colour'"),
+            std::string::npos);
+}
+
+TEST_F(ConfigFile, CheckConfigExitsWithStatusTwoNamingTheFileAndTheKey) {
+  std::ofstream(path) << "max_output_bytes: lots\n";
+  const auto checked = run_gpumemd("--check-config --config '" + path + "' 2>&1");
+  EXPECT_EQ(checked.exit_status, 2);
+  EXPECT_NE(checked.output.find(path + ": max_output_bytes: 'lots' is not a size"),
+            std::string::npos)
+      << checked.output;
 }
 
 }  // namespace

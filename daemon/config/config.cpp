@@ -1,11 +1,15 @@
 #include "config/config.hpp"
 
+#include <spdlog/common.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <span>
+#include <type_traits>
 
+#include "config/config_keys.hpp"
 #include "gpumem/proto/wire.hpp"
 
 namespace gpumem::daemon {
@@ -21,22 +25,127 @@ constexpr unit kUnits[] = {{"TiB", kGiB << 10}, {"GiB", kGiB},         {"MiB", 1
                            {"KiB", 1 << 10},    {"TB", 1000000000000}, {"GB", 1000000000},
                            {"MB", 1000000},     {"KB", 1000},          {"B", 1}};
 
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw config_error(where + ": " + what);
+// The C++ type a value_type reads as must be the one its row's landing takes.
+template <class Value>
+constexpr bool reads_as(value_type type) {
+  switch (type) {
+    case value_type::text:
+    case value_type::log_level:
+    case value_type::pool_name:
+      return std::is_same_v<Value, std::string>;
+    case value_type::octal_mode:
+      return std::is_same_v<Value, mode_t>;
+    case value_type::boolean:
+      return std::is_same_v<Value, bool>;
+    case value_type::size:
+    case value_type::nonzero_size:
+      return std::is_same_v<Value, std::uint64_t>;
+    case value_type::device:
+      return std::is_same_v<Value, std::int32_t>;
+    case value_type::cuda_devices:
+      return std::is_same_v<Value, std::vector<std::int32_t>>;
+    case value_type::pools:
+      return std::is_same_v<Value, std::vector<pool_config>>;
+  }
+  return false;
 }
 
-void check_keys(const YAML::Node& node, const std::string& where,
-                std::initializer_list<const char*> known) {
-  for (const auto& item : node) {
-    const auto key = item.first.as<std::string>();
-    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) {
-      fail(where, "unknown key '" + key + "'");
-    }
+template <class Landing>
+struct landing_value;
+template <class Config, class Value>
+struct landing_value<Value Config::*> {
+  using type = Value;
+};
+template <class Config, class Value>
+struct landing_value<void (*)(Config&, Value)> {
+  using type = Value;
+};
+
+template <class Config>
+constexpr bool every_row_lands_what_it_reads(std::span<const config_key<Config>> keys) {
+  return std::ranges::all_of(keys, [](const config_key<Config>& row) {
+    return std::visit(
+        [&](auto landing) {
+          return reads_as<typename landing_value<decltype(landing)>::type>(row.type);
+        },
+        row.lands_in);
+  });
+}
+static_assert(every_row_lands_what_it_reads<daemon_config>(kDaemonKeys));
+static_assert(every_row_lands_what_it_reads<pool_config>(kPoolKeys));
+
+/// Where a value sits, for errors: "gpumemd.yaml: pools[0].size".
+struct location {
+  std::string file;
+  std::string path;  ///< empty at the top level
+
+  location key(std::string_view name) const {
+    return {file, path.empty() ? std::string(name) : path + "." + std::string(name)};
+  }
+  location element(std::size_t index) const {
+    return {file, path + "[" + std::to_string(index) + "]"};
+  }
+  std::string text() const { return path.empty() ? file : file + ": " + path; }
+};
+
+[[noreturn]] void fail(const location& where, const std::string& problem) {
+  throw config_error(where.text() + ": " + problem);
+}
+
+std::string read_scalar(const YAML::Node& node, const location& where) {
+  if (node.IsNull()) fail(where, "has no value");
+  if (!node.IsScalar()) fail(where, "is a single value, not a list or a map");
+  return node.Scalar();
+}
+
+std::string read_text(value_type type, const YAML::Node& node, const location& where) {
+  std::string text = read_scalar(node, where);
+  if (type == value_type::log_level && spdlog::level::from_str(text) == spdlog::level::off &&
+      text != "off") {
+    fail(where,
+         "'" + text + "' is not a log level (trace, debug, info, warn, error, critical, off)");
+  }
+  if (proto::wire_name check;
+      type == value_type::pool_name && (text.empty() || proto::make_wire_name(text, check))) {
+    fail(where, "'" + text + "' is not a valid name (1-63 of [A-Za-z0-9._:/@+-])");
+  }
+  return text;
+}
+
+mode_t read_octal_mode(const YAML::Node& node, const location& where) {
+  const auto text = read_scalar(node, where);
+  std::size_t used = 0;
+  unsigned long mode = 0;
+  try {
+    mode = std::stoul(text, &used, 8);
+  } catch (const std::exception&) {
+  }
+  if (used != text.size() || mode > 0777) fail(where, "'" + text + "' is not an octal mode");
+  return static_cast<mode_t>(mode);
+}
+
+bool read_boolean(const YAML::Node& node, const location& where) {
+  const auto text = read_scalar(node, where);
+  try {
+    return node.as<bool>();
+  } catch (const YAML::Exception&) {
+    fail(where, "'" + text + "' is not true or false");
   }
 }
 
-std::int32_t parse_device(const YAML::Node& node, const std::string& where) {
-  const auto text = node.as<std::string>();
+std::uint64_t read_size(value_type type, const YAML::Node& node, const location& where) {
+  std::uint64_t bytes = 0;
+  try {
+    bytes = parse_size(read_scalar(node, where));
+  } catch (const config_error& error) {
+    fail(where, error.what());
+  }
+  if (type == value_type::nonzero_size && bytes == 0) fail(where, "must be positive");
+  return bytes;
+}
+
+std::int32_t read_device(const YAML::Node& node, const location& where) {
+  const auto text = read_scalar(node, where);
   if (text == "host") return proto::kHostDevice;
   try {
     const int device = node.as<int>();
@@ -46,47 +155,157 @@ std::int32_t parse_device(const YAML::Node& node, const std::string& where) {
   fail(where, "'" + text + "' is not a device (use host or a CUDA device number)");
 }
 
-pool_config parse_pool(const YAML::Node& node, const std::string& where) {
-  if (!node.IsMap()) fail(where, "a pool is a map");
-  check_keys(node, where, {"name", "device", "size", "release_threshold", "peer_access"});
-  pool_config pool;
-  if (!node["name"]) fail(where, "missing 'name'");
-  pool.name = node["name"].as<std::string>();
-  if (proto::wire_name check; pool.name.empty() || proto::make_wire_name(pool.name, check)) {
-    fail(where + ".name", "'" + pool.name + "' is not a valid name (1-63 of [A-Za-z0-9._:/@+-])");
+std::vector<std::int32_t> read_cuda_devices(const YAML::Node& node, const location& where) {
+  if (!node.IsSequence()) fail(where, "is a list of CUDA device numbers");
+  std::vector<std::int32_t> devices;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const auto device = read_device(node[i], where.element(i));
+    if (device == proto::kHostDevice) fail(where, "lists CUDA devices only");
+    devices.push_back(device);
   }
-  if (!node["device"]) fail(where, "missing 'device'");
-  pool.device = parse_device(node["device"], where + ".device");
-  if (!node["size"]) fail(where, "missing 'size'");
-  try {
-    pool.size = parse_size(node["size"].as<std::string>());
-    // Freed memory stays in the pool for reuse unless the operator asks for less.
-    pool.release_threshold = pool.size;
-    if (node["release_threshold"]) {
-      pool.release_threshold = parse_size(node["release_threshold"].as<std::string>());
+  return devices;
+}
+
+std::vector<pool_config> read_pools(const YAML::Node& node, const location& where);
+
+template <class Value>
+Value read_value(value_type type, const YAML::Node& node, const location& where) {
+  if constexpr (std::is_same_v<Value, std::string>) {
+    return read_text(type, node, where);
+  } else if constexpr (std::is_same_v<Value, mode_t>) {
+    return read_octal_mode(node, where);
+  } else if constexpr (std::is_same_v<Value, bool>) {
+    return read_boolean(node, where);
+  } else if constexpr (std::is_same_v<Value, std::uint64_t>) {
+    return read_size(type, node, where);
+  } else if constexpr (std::is_same_v<Value, std::int32_t>) {
+    return read_device(node, where);
+  } else if constexpr (std::is_same_v<Value, std::vector<std::int32_t>>) {
+    return read_cuda_devices(node, where);
+  } else {
+    static_assert(std::is_same_v<Value, std::vector<pool_config>>);
+    return read_pools(node, where);
+  }
+}
+
+template <class Config>
+void store(Config& config, const config_key<Config>& row, const YAML::Node& node,
+           const location& where) {
+  std::visit(
+      [&](auto landing) {
+        using value = typename landing_value<decltype(landing)>::type;
+        value read = read_value<value>(row.type, node, where);
+        if constexpr (std::is_member_object_pointer_v<decltype(landing)>) {
+          config.*landing = std::move(read);
+        } else {
+          landing(config, std::move(read));
+        }
+      },
+      row.lands_in);
+}
+
+/// Reads a map whose keys are @p keys into @p config; a key left out takes its default.
+template <class Config>
+void read_map(const YAML::Node& node, std::span<const config_key<Config>> keys,
+              const location& where, Config& config) {
+  for (const auto& item : node) {
+    const auto key = item.first.as<std::string>();
+    if (std::ranges::none_of(keys, [&](const config_key<Config>& row) { return row.key == key; })) {
+      std::string known;
+      for (const auto& row : keys) known += (known.empty() ? "" : ", ") + std::string(row.key);
+      fail(where, "unknown key '" + key + "' (the keys are " + known + ")");
     }
-  } catch (const config_error& error) {
-    fail(where, error.what());
   }
-  if (pool.size == 0) fail(where + ".size", "must be positive");
-  if (const auto peers = node["peer_access"]) {
-    for (const auto& peer : peers) {
-      const auto device = parse_device(peer, where + ".peer_access");
-      if (device == proto::kHostDevice) fail(where + ".peer_access", "lists CUDA devices only");
-      pool.peer_access.push_back(device);
+  for (const auto& row : keys) {
+    const std::string key(row.key);
+    if (const YAML::Node value = node[key]) {
+      store(config, row, value, where.key(key));
+    } else if (row.required) {
+      fail(where, "missing '" + key + "'");
+    } else if (!row.default_value.empty()) {
+      store(config, row, YAML::Load(std::string(row.default_value)), where.key(key));
     }
   }
-  return pool;
+}
+
+std::vector<pool_config> read_pools(const YAML::Node& node, const location& where) {
+  if (!node.IsSequence()) fail(where, "is a list");
+  std::vector<pool_config> pools;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const location entry = where.element(i);
+    if (!node[i].IsMap()) fail(entry, "a pool is a map");
+    read_map<pool_config>(node[i], kPoolKeys, entry, pools.emplace_back());
+    if (!names.insert(pools.back().name).second) {
+      fail(entry, "duplicate pool name '" + pools.back().name + "'");
+    }
+  }
+  return pools;
+}
+
+daemon_config read_config(const YAML::Node& root, const location& where) {
+  daemon_config config;
+  read_map<daemon_config>(root, kDaemonKeys, where, config);
+  return config;
+}
+
+// A commented pool with every pool key, each with its description and whether it is required
+// or what it defaults to.
+std::string example_pool_yaml() {
+  std::size_t width = 0;
+  for (const auto& row : kPoolKeys) width = std::max(width, row.key.size() + row.example.size());
+  std::string out =
+      "\n  # A CUDA pool with every key a pool takes. Listing one replaces the per-device pools.\n";
+  for (const auto& row : kPoolKeys) {
+    out += &row == &kPoolKeys[0] ? "  # - " : "  #   ";
+    out += std::string(row.key) + ": " + std::string(row.example);
+    out += std::string(width - row.key.size() - row.example.size() + 2, ' ');
+    out += "# " + std::string(row.description);
+    if (row.required) out += "; required";
+    if (!row.default_value.empty()) out += "; default: " + std::string(row.default_value);
+    out += "\n";
+  }
+  return out;
 }
 }  // namespace
 
 daemon_config embedded_default_config() {
-  daemon_config config;
-  pool_config host;
-  host.name = "host";
-  host.size = kGiB;
-  config.pools.push_back(host);
-  return config;
+  return read_config(YAML::Node(YAML::NodeType::Map), {"the embedded default", ""});
+}
+
+pool_config default_cuda_pool(std::int32_t device, std::uint64_t device_bytes) {
+  const std::string name = "cuda" + std::to_string(device);
+  YAML::Node entry(YAML::NodeType::Map);
+  entry["name"] = name;
+  entry["device"] = device;
+  entry["size"] = device_bytes;
+  pool_config pool;
+  read_map<pool_config>(entry, kPoolKeys, {"the default pool " + name, ""}, pool);
+  return pool;
+}
+
+std::string default_config_yaml() {
+  std::string out =
+      "# gpumemd configuration: every key at its default, as gpumemd --print-default-config\n"
+      "# prints it. Every key may be left out; with no file at all gpumemd runs this.\n"
+      "# Sizes are bytes or a number and a unit: B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB).\n";
+  for (const auto& row : kDaemonKeys) {
+    out += "\n# " + std::string(row.description) + "\n" + std::string(row.key) + ":";
+    const std::string_view value = row.default_value;
+    if (value.find('\n') == std::string_view::npos) {
+      out += " " + std::string(value) + "\n";
+    } else {
+      // A block value (the pools) goes on the lines below its key, indented.
+      for (std::size_t begin = 0; begin < value.size();) {
+        const auto end = std::min(value.find('\n', begin), value.size());
+        out += "\n  " + std::string(value.substr(begin, end - begin));
+        begin = end + 1;
+      }
+      out += "\n";
+    }
+    if (row.type == value_type::pools) out += example_pool_yaml();
+  }
+  return out;
 }
 
 std::uint64_t parse_size(const std::string& text) {
@@ -119,48 +338,14 @@ daemon_config load_config_file(const std::string& path) {
   } catch (const YAML::Exception& error) {
     throw config_error(path + ": " + error.what());
   }
-  daemon_config config;
   if (root.IsNull()) return embedded_default_config();
-  if (!root.IsMap()) fail(path, "the top level is a map");
+  const location file{path, ""};
+  if (!root.IsMap()) fail(file, "the top level is a map");
   try {
-    check_keys(
-        root, path,
-        {"socket", "socket_mode", "log_level", "open_across_users", "max_output_bytes", "pools"});
-    if (root["socket"]) config.socket_path = root["socket"].as<std::string>();
-    if (root["socket_mode"]) {
-      const auto text = root["socket_mode"].as<std::string>();
-      std::size_t used = 0;
-      unsigned long mode = 0;
-      try {
-        mode = std::stoul(text, &used, 8);
-      } catch (const std::exception&) {
-      }
-      if (used != text.size() || mode > 0777)
-        fail(path + ": socket_mode", "'" + text + "' is not an octal mode");
-      config.socket_mode = static_cast<mode_t>(mode);
-    }
-    if (root["log_level"]) config.log_level = root["log_level"].as<std::string>();
-    if (root["open_across_users"]) config.open_across_users = root["open_across_users"].as<bool>();
-    if (root["max_output_bytes"]) {
-      config.max_output_bytes = parse_size(root["max_output_bytes"].as<std::string>());
-    }
-    if (const auto pools = root["pools"]) {
-      if (!pools.IsSequence()) fail(path + ": pools", "is a list");
-      std::set<std::string> names;
-      for (std::size_t i = 0; i < pools.size(); ++i) {
-        const std::string where = path + ": pools[" + std::to_string(i) + "]";
-        config.pools.push_back(parse_pool(pools[i], where));
-        if (!names.insert(config.pools.back().name).second) {
-          fail(where, "duplicate pool name '" + config.pools.back().name + "'");
-        }
-      }
-    } else {
-      config.pools = embedded_default_config().pools;
-    }
+    return read_config(root, file);
   } catch (const YAML::Exception& error) {
-    fail(path, error.what());
+    fail(file, error.what());
   }
-  return config;
 }
 
 }  // namespace gpumem::daemon

@@ -1,6 +1,12 @@
 #pragma once
 /// @file
 /// @brief The daemon's configuration: an embedded default, optionally replaced by a YAML file.
+///
+/// daemon/config/ holds the configuration: the structs the rest of the daemon reads (here),
+/// the table of every key with its type, default, description and member (config_keys.hpp),
+/// and the reading and printing of YAML that the table drives (config.cpp). Every other daemon
+/// folder may include it, so it includes only proto/ and shared/ headers (and third-party
+/// ones), never a header of another daemon folder.
 
 #include <sys/types.h>
 
@@ -13,6 +19,7 @@
 
 namespace gpumem::daemon {
 
+/// One entry of `pools`. The values come from the file or from the defaults of kPoolKeys.
 struct pool_config {
   std::string name;
   std::int32_t device = proto::kHostDevice;
@@ -20,29 +27,47 @@ struct pool_config {
   /// Bytes a CUDA pool keeps for reuse after frees; the pool's size unless configured.
   std::uint64_t release_threshold = 0;
   std::vector<std::int32_t> peer_access;
+
+  friend bool operator==(const pool_config&, const pool_config&) = default;
 };
 
+/// The whole configuration. Its defaults live in kDaemonKeys: start from
+/// embedded_default_config() or load_config_file(), not from a default-constructed value.
 struct daemon_config {
   std::string socket_path;  ///< empty: the default rules of socket_path.hpp
-  mode_t socket_mode = 0600;
-  std::string log_level = "info";
+  mode_t socket_mode = 0;
+  std::string log_level;
   /// Whether a client may open a named allocation that a client of another uid created.
   bool open_across_users = false;
   /// Replies queued for a client that does not read them, before it is disconnected.
-  std::uint64_t max_output_bytes = 4 << 20;
+  std::uint64_t max_output_bytes = 0;
   std::vector<pool_config> pools;
+
+  friend bool operator==(const daemon_config&, const daemon_config&) = default;
 };
 
 struct config_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// @brief One host pool named "host" of 1 GiB; CUDA pools are added per visible device.
+/// @brief Every key at its default: one host pool named "host" of 1 GiB; CUDA pools are added
+/// per visible device (default_cuda_pool).
 daemon_config embedded_default_config();
 
-/// @brief Reads a YAML file. Unknown keys, bad sizes and duplicate pool names are errors.
+/// @brief Reads a YAML file; a key it leaves out takes its default.
+/// Unknown keys, bad values and duplicate pool names are errors.
 /// @throws config_error naming the file, the key and the problem.
 daemon_config load_config_file(const std::string& path);
+
+/// @brief The pool made for a visible CUDA device when the configuration lists no CUDA pool:
+/// named "cudaN", as large as the device, every other key at its default (so it keeps all
+/// freed memory for reuse), as if the file listed it.
+pool_config default_cuda_pool(std::int32_t device, std::uint64_t device_bytes);
+
+/// @brief The embedded default as a commented YAML document: each key's description and
+/// default, then a commented example of a pool with every pool key. `gpumemd
+/// --print-default-config` prints it; deploy/gpumemd.example.yaml is a copy.
+std::string default_config_yaml();
 
 /// @brief Parses "4096", "64KiB", "1.5GiB", "2MB" into bytes.
 /// @throws config_error on anything else.

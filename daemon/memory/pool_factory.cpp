@@ -39,12 +39,7 @@ void add_cuda_pools(const daemon_config& config, std::vector<std::unique_ptr<poo
       std::size_t total = 0;
       cuda::check(driver->cuDeviceGet(&handle, device), "cuDeviceGet");
       cuda::check(driver->cuDeviceTotalMem(&total, handle), "cuDeviceTotalMem");
-      pool_config each;
-      each.name = "cuda" + std::to_string(device);
-      each.device = device;
-      each.size = total;
-      each.release_threshold = total;
-      wanted.push_back(each);
+      wanted.push_back(default_cuda_pool(device, total));
     }
   } else if (driver == nullptr) {
     throw config_error("pool '" + wanted.front().name +

@@ -1,0 +1,130 @@
+#pragma once
+/// @file
+/// @brief Every configuration key, written once: its YAML name, type, default, description and
+/// the member it sets. Reading a file (with its unknown-key errors), the embedded default,
+/// --check-config and --print-default-config (deploy/gpumemd.example.yaml) all read these
+/// two tables; adding a key is adding a row.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace gpumem::daemon {
+
+/// How a key's YAML value is read, and the C++ type it is read as.
+enum class value_type {
+  text,          ///< std::string: any single value
+  log_level,     ///< std::string: trace, debug, info, warn, error, critical or off
+  pool_name,     ///< std::string: 1 to 63 characters of [A-Za-z0-9._:/@+-]
+  octal_mode,    ///< mode_t: permissions in octal, quoted ("0660")
+  boolean,       ///< bool: true or false
+  size,          ///< std::uint64_t: bytes, or a number and a unit (64KiB, 1.5GiB, 2MB)
+  nonzero_size,  ///< std::uint64_t: a size above 0
+  device,        ///< std::int32_t: host (proto::kHostDevice) or a CUDA device number
+  cuda_devices,  ///< std::vector<std::int32_t>: a list of CUDA device numbers
+  pools,         ///< std::vector<pool_config>: a list of maps with the keys of kPoolKeys
+};
+
+/// Where a key's value lands in Config: a member, or a setter where one key sets two members.
+/// config.cpp checks at compile time that each row's landing takes what its type reads.
+template <class Config>
+using config_landing =
+    std::variant<std::string Config::*, mode_t Config::*, bool Config::*, std::uint64_t Config::*,
+                 std::int32_t Config::*, std::vector<std::int32_t> Config::*,
+                 std::vector<pool_config> Config::*, void (*)(Config&, std::uint64_t)>;
+
+template <class Config>
+struct config_key {
+  std::string_view key;
+  value_type type;
+  /// YAML text of the value a key left out takes; empty: it takes none.
+  std::string_view default_value = {};
+  bool required = false;  ///< leaving the key out is an error
+  std::string_view description;
+  std::string_view example = {};  ///< the value shown in the commented example pool
+  config_landing<Config> lands_in;
+};
+
+/// The keys of an entry of `pools`, read in this order: size sets the release threshold too,
+/// and release_threshold, read after it, overrides that.
+inline constexpr config_key<pool_config> kPoolKeys[] = {
+    {.key = "name",
+     .type = value_type::pool_name,
+     .required = true,
+     .description = "1 to 63 characters of [A-Za-z0-9._:/@+-]",
+     .example = "gpu0",
+     .lands_in = &pool_config::name},
+    {.key = "device",
+     .type = value_type::device,
+     .required = true,
+     .description = "host (a sealed memfd) or a CUDA device number",
+     .example = "0",
+     .lands_in = &pool_config::device},
+    {.key = "size",
+     .type = value_type::nonzero_size,
+     .required = true,
+     .description = "Capacity of a host pool, maximum size of a CUDA pool",
+     .example = "60GiB",
+     .lands_in =
+         +[](pool_config& pool, std::uint64_t bytes) {
+           pool.size = bytes;
+           pool.release_threshold = bytes;
+         }},
+    {.key = "release_threshold",
+     .type = value_type::size,
+     .description = "Freed bytes a CUDA pool keeps for reuse; default: its size",
+     .example = "8GiB",
+     .lands_in = &pool_config::release_threshold},
+    {.key = "peer_access",
+     .type = value_type::cuda_devices,
+     .default_value = "[]",
+     .description = "Devices whose kernels may use the pool's memory",
+     .example = "[1]",
+     .lands_in = &pool_config::peer_access},
+};
+
+/// The top-level keys, printed in this order by --print-default-config.
+inline constexpr config_key<daemon_config> kDaemonKeys[] = {
+    {.key = "socket",
+     .type = value_type::text,
+     .default_value = R"("")",
+     .description = "Where clients connect; \"\": $GPUMEM_SOCKET, else /run/gpumemd/gpumemd.sock "
+                    "for root, else per user",
+     .lands_in = &daemon_config::socket_path},
+    {.key = "socket_mode",
+     .type = value_type::octal_mode,
+     .default_value = R"("0600")",
+     .description = R"(Octal permissions of the socket; "0660" lets the service's group connect)",
+     .lands_in = &daemon_config::socket_mode},
+    {.key = "log_level",
+     .type = value_type::log_level,
+     .default_value = "info",
+     .description = "trace, debug, info, warn, error, critical or off; --log-level overrides it",
+     .lands_in = &daemon_config::log_level},
+    {.key = "open_across_users",
+     .type = value_type::boolean,
+     .default_value = "false",
+     .description =
+         "May a client open a named allocation that another uid's client made? (root always may)",
+     .lands_in = &daemon_config::open_across_users},
+    {.key = "max_output_bytes",
+     .type = value_type::size,
+     .default_value = "4MiB",
+     .description =
+         "Replies queued for a client that does not read them, before it is disconnected",
+     .lands_in = &daemon_config::max_output_bytes},
+    {.key = "pools",
+     .type = value_type::pools,
+     .default_value = "- name: host\n  device: host\n  size: 1GiB",
+     .description = "The pools. With no CUDA pool listed, gpumemd adds one per visible device: "
+                    "cuda0, cuda1, ...",
+     .lands_in = &daemon_config::pools},
+};
+
+}  // namespace gpumem::daemon
