@@ -24,12 +24,14 @@ int main(int argc, char** argv) {
   CLI::App app{"gpumemd: shares GPU and host memory between processes"};
   std::string config_path;
   std::string socket_path;
+  std::string socket_mode;
   std::string log_level;
   bool check_only = false;
   bool print_default = false;
   app.add_option("-c,--config", config_path, "YAML configuration (default: embedded)")
       ->check(CLI::ExistingFile);
   app.add_option("-s,--socket", socket_path, "socket path (default: $GPUMEM_SOCKET, ...)");
+  app.add_option("--socket-mode", socket_mode, "socket permissions in octal (default: 0600)");
   app.add_option("-l,--log-level", log_level, "trace, debug, info, warn, error, critical, off");
   app.add_flag("--check-config", check_only, "validate the configuration and exit");
   app.add_flag("--print-default-config", print_default,
@@ -44,14 +46,11 @@ int main(int argc, char** argv) {
   try {
     daemon_config config =
         config_path.empty() ? embedded_default_config() : load_config_file(config_path);
-    if (!socket_path.empty()) config.socket_path = socket_path;
-    if (!log_level.empty()) config.log_level = log_level;
-    const auto level = spdlog::level::from_str(config.log_level);
-    if (level == spdlog::level::off && config.log_level != "off") {
-      throw config_error("log level '" + config.log_level + "' is not one of " +
-                         "trace, debug, info, warn, error, critical, off");
-    }
-    spdlog::set_level(level);
+    // The command line overrides the file, key by key, through the same checks.
+    if (!socket_path.empty()) set_key(config, "socket", socket_path, "--socket");
+    if (!socket_mode.empty()) set_key(config, "socket_mode", socket_mode, "--socket-mode");
+    if (!log_level.empty()) set_key(config, "log_level", log_level, "--log-level");
+    spdlog::set_level(spdlog::level::from_str(config.log_level));
     if (check_only) {
       std::printf("configuration is valid: %zu pool(s)\n", config.pools.size());
       return 0;

@@ -193,5 +193,20 @@ TEST_F(ConfigFile, CheckConfigExitsWithStatusTwoNamingTheFileAndTheKey) {
       << checked.output;
 }
 
+TEST(CommandLine, OptionsOverrideTheFileThroughTheSameChecks) {
+  daemon_config config = embedded_default_config();
+  set_key(config, "socket_mode", "0660", "--socket-mode");
+  set_key(config, "socket", "/run/gpumemd/gpumemd.sock", "--socket");
+  EXPECT_EQ(config.socket_mode, 0660u);
+  EXPECT_EQ(config.socket_path, "/run/gpumemd/gpumemd.sock");
+  const auto bad_mode = run_gpumemd("--check-config --socket-mode 0999 2>&1");
+  EXPECT_EQ(bad_mode.exit_status, 2);
+  EXPECT_NE(bad_mode.output.find("--socket-mode"), std::string::npos) << bad_mode.output;
+  const auto bad_level = run_gpumemd("--check-config --log-level loud 2>&1");
+  EXPECT_EQ(bad_level.exit_status, 2);
+  EXPECT_NE(bad_level.output.find("--log-level: 'loud' is not a log level"), std::string::npos)
+      << bad_level.output;
+}
+
 }  // namespace
 }  // namespace gpumem::daemon

@@ -308,6 +308,14 @@ std::string default_config_yaml() {
   return out;
 }
 
+void set_key(daemon_config& config, std::string_view key, const std::string& value,
+             std::string_view source) {
+  for (const auto& row : kDaemonKeys) {
+    if (row.key == key) return store(config, row, YAML::Node(value), {std::string(source), ""});
+  }
+  throw config_error(std::string(source) + ": no configuration key '" + std::string(key) + "'");
+}
+
 std::uint64_t parse_size(const std::string& text) {
   for (const auto& [suffix, factor] : kUnits) {
     const std::string_view s(suffix);

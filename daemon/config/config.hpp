@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpumem/proto/messages.hpp"
@@ -68,6 +69,11 @@ pool_config default_cuda_pool(std::int32_t device, std::uint64_t device_bytes);
 /// default, then a commented example of a pool with every pool key. `gpumemd
 /// --print-default-config` prints it; deploy/gpumemd.example.yaml is a copy.
 std::string default_config_yaml();
+
+/// @brief Sets one top-level key from a command-line option's text, read and checked as the
+/// file's value would be. @throws config_error naming @p source (the option) and the problem.
+void set_key(daemon_config& config, std::string_view key, const std::string& value,
+             std::string_view source);
 
 /// @brief Parses "4096", "64KiB", "1.5GiB", "2MB" into bytes.
 /// @throws config_error on anything else.
