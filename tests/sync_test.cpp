@@ -10,6 +10,7 @@
 #include "gpumem/gpumem.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/gpumemctl_process.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -174,25 +175,13 @@ TEST(Lock, ADomainIsFixedByTheFirstUse) {
   }
 }
 
-/// Everything gpumemctl prints for @p args, and its exit code.
-std::pair<std::string, int> gpumemctl(const daemon_process& daemon,
-                                      const std::vector<std::string>& args) {
-  std::vector<std::string> argv{GPUMEM_TEST_CTL, "--socket", daemon.socket_path()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  child_process ctl(argv);
-  std::string all;
-  while (const auto line = ctl.read_line(10s)) all += *line + "\n";
-  const auto status = ctl.wait();
-  return {all, status ? exit_code(*status) : -1};
-}
-
 TEST(Gpumemctl, ShowsLocksAndResetsOneLeftByADeadHolder) {
   daemon_process daemon;
   auto client = daemon.connect();
   auto kept_open = client.lock("shown");  // a lock lives while someone has it open
   auto holder = peer(daemon, {"lock-hold", "shown"});
   expect_line(holder, "held");
-  const auto [held, held_code] = gpumemctl(daemon, {"locks"});
+  const auto [held, held_code] = run_gpumemctl(daemon, {"locks"});
   EXPECT_EQ(held_code, 0);
   EXPECT_NE(held.find("shown"), std::string::npos) << held;
   EXPECT_NE(held.find(std::to_string(holder.pid())), std::string::npos) << held;
@@ -202,11 +191,11 @@ TEST(Gpumemctl, ShowsLocksAndResetsOneLeftByADeadHolder) {
   while (!client.sync_objects().at(0).owner_died && clock_type::now() < deadline) {
     std::this_thread::sleep_for(5ms);
   }
-  const auto [died, died_code] = gpumemctl(daemon, {"locks", "--json"});
+  const auto [died, died_code] = run_gpumemctl(daemon, {"locks", "--json"});
   EXPECT_NE(died.find("\"owner died\""), std::string::npos) << died;
-  EXPECT_EQ(gpumemctl(daemon, {"reset", "shown"}).second, 0);
+  EXPECT_EQ(run_gpumemctl(daemon, {"reset", "shown"}).second, 0);
   EXPECT_FALSE(client.sync_objects().at(0).owner_died);
-  EXPECT_EQ(gpumemctl(daemon, {"reset", "no.such.lock"}).second, 1);
+  EXPECT_EQ(run_gpumemctl(daemon, {"reset", "no.such.lock"}).second, 1);
 }
 
 TEST(Barrier, ProcessesMeetEveryRound) {

@@ -19,14 +19,112 @@ proto::wire_name checked_name(std::string_view text, const char* what) {
   return name;
 }
 
-template <class Record, class Info, class Convert>
-std::vector<Info> list_all(detail::connection& connection, message_type type, Convert convert) {
-  std::vector<Info> all;
+std::string domain_text(std::uint32_t word) {
+  const auto device = std::to_string(sync::device_of(word));
+  switch (sync::domain_of(word)) {
+    case sync::domain::host:
+      return "host";
+    case sync::domain::stream:
+      return "stream:" + device;
+    case sync::domain::device:
+      return "device:" + device;
+    case sync::domain::unset:
+      break;
+  }
+  return "unused";
+}
+
+// One conversion per wire record: every public Info struct is filled here and nowhere else.
+
+PoolStats to_info(const proto::pool_stats& r) {
+  return {.name = std::string(r.name.view()),
+          .id = r.pool_id,
+          .device = r.device,
+          .size_limit = r.size_limit,
+          .bytes_in_use = r.bytes_in_use,
+          .bytes_reserved = r.bytes_reserved,
+          .bytes_in_use_high = r.bytes_in_use_high,
+          .allocations = r.allocations,
+          .driver_reserved_current = r.driver_reserved_current,
+          .driver_reserved_high = r.driver_reserved_high,
+          .driver_used_current = r.driver_used_current,
+          .driver_used_high = r.driver_used_high};
+}
+
+Stats to_info(const proto::stats_reply& reply) {
+  Stats stats{.pools = {},
+              .clients = reply.head.client_count,
+              .allocations = reply.head.allocation_count,
+              .uptime_ms = reply.head.uptime_ms,
+              .daemon_pid = reply.head.daemon_pid,
+              .cuda = (reply.head.features & proto::kFeatureCuda) != 0,
+              .mps = (reply.head.features & proto::kFeatureMps) != 0,
+              .ipc_events_live = reply.head.ipc_events_live};
+  for (const auto& record : reply.records) stats.pools.push_back(to_info(record));
+  return stats;
+}
+
+ClientInfo to_info(const proto::client_record& r) {
+  return {.id = r.client_id,
+          .pid = r.pid,
+          .uid = r.uid,
+          .gid = r.gid,
+          .allocations_owned = r.allocations_owned,
+          .allocations_opened = r.allocations_opened,
+          .bytes_owned = r.bytes_owned,
+          .connected_ms = r.connected_ms,
+          .label = std::string(r.label.view())};
+}
+
+AllocationInfo to_info(const proto::allocation_record& r) {
+  return {.id = r.alloc_id,
+          .size = r.size,
+          .owner_client = r.owner_client_id,
+          .pool = r.pool_id,
+          .holders = r.holders,
+          .name = std::string(r.name.view())};
+}
+
+ReservationInfo to_info(const proto::reservation_record& r) {
+  return {.id = r.reservation_id,
+          .max_size = r.max_size,
+          .committed = r.committed,
+          .owner_client = r.owner_client_id,
+          .holders = r.holders,
+          .device = r.device,
+          .name = std::string(r.name.view())};
+}
+
+SyncInfo to_info(const proto::sync_record& r) {
+  const SyncKind kind = r.kind == proto::sync_kind::lock      ? SyncKind::lock
+                        : r.kind == proto::sync_kind::barrier ? SyncKind::barrier
+                                                              : SyncKind::channel;
+  // The flags are a lock word's for locks and a counter cell's for barriers and channels.
+  const bool lock = kind == SyncKind::lock;
+  return {.id = r.sync_id,
+          .kind = kind,
+          .name = std::string(r.name.view()),
+          .domain = domain_text(r.domain),
+          .parties = r.parties,
+          .attached = r.attached,
+          .owner_pid = r.owner_pid,
+          .queued = r.queued,
+          .owner_deaths = r.owner_deaths,
+          .epoch = r.epoch,
+          .owner_died = lock && (r.flags & sync::lock_word::kOwnerDied) != 0,
+          .not_recoverable = lock && (r.flags & sync::lock_word::kNotRecoverable) != 0,
+          .broken = !lock && (r.flags & sync::counter_cell::kBroken) != 0};
+}
+
+/// Every record of a list request, page by page, as public Info structs.
+template <class Record>
+auto list_all(detail::connection& connection, message_type type) {
+  std::vector<decltype(to_info(std::declval<const Record&>()))> all;
   std::uint64_t after = 0;
   for (;;) {
     const auto page = connection.call<proto::list_payload<proto::list_head, Record>>(
         type, proto::list_request{after});
-    for (const auto& record : page.records) all.push_back(convert(record));
+    for (const auto& record : page.records) all.push_back(to_info(record));
     if (!page.head.more || page.records.empty()) return all;
     after = all.back().id;
   }
@@ -123,102 +221,24 @@ void Client::ping() {
 }
 
 Stats Client::stats() {
-  const auto reply =
-      connection_->call<proto::stats_reply>(message_type::stats, proto::empty_payload{});
-  Stats stats;
-  stats.clients = reply.head.client_count;
-  stats.allocations = reply.head.allocation_count;
-  stats.uptime_ms = reply.head.uptime_ms;
-  stats.daemon_pid = reply.head.daemon_pid;
-  stats.cuda = (reply.head.features & proto::kFeatureCuda) != 0;
-  stats.mps = (reply.head.features & proto::kFeatureMps) != 0;
-  stats.ipc_events_live = reply.head.ipc_events_live;
-  for (const auto& record : reply.records) {
-    stats.pools.push_back({std::string(record.name.view()), record.pool_id, record.device,
-                           record.size_limit, record.bytes_in_use, record.bytes_reserved,
-                           record.bytes_in_use_high, record.allocations,
-                           record.driver_reserved_current, record.driver_reserved_high,
-                           record.driver_used_current, record.driver_used_high});
-  }
-  return stats;
+  return to_info(
+      connection_->call<proto::stats_reply>(message_type::stats, proto::empty_payload{}));
 }
 
 std::vector<ClientInfo> Client::clients() {
-  return list_all<proto::client_record, ClientInfo>(
-      *connection_, message_type::list_clients, [](const proto::client_record& r) {
-        return ClientInfo{r.client_id,
-                          r.pid,
-                          r.uid,
-                          r.gid,
-                          r.allocations_owned,
-                          r.allocations_opened,
-                          r.bytes_owned,
-                          r.connected_ms,
-                          std::string(r.label.view())};
-      });
+  return list_all<proto::client_record>(*connection_, message_type::list_clients);
 }
 
 std::vector<AllocationInfo> Client::allocations() {
-  return list_all<proto::allocation_record, AllocationInfo>(
-      *connection_, message_type::list_allocations, [](const proto::allocation_record& r) {
-        return AllocationInfo{r.alloc_id, r.size,    r.owner_client_id,
-                              r.pool_id,  r.holders, std::string(r.name.view())};
-      });
+  return list_all<proto::allocation_record>(*connection_, message_type::list_allocations);
 }
 
 std::vector<ReservationInfo> Client::reservations() {
-  return list_all<proto::reservation_record, ReservationInfo>(
-      *connection_, message_type::list_reservations, [](const proto::reservation_record& r) {
-        return ReservationInfo{r.reservation_id,          r.max_size, r.committed,
-                               r.owner_client_id,         r.holders,  r.device,
-                               std::string(r.name.view())};
-      });
+  return list_all<proto::reservation_record>(*connection_, message_type::list_reservations);
 }
-
-namespace {
-
-std::string domain_text(std::uint32_t word) {
-  const auto device = std::to_string(sync::device_of(word));
-  switch (sync::domain_of(word)) {
-    case sync::domain::host:
-      return "host";
-    case sync::domain::stream:
-      return "stream:" + device;
-    case sync::domain::device:
-      return "device:" + device;
-    case sync::domain::unset:
-      break;
-  }
-  return "unused";
-}
-
-SyncInfo to_info(const proto::sync_record& r) {
-  SyncInfo info;
-  info.id = r.sync_id;
-  info.kind = r.kind == proto::sync_kind::lock      ? SyncKind::lock
-              : r.kind == proto::sync_kind::barrier ? SyncKind::barrier
-                                                    : SyncKind::channel;
-  info.name = std::string(r.name.view());
-  info.domain = domain_text(r.domain);
-  info.parties = r.parties;
-  info.attached = r.attached;
-  info.owner_pid = r.owner_pid;
-  info.queued = r.queued;
-  info.owner_deaths = r.owner_deaths;
-  info.epoch = r.epoch;
-  if (info.kind == SyncKind::lock) {
-    info.owner_died = (r.flags & sync::lock_word::kOwnerDied) != 0;
-    info.not_recoverable = (r.flags & sync::lock_word::kNotRecoverable) != 0;
-  } else {
-    info.broken = (r.flags & sync::counter_cell::kBroken) != 0;
-  }
-  return info;
-}
-
-}  // namespace
 
 std::vector<SyncInfo> Client::sync_objects() {
-  return list_all<proto::sync_record, SyncInfo>(*connection_, message_type::list_sync, to_info);
+  return list_all<proto::sync_record>(*connection_, message_type::list_sync);
 }
 
 void Client::reset(std::string_view name, std::uint32_t parties) {

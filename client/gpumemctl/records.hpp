@@ -1,0 +1,157 @@
+#pragma once
+/// @file
+/// @brief What gpumemctl shows of each record: one list of fields per record type, which both
+/// the table and the JSON of its subcommands print.
+
+#include <string>
+
+#include "field.hpp"
+#include "gpumem/gpumem.hpp"
+
+namespace gpumemctl {
+
+using gpumem::AllocationInfo;
+using gpumem::ClientInfo;
+using gpumem::PoolStats;
+using gpumem::ReservationInfo;
+using gpumem::Stats;
+using gpumem::SyncInfo;
+
+/// @brief `status` shows the daemon's counters and the socket they came over.
+struct daemon_status : Stats {
+  std::string socket;
+};
+
+/// @brief `clients` marks the row of the gpumemctl that asks.
+struct listed_client : ClientInfo {
+  bool self = false;
+};
+
+/// @brief "host" or "cuda:N".
+std::string device_name(int device);
+std::string kind_name(gpumem::SyncKind kind);
+/// @brief "not recoverable", "owner died", "broken", "held", "free" or "ok".
+std::string sync_state(const SyncInfo& sync);
+
+template <auto device_member, class Record>
+json device_of(const Record& record) {
+  return device_name(record.*device_member);
+}
+
+template <class Record>
+std::string dash_if_empty(const json& text, const Record& /*record*/) {
+  return text.get<std::string>().empty() ? "-" : text.get<std::string>();
+}
+
+template <class Record>
+std::string dash_if_zero(const json& number, const Record& /*record*/) {
+  return number.get<std::uint64_t>() == 0 ? "-" : number.dump();
+}
+
+/// @brief An owner of 0 let go while others still hold the object.
+template <class Record>
+std::string gone_if_zero(const json& owner, const Record& /*record*/) {
+  return owner.get<std::uint64_t>() == 0 ? "(gone)" : owner.dump();
+}
+
+/// @brief The driver's counters exist for CUDA pools only.
+std::string driver_bytes(const json& value, const PoolStats& pool);
+
+inline constexpr field<daemon_status> kStatusFields[] = {
+    {"daemon pid", "daemon_pid", member<&Stats::daemon_pid>},
+    {"socket", "socket", member<&daemon_status::socket>},
+    {"uptime", "uptime_ms", member<&Stats::uptime_ms>, duration},
+    {"cuda backend", "cuda", member<&Stats::cuda>,
+     [](const json& cuda, const daemon_status&) -> std::string {
+       return cuda.get<bool>() ? "yes" : "no";
+     }},
+    {"mps", "mps", member<&Stats::mps>,
+     [](const json& mps, const daemon_status& status) -> std::string {
+       if (!status.cuda) return "-";
+       return mps.get<bool>() ? "active" : "not active";
+     }},
+    {"ipc events live", "", member<&Stats::ipc_events_live>},
+    {"pools", "pools", [](const daemon_status& status) -> json { return status.pools.size(); }},
+    {"clients", "clients", member<&Stats::clients>},
+    {"allocations", "allocations", member<&Stats::allocations>},
+};
+
+inline constexpr field<PoolStats> kPoolFields[] = {
+    {"POOL", "name", member<&PoolStats::name>},
+    {"ID", "id", member<&PoolStats::id>},
+    {"DEVICE", "device", device_of<&PoolStats::device>},
+    {"LIMIT", "size_limit", member<&PoolStats::size_limit>, bytes},
+    {"IN USE", "bytes_in_use", member<&PoolStats::bytes_in_use>, bytes},
+    {"RESERVED", "bytes_reserved", member<&PoolStats::bytes_reserved>, bytes},
+    {"HIGH", "bytes_in_use_high", member<&PoolStats::bytes_in_use_high>, bytes},
+    {"ALLOCATIONS", "allocations", member<&PoolStats::allocations>},
+    {"DRIVER RESERVED", "driver_reserved_current", member<&PoolStats::driver_reserved_current>,
+     driver_bytes},
+    {"DRIVER HIGH", "driver_reserved_high", member<&PoolStats::driver_reserved_high>, driver_bytes},
+    {"DRIVER USED", "driver_used_current", member<&PoolStats::driver_used_current>, driver_bytes},
+    {"", "driver_used_high", member<&PoolStats::driver_used_high>},
+};
+/// `stats`: the daemon's books first, then what the driver says of the same pool.
+inline constexpr auto kStatsColumns =
+    select(kPoolFields, {"POOL", "DEVICE", "IN USE", "RESERVED", "HIGH", "LIMIT", "ALLOCATIONS",
+                         "DRIVER USED", "DRIVER RESERVED", "DRIVER HIGH"});
+/// `pools`: how each pool is configured and how full it is.
+inline constexpr auto kPoolsColumns =
+    select(kPoolFields, {"ID", "POOL", "DEVICE", "LIMIT", "IN USE", "RESERVED", "ALLOCATIONS"});
+
+inline constexpr field<listed_client> kClientFields[] = {
+    {"ID", "id", member<&ClientInfo::id>,
+     [](const json& id, const listed_client& client) {
+       return id.dump() + (client.self ? "*" : "");
+     }},
+    {"", "self", member<&listed_client::self>},
+    {"PID", "pid", member<&ClientInfo::pid>},
+    {"UID", "uid", member<&ClientInfo::uid>},
+    {"", "gid", member<&ClientInfo::gid>},
+    {"LABEL", "label", member<&ClientInfo::label>},
+    {"OWNED", "allocations_owned", member<&ClientInfo::allocations_owned>},
+    {"OPENED", "allocations_opened", member<&ClientInfo::allocations_opened>},
+    {"BYTES OWNED", "bytes_owned", member<&ClientInfo::bytes_owned>, bytes},
+    {"CONNECTED", "connected_ms", member<&ClientInfo::connected_ms>, duration},
+};
+
+inline constexpr field<AllocationInfo> kAllocationFields[] = {
+    {"ID", "id", member<&AllocationInfo::id>},
+    {"NAME", "name", member<&AllocationInfo::name>, dash_if_empty},
+    {"SIZE", "size", member<&AllocationInfo::size>, bytes},
+    {"POOL", "pool", member<&AllocationInfo::pool>},
+    {"OWNER", "owner_client", member<&AllocationInfo::owner_client>, gone_if_zero},
+    {"HOLDERS", "holders", member<&AllocationInfo::holders>},
+};
+
+inline constexpr field<ReservationInfo> kReservationFields[] = {
+    {"ID", "id", member<&ReservationInfo::id>},
+    {"NAME", "name", member<&ReservationInfo::name>, dash_if_empty},
+    {"DEVICE", "device", device_of<&ReservationInfo::device>},
+    {"COMMITTED", "committed", member<&ReservationInfo::committed>, bytes},
+    {"MAX", "max_size", member<&ReservationInfo::max_size>, bytes},
+    {"OWNER", "owner_client", member<&ReservationInfo::owner_client>, gone_if_zero},
+    {"HOLDERS", "holders", member<&ReservationInfo::holders>},
+};
+
+inline constexpr field<SyncInfo> kSyncFields[] = {
+    {"ID", "id", member<&SyncInfo::id>},
+    {"KIND", "kind", [](const SyncInfo& sync) -> json { return kind_name(sync.kind); }},
+    {"NAME", "name", member<&SyncInfo::name>},
+    {"DOMAIN", "domain", member<&SyncInfo::domain>},
+    {"STATE", "state", [](const SyncInfo& sync) -> json { return sync_state(sync); }},
+    {"OWNER", "owner_pid", member<&SyncInfo::owner_pid>, dash_if_zero},
+    {"QUEUED", "queued", member<&SyncInfo::queued>,
+     [](const json& queued, const SyncInfo& sync) -> std::string {
+       return sync.kind == gpumem::SyncKind::lock ? queued.dump() : "-";
+     }},
+    {"PARTIES", "parties", member<&SyncInfo::parties>,
+     [](const json& parties, const SyncInfo& sync) -> std::string {
+       return sync.kind == gpumem::SyncKind::lock ? "-" : parties.dump();
+     }},
+    {"OPEN", "attached", member<&SyncInfo::attached>},
+    {"DEATHS", "owner_deaths", member<&SyncInfo::owner_deaths>},
+    {"", "epoch", member<&SyncInfo::epoch>},
+};
+
+}  // namespace gpumemctl
