@@ -1,7 +1,6 @@
 #include "connection.hpp"
 
 #include <pthread.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <cstring>
 
 #include "gpumem/shared/fd_passing.hpp"
+#include "gpumem/shared/os/mapping.hpp"
 #include "gpumem/shared/socket_path.hpp"
 #include "sync_pages.hpp"
 #ifdef GPUMEM_WITH_CUDA
@@ -228,20 +228,19 @@ Buffer connection::adopt(const proto::allocation_reply& grant, Stream stream) {
     buffer.data_ = import_device(grant, stream);
     return buffer;
   }
-  const int protection = PROT_READ | (buffer.access_ == Access::read_write ? PROT_WRITE : 0);
-  const std::size_t length = page_rounded(grant.size);
-  void* mapping = ::mmap(nullptr, length, protection, MAP_SHARED, home.handle.get(),
-                         static_cast<off_t>(grant.offset));
-  if (mapping == MAP_FAILED) {
-    throw Error(errc::io_error, std::string("mapping allocation: ") + std::strerror(errno));
-  }
-  buffer.mapping_ = buffer.data_ = mapping;
-  buffer.mapping_size_ = length;
+  std::error_code error;
+  os::mapping mapped = os::mapping::share(
+      home.handle.get(), page_rounded(grant.size),
+      buffer.access_ == Access::read_write ? os::access::read_write : os::access::read_only,
+      grant.offset, error);
+  if (error) throw Error(errc::io_error, "mapping allocation: " + error.message());
+  buffer.mapping_size_ = mapped.size();
+  buffer.mapping_ = buffer.data_ = mapped.release();  // the Buffer's until release() below
   return buffer;
 }
 
 void connection::release(Buffer& buffer, Stream last_use) {
-  if (buffer.mapping_ != nullptr) ::munmap(buffer.mapping_, buffer.mapping_size_);
+  os::mapping(buffer.mapping_, buffer.mapping_size_).reset();
   const bool on_device = buffer.device_ != kHost && buffer.data_ != nullptr;
   const std::uint64_t id = std::exchange(buffer.id_, 0);
   buffer.mapping_ = buffer.data_ = nullptr;

@@ -13,6 +13,7 @@
 
 #include "gpumem/proto/messages.hpp"
 #include "gpumem/shared/cuda/driver.hpp"
+#include "gpumem/shared/cuda/handles.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 
 namespace gpumem::detail {
@@ -22,9 +23,9 @@ class cuda_imports {
   explicit cuda_imports(const cuda::driver_api& driver) : cu_(driver) {}
   cuda_imports(const cuda_imports&) = delete;
   cuda_imports& operator=(const cuda_imports&) = delete;
-  ~cuda_imports();
 
-  /// @brief Imports a pool from its fd (closed here) and opens its ready event.
+  /// @brief Imports a pool from its fd (closed here) and opens its ready event. A failure
+  /// leaves nothing behind: what was made for the pool so far is freed.
   void add_pool(const proto::pool_reply& pool, unique_fd handle);
 
   /// @brief The pointer of an allocation in this process, imported on first use; @p stream
@@ -39,16 +40,16 @@ class cuda_imports {
 
  private:
   struct release_marker {
-    CUevent event = nullptr;  ///< interprocess, in the pool's context
+    cuda::event event;  ///< interprocess, in the pool's context
     CUipcEventHandle handle{};
   };
+  /// Members in the order they are made: they are freed in reverse, the context last.
   struct imported_pool {
-    CUdevice device;
-    CUcontext context;
-    CUmemoryPool pool;
-    CUevent ready;    ///< the daemon's ready event, opened here
-    CUstream bridge;  ///< in the pool's context: relays ordering to and from other devices
-    CUevent bridged;  ///< recorded on the bridge, waited for by streams of other devices
+    cuda::primary_context context;
+    cuda::memory_pool pool;
+    cuda::event ready;    ///< the daemon's ready event, opened here
+    cuda::stream bridge;  ///< in the pool's context: relays ordering to and from other devices
+    cuda::event bridged;  ///< recorded on the bridge, waited for by streams of other devices
     release_marker marker;
     std::vector<CUdevice> peers;  ///< other devices this process was given access from
   };
@@ -57,7 +58,7 @@ class cuda_imports {
     std::uint32_t pool_id;
     std::uint32_t references;
     /// Streams that used earlier references: the final free waits for each of them.
-    std::vector<CUevent> earlier_uses;
+    std::vector<cuda::event> earlier_uses;
   };
 
   /// The context @p stream belongs to; @p home's for the default stream.
@@ -77,8 +78,10 @@ class cuda_imports {
   const cuda::driver_api& cu_;
   std::mutex mutex_;
   std::unordered_map<std::uint32_t, imported_pool> pools_;
+  /// Pointers still here when this object goes belong to buffers that were never released
+  /// (a failed release, a forked child's copies): the driver reclaims them with the process.
   std::unordered_map<std::uint64_t, imported_pointer> pointers_;
-  std::unordered_map<CUcontext, CUevent> crossings_;
+  std::unordered_map<CUcontext, cuda::event> crossings_;
 };
 
 }  // namespace gpumem::detail
