@@ -40,32 +40,30 @@ class CudaImports : public ::testing::Test {
   }
 };
 
-TEST_F(CudaImports, AnImportedPoolHoldsItsContextUntilTheImportsGo) {
-  {
-    cuda_imports imports(fake_driver());
-    imports.add_pool(pool_on_device(1), unique_fd{});
-    imports.add_pool(pool_on_device(1), unique_fd{});  // the same pool: imported once
-    EXPECT_EQ(fake().retains[1], 1);
-    EXPECT_EQ(fake().live_count(kind::pool), 1u);
-    EXPECT_EQ(fake().live_count(kind::stream), 1u);  // the bridge
-    EXPECT_EQ(fake().live_count(kind::event), 2u);   // ready, bridged
-    EXPECT_EQ(fake().current, kCallers);
-  }
+TEST_F(CudaImports, AnImportedPoolHoldsItsContextUntilItGoes) {
+  cuda_imports imports(fake_driver());
+  auto home = imports.import_pool(pool_on_device(1), 5);
+  EXPECT_EQ(fake().retains[1], 1);
+  EXPECT_EQ(fake().live_count(kind::pool), 1u);
+  EXPECT_EQ(fake().live_count(kind::stream), 1u);  // the bridge
+  EXPECT_EQ(fake().live_count(kind::event), 2u);   // ready, bridged
+  EXPECT_EQ(fake().current, kCallers);
+  home.reset();
   EXPECT_EQ(fake().retains[1], 0);
   EXPECT_EQ(live_driver_objects(), 0u);
   EXPECT_EQ(fake().current, kCallers);
 }
 
-// Every driver call add_pool makes, failing in turn: whatever was made before it goes again.
+// Every driver call import_pool makes, failing in turn: whatever was made before it goes again.
 class CudaImportsFailing : public CudaImports, public ::testing::WithParamInterface<const char*> {};
 
-TEST_P(CudaImportsFailing, AddPoolLeavesNothingBehind) {
+TEST_P(CudaImportsFailing, ImportPoolLeavesNothingBehind) {
   cuda_imports imports(fake_driver());
   const int retained_before = fake().retained();
   fake().failing = GetParam();
   try {
-    imports.add_pool(pool_on_device(1), unique_fd{});
-    ADD_FAILURE() << "add_pool succeeded although " << GetParam() << " failed";
+    imports.import_pool(pool_on_device(1), 5);
+    ADD_FAILURE() << "import_pool succeeded although " << GetParam() << " failed";
   } catch (const CudaError& error) {
     EXPECT_EQ(error.status(), errc::cuda_error);
     EXPECT_EQ(error.cuda_status(), fake().fail_with);
@@ -75,10 +73,6 @@ TEST_P(CudaImportsFailing, AddPoolLeavesNothingBehind) {
   EXPECT_EQ(fake().retained(), retained_before);
   EXPECT_EQ(live_driver_objects(), 0u);
   EXPECT_EQ(fake().current, kCallers);
-
-  fake().failing.clear();  // and nothing stands in the way of a second try
-  imports.add_pool(pool_on_device(1), unique_fd{});
-  EXPECT_EQ(fake().live_count(kind::pool), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(EachCall, CudaImportsFailing,

@@ -13,35 +13,35 @@ namespace gpumem::detail {
 // event opened in device 0's context crashed inside cuStreamWaitEvent. A bridge stream in the
 // pool's context relays the ordering through plain events, which cross devices as documented.
 
-void cuda_imports::add_pool(const proto::pool_reply& reply, unique_fd handle) {
-  std::lock_guard lock(mutex_);
-  if (pools_.contains(reply.pool_id)) return;
-  imported_pool home;
+std::unique_ptr<cuda_pool_import> cuda_imports::import_pool(const proto::pool_reply& reply,
+                                                            int fd) {
+  auto home = std::make_unique<cuda_pool_import>();
   CUdevice device = 0;
   check_cuda(cu_.cuDeviceGet(&device, reply.device), "cuDeviceGet");
-  check_cuda(cuda::primary_context::retain(cu_, device, home.context),
+  check_cuda(cuda::primary_context::retain(cu_, device, home->context),
              "retaining the primary context");
-  const CUcontext context = home.context.get();
-  check_cuda(cuda::memory_pool::import_fd(cu_, context, handle.get(), home.pool),
+  const CUcontext context = home->context.get();
+  check_cuda(cuda::memory_pool::import_fd(cu_, context, fd, home->pool),
              "cuMemPoolImportFromShareableHandle");
   CUipcEventHandle ready{};
   std::memcpy(&ready, reply.ready_event, sizeof ready);
-  check_cuda(cuda::event::open_ipc(cu_, context, ready, home.ready), "cuIpcOpenEventHandle(ready)");
-  check_cuda(cuda::stream::create(cu_, context, CU_STREAM_NON_BLOCKING, home.bridge),
+  check_cuda(cuda::event::open_ipc(cu_, context, ready, home->ready),
+             "cuIpcOpenEventHandle(ready)");
+  check_cuda(cuda::stream::create(cu_, context, CU_STREAM_NON_BLOCKING, home->bridge),
              "cuStreamCreate(bridge)");
-  check_cuda(cuda::event::create(cu_, context, CU_EVENT_DISABLE_TIMING, home.bridged),
+  check_cuda(cuda::event::create(cu_, context, CU_EVENT_DISABLE_TIMING, home->bridged),
              "cuEventCreate");
-  pools_.emplace(reply.pool_id, std::move(home));
+  return home;
 }
 
-CUcontext cuda_imports::context_of(CUstream stream, const imported_pool& home) {
+CUcontext cuda_imports::context_of(CUstream stream, const cuda_pool_import& home) {
   if (stream == nullptr) return home.context.get();
   CUcontext context = nullptr;
   check_cuda(cu_.cuStreamGetCtx(stream, &context), "cuStreamGetCtx");
   return context;
 }
 
-void cuda_imports::grant_access_from(imported_pool& home, CUstream, CUcontext stream_context) {
+void cuda_imports::grant_access_from(cuda_pool_import& home, CUstream, CUcontext stream_context) {
   if (stream_context == home.context.get()) return;
   CUdevice device = 0;
   {
@@ -62,7 +62,7 @@ void cuda_imports::grant_access_from(imported_pool& home, CUstream, CUcontext st
   home.peers.push_back(device);
 }
 
-void cuda_imports::wait_for(imported_pool& home, CUevent home_event, CUstream stream,
+void cuda_imports::wait_for(cuda_pool_import& home, CUevent home_event, CUstream stream,
                             CUcontext stream_context) {
   if (stream_context == home.context.get()) {
     context_scope scope(cu_, stream_context);
@@ -79,7 +79,7 @@ void cuda_imports::wait_for(imported_pool& home, CUevent home_event, CUstream st
   check_cuda(cu_.cuStreamWaitEvent(stream, home.bridged.get(), 0), "cuStreamWaitEvent(bridged)");
 }
 
-void cuda_imports::record_after(imported_pool& home, CUevent home_event, CUstream stream,
+void cuda_imports::record_after(cuda_pool_import& home, CUevent home_event, CUstream stream,
                                 CUcontext stream_context) {
   if (stream_context == home.context.get()) {
     context_scope scope(cu_, stream_context);
@@ -107,7 +107,7 @@ CUevent cuda_imports::crossing_for(CUcontext context) {
   return found->second.get();
 }
 
-const cuda_imports::release_marker& cuda_imports::marker_for(imported_pool& home) {
+const cuda_imports::release_marker& cuda_imports::marker_for(cuda_pool_import& home) {
   if (!home.marker.event) {
     release_marker made;
     check_cuda(cuda::event::create(cu_, home.context.get(),
@@ -119,9 +119,9 @@ const cuda_imports::release_marker& cuda_imports::marker_for(imported_pool& home
   return home.marker;
 }
 
-CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream stream) {
+CUdeviceptr cuda_imports::import(cuda_pool_import& home, const proto::allocation_reply& grant,
+                                 CUstream stream) {
   std::lock_guard lock(mutex_);
-  imported_pool& home = pools_.at(grant.pool_id);
   const CUcontext stream_context = context_of(stream, home);
   grant_access_from(home, stream, stream_context);
   auto found = pointers_.find(grant.alloc_id);
@@ -132,8 +132,7 @@ CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream 
     CUdeviceptr pointer = 0;
     check_cuda(cu_.cuMemPoolImportPointer(&pointer, home.pool.get(), &data),
                "cuMemPoolImportPointer");
-    found =
-        pointers_.emplace(grant.alloc_id, imported_pointer{pointer, grant.pool_id, 0, {}}).first;
+    found = pointers_.emplace(grant.alloc_id, imported_pointer{pointer, &home, 0, {}}).first;
   }
   wait_for(home, home.ready.get(), stream, stream_context);
   ++found->second.references;
@@ -146,7 +145,7 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
   auto found = pointers_.find(alloc_id);
   if (found == pointers_.end()) return;
   imported_pointer& entry = found->second;
-  imported_pool& home = pools_.at(entry.pool_id);
+  cuda_pool_import& home = *entry.home;
   const CUcontext stream_context = context_of(stream, home);
   {
     context_scope scope(cu_, stream_context);

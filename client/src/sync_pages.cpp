@@ -1,13 +1,15 @@
 #include "sync_pages.hpp"
 
-#include "connection.hpp"
+#include <vector>
+
 #include "gpumem/shared/sync/layout.hpp"
+#include "transport.hpp"
 
 namespace gpumem::detail {
 
 using proto::message_type;
 
-sync_pages::sync_pages(connection& link) : link_(link) {
+sync_pages::sync_pages(transport& link) : link_(link) {
   std::vector<unique_fd> fds;
   const auto reply =
       link_.call<proto::sync_attach_reply>(message_type::attach_sync, proto::empty_payload{}, &fds);

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// @brief One connection's view of the lock pages: the host page mapped once (with this
+/// @brief One session's view of the lock pages: the host page mapped once (with this
 /// client's slot), and, on first use of a device, that device's signal page.
 
 #include <cstddef>
@@ -13,12 +13,12 @@
 
 namespace gpumem::detail {
 
-class connection;
+class transport;
 
 class sync_pages {
  public:
   /// @brief Asks the daemon for the host page and this client's slot, and maps it.
-  explicit sync_pages(connection& link);
+  explicit sync_pages(transport& link);
   sync_pages(const sync_pages&) = delete;
   sync_pages& operator=(const sync_pages&) = delete;
 
@@ -30,7 +30,7 @@ class sync_pages {
   std::uint64_t host_word_on_device(const void* word);
 
  private:
-  connection& link_;
+  transport& link_;
   std::uint16_t slot_ = 0;
   os::mapping page_;
   std::mutex mutex_;
