@@ -248,7 +248,7 @@ void Client::reset(std::string_view name, std::uint32_t parties) {
 }
 
 std::uint64_t Client::id() const noexcept {
-  return connection_->client_id;
+  return connection_->client_id();
 }
 
 const std::string& Client::socket_path() const noexcept {

@@ -1,19 +1,22 @@
 #pragma once
 /// @file
-/// @brief What the client's CUDA code shares: driver failures as gpumem::Error, and a scope
-/// that makes a context current and puts the caller's back.
+/// @brief What the client's CUDA code shares: driver failures as gpumem::CudaError, the
+/// driver itself, and a scope that makes a context current and puts the caller's back.
 
+#include <source_location>
 #include <string>
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/shared/cuda/driver.hpp"
+#include "gpumem/shared/cuda/handles.hpp"
 
 namespace gpumem::detail {
 
-/// Driver failures reach the user as gpumem::Error(cuda_error) with the driver's words.
-inline void check_cuda(CUresult status, const char* call) {
+/// Driver failures reach the user as CudaError: the status, the driver's words, and where.
+inline void check_cuda(CUresult status, const char* call,
+                       std::source_location where = std::source_location::current()) {
   if (status != CUDA_SUCCESS) {
-    throw Error(errc::cuda_error, std::string(call) + ": " + cuda::describe(status));
+    throw CudaError(status, cuda::failure_text(status, call, where), where);
   }
 }
 
@@ -25,19 +28,18 @@ inline const cuda::driver_api& cuda_driver() {
   return *driver;
 }
 
+/// cuda::scoped_context that throws when the context cannot be made current: the user's
+/// threads call in with their own context current, and get it back.
 class context_scope {
  public:
-  context_scope(const cuda::driver_api& cu, CUcontext context) : cu_(cu) {
-    check_cuda(cu_.cuCtxGetCurrent(&previous_), "cuCtxGetCurrent");
-    if (previous_ != context) check_cuda(cu_.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  context_scope(const cuda::driver_api& cu, CUcontext context,
+                std::source_location where = std::source_location::current())
+      : scope_(cu, context) {
+    check_cuda(scope_.status(), "cuCtxSetCurrent", where);
   }
-  ~context_scope() { cu_.cuCtxSetCurrent(previous_); }
-  context_scope(const context_scope&) = delete;
-  context_scope& operator=(const context_scope&) = delete;
 
  private:
-  const cuda::driver_api& cu_;
-  CUcontext previous_ = nullptr;
+  cuda::scoped_context scope_;
 };
 
 }  // namespace gpumem::detail

@@ -13,87 +13,76 @@ namespace gpumem::detail {
 // event opened in device 0's context crashed inside cuStreamWaitEvent. A bridge stream in the
 // pool's context relays the ordering through plain events, which cross devices as documented.
 
-cuda_imports::~cuda_imports() {
-  // Imports still open belong to buffers that outlive the connection's last user: the
-  // driver reclaims them with the process. Only what this object made is given back here.
-  for (auto& [context, event] : crossings_) cu_.cuEventDestroy(event);
-  for (auto& [id, home] : pools_) {
-    cu_.cuCtxSetCurrent(home.context);
-    cu_.cuEventDestroy(home.ready);
-    cu_.cuEventDestroy(home.bridged);
-    if (home.marker.event != nullptr) cu_.cuEventDestroy(home.marker.event);
-    cu_.cuStreamDestroy(home.bridge);
-    cu_.cuDevicePrimaryCtxRelease(home.device);
-  }
-}
-
-void cuda_imports::add_pool(const proto::pool_reply& reply, unique_fd handle) {
-  std::lock_guard lock(mutex_);
-  if (pools_.contains(reply.pool_id)) return;
-  imported_pool home{};
-  check_cuda(cu_.cuDeviceGet(&home.device, reply.device), "cuDeviceGet");
-  check_cuda(cu_.cuDevicePrimaryCtxRetain(&home.context, home.device), "cuDevicePrimaryCtxRetain");
-  context_scope scope(cu_, home.context);
-  check_cuda(cu_.cuMemPoolImportFromShareableHandle(
-                 &home.pool, reinterpret_cast<void*>(static_cast<std::uintptr_t>(handle.get())),
-                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+std::unique_ptr<cuda_pool_import> cuda_imports::import_pool(const proto::pool_reply& reply,
+                                                            int fd) {
+  auto home = std::make_unique<cuda_pool_import>();
+  CUdevice device = 0;
+  check_cuda(cu_.cuDeviceGet(&device, reply.device), "cuDeviceGet");
+  check_cuda(cuda::primary_context::retain(cu_, device, home->context),
+             "retaining the primary context");
+  const CUcontext context = home->context.get();
+  check_cuda(cuda::memory_pool::import_fd(cu_, context, fd, home->pool),
              "cuMemPoolImportFromShareableHandle");
   CUipcEventHandle ready{};
   std::memcpy(&ready, reply.ready_event, sizeof ready);
-  check_cuda(cu_.cuIpcOpenEventHandle(&home.ready, ready), "cuIpcOpenEventHandle(ready)");
-  check_cuda(cu_.cuStreamCreate(&home.bridge, CU_STREAM_NON_BLOCKING), "cuStreamCreate(bridge)");
-  check_cuda(cu_.cuEventCreate(&home.bridged, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-  pools_.emplace(reply.pool_id, home);
+  check_cuda(cuda::event::open_ipc(cu_, context, ready, home->ready),
+             "cuIpcOpenEventHandle(ready)");
+  check_cuda(cuda::stream::create(cu_, context, CU_STREAM_NON_BLOCKING, home->bridge),
+             "cuStreamCreate(bridge)");
+  check_cuda(cuda::event::create(cu_, context, CU_EVENT_DISABLE_TIMING, home->bridged),
+             "cuEventCreate");
+  return home;
 }
 
-CUcontext cuda_imports::context_of(CUstream stream, const imported_pool& home) {
-  if (stream == nullptr) return home.context;
+CUcontext cuda_imports::context_of(CUstream stream, const cuda_pool_import& home) {
+  if (stream == nullptr) return home.context.get();
   CUcontext context = nullptr;
   check_cuda(cu_.cuStreamGetCtx(stream, &context), "cuStreamGetCtx");
   return context;
 }
 
-void cuda_imports::grant_access_from(imported_pool& home, CUstream, CUcontext stream_context) {
-  if (stream_context == home.context) return;
+void cuda_imports::grant_access_from(cuda_pool_import& home, CUstream, CUcontext stream_context) {
+  if (stream_context == home.context.get()) return;
   CUdevice device = 0;
   {
     context_scope scope(cu_, stream_context);
     check_cuda(cu_.cuCtxGetDevice(&device), "cuCtxGetDevice");
   }
-  if (device == home.device ||
+  if (device == home.context.device() ||
       std::find(home.peers.begin(), home.peers.end(), device) != home.peers.end()) {
     return;
   }
-  context_scope scope(cu_, home.context);
+  context_scope scope(cu_, home.context.get());
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  check_cuda(cu_.cuMemPoolSetAccess(home.pool, &access, 1),
+  check_cuda(cu_.cuMemPoolSetAccess(home.pool.get(), &access, 1),
              "cuMemPoolSetAccess (is this device in the pool's peer_access?)");
   home.peers.push_back(device);
 }
 
-void cuda_imports::wait_for(imported_pool& home, CUevent home_event, CUstream stream,
+void cuda_imports::wait_for(cuda_pool_import& home, CUevent home_event, CUstream stream,
                             CUcontext stream_context) {
-  if (stream_context == home.context) {
-    context_scope scope(cu_, home.context);
+  if (stream_context == home.context.get()) {
+    context_scope scope(cu_, stream_context);
     check_cuda(cu_.cuStreamWaitEvent(stream, home_event, 0), "cuStreamWaitEvent");
     return;
   }
   {
-    context_scope scope(cu_, home.context);
-    check_cuda(cu_.cuStreamWaitEvent(home.bridge, home_event, 0), "cuStreamWaitEvent(bridge)");
-    check_cuda(cu_.cuEventRecord(home.bridged, home.bridge), "cuEventRecord(bridge)");
+    context_scope scope(cu_, home.context.get());
+    check_cuda(cu_.cuStreamWaitEvent(home.bridge.get(), home_event, 0),
+               "cuStreamWaitEvent(bridge)");
+    check_cuda(cu_.cuEventRecord(home.bridged.get(), home.bridge.get()), "cuEventRecord(bridge)");
   }
   context_scope scope(cu_, stream_context);
-  check_cuda(cu_.cuStreamWaitEvent(stream, home.bridged, 0), "cuStreamWaitEvent(bridged)");
+  check_cuda(cu_.cuStreamWaitEvent(stream, home.bridged.get(), 0), "cuStreamWaitEvent(bridged)");
 }
 
-void cuda_imports::record_after(imported_pool& home, CUevent home_event, CUstream stream,
+void cuda_imports::record_after(cuda_pool_import& home, CUevent home_event, CUstream stream,
                                 CUcontext stream_context) {
-  if (stream_context == home.context) {
-    context_scope scope(cu_, home.context);
+  if (stream_context == home.context.get()) {
+    context_scope scope(cu_, stream_context);
     check_cuda(cu_.cuEventRecord(home_event, stream), "cuEventRecord");
     return;
   }
@@ -102,50 +91,50 @@ void cuda_imports::record_after(imported_pool& home, CUevent home_event, CUstrea
     context_scope scope(cu_, stream_context);
     check_cuda(cu_.cuEventRecord(crossing, stream), "cuEventRecord(crossing)");
   }
-  context_scope scope(cu_, home.context);
-  check_cuda(cu_.cuStreamWaitEvent(home.bridge, crossing, 0), "cuStreamWaitEvent(crossing)");
-  check_cuda(cu_.cuEventRecord(home_event, home.bridge), "cuEventRecord(bridge)");
+  context_scope scope(cu_, home.context.get());
+  check_cuda(cu_.cuStreamWaitEvent(home.bridge.get(), crossing, 0), "cuStreamWaitEvent(crossing)");
+  check_cuda(cu_.cuEventRecord(home_event, home.bridge.get()), "cuEventRecord(bridge)");
 }
 
 CUevent cuda_imports::crossing_for(CUcontext context) {
   auto found = crossings_.find(context);
   if (found == crossings_.end()) {
-    context_scope scope(cu_, context);
-    CUevent event = nullptr;
-    check_cuda(cu_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate(crossing)");
-    found = crossings_.emplace(context, event).first;
+    cuda::event made;
+    check_cuda(cuda::event::create(cu_, context, CU_EVENT_DISABLE_TIMING, made),
+               "cuEventCreate(crossing)");
+    found = crossings_.emplace(context, std::move(made)).first;
   }
-  return found->second;
+  return found->second.get();
 }
 
-const cuda_imports::release_marker& cuda_imports::marker_for(imported_pool& home) {
-  if (home.marker.event == nullptr) {
-    context_scope scope(cu_, home.context);
-    check_cuda(
-        cu_.cuEventCreate(&home.marker.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS),
-        "cuEventCreate(interprocess)");
-    check_cuda(cu_.cuIpcGetEventHandle(&home.marker.handle, home.marker.event),
-               "cuIpcGetEventHandle");
+const cuda_imports::release_marker& cuda_imports::marker_for(cuda_pool_import& home) {
+  if (!home.marker.event) {
+    release_marker made;
+    check_cuda(cuda::event::create(cu_, home.context.get(),
+                                   CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS, made.event),
+               "cuEventCreate(interprocess)");
+    check_cuda(cu_.cuIpcGetEventHandle(&made.handle, made.event.get()), "cuIpcGetEventHandle");
+    home.marker = std::move(made);
   }
   return home.marker;
 }
 
-CUdeviceptr cuda_imports::import(const proto::allocation_reply& grant, CUstream stream) {
+CUdeviceptr cuda_imports::import(cuda_pool_import& home, const proto::allocation_reply& grant,
+                                 CUstream stream) {
   std::lock_guard lock(mutex_);
-  imported_pool& home = pools_.at(grant.pool_id);
   const CUcontext stream_context = context_of(stream, home);
   grant_access_from(home, stream, stream_context);
   auto found = pointers_.find(grant.alloc_id);
   if (found == pointers_.end()) {
-    context_scope scope(cu_, home.context);
+    context_scope scope(cu_, home.context.get());
     CUmemPoolPtrExportData data{};
     std::memcpy(&data, grant.pointer_export, sizeof data);
     CUdeviceptr pointer = 0;
-    check_cuda(cu_.cuMemPoolImportPointer(&pointer, home.pool, &data), "cuMemPoolImportPointer");
-    found =
-        pointers_.emplace(grant.alloc_id, imported_pointer{pointer, grant.pool_id, 0, {}}).first;
+    check_cuda(cu_.cuMemPoolImportPointer(&pointer, home.pool.get(), &data),
+               "cuMemPoolImportPointer");
+    found = pointers_.emplace(grant.alloc_id, imported_pointer{pointer, &home, 0, {}}).first;
   }
-  wait_for(home, home.ready, stream, stream_context);
+  wait_for(home, home.ready.get(), stream, stream_context);
   ++found->second.references;
   return found->second.pointer;
 }
@@ -156,19 +145,19 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
   auto found = pointers_.find(alloc_id);
   if (found == pointers_.end()) return;
   imported_pointer& entry = found->second;
-  imported_pool& home = pools_.at(entry.pool_id);
+  cuda_pool_import& home = *entry.home;
   const CUcontext stream_context = context_of(stream, home);
   {
     context_scope scope(cu_, stream_context);
     if (--entry.references > 0) {
-      CUevent used = nullptr;
-      check_cuda(cu_.cuEventCreate(&used, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-      check_cuda(cu_.cuEventRecord(used, stream), "cuEventRecord");
-      entry.earlier_uses.push_back(used);
+      cuda::event used;
+      check_cuda(cuda::event::create(cu_, stream_context, CU_EVENT_DISABLE_TIMING, used),
+                 "cuEventCreate");
+      check_cuda(cu_.cuEventRecord(used.get(), stream), "cuEventRecord");
+      entry.earlier_uses.push_back(std::move(used));
     } else {
-      for (CUevent used : entry.earlier_uses) {
-        check_cuda(cu_.cuStreamWaitEvent(stream, used, 0), "cuStreamWaitEvent");
-        cu_.cuEventDestroy(used);
+      for (const cuda::event& used : entry.earlier_uses) {
+        check_cuda(cu_.cuStreamWaitEvent(stream, used.get(), 0), "cuStreamWaitEvent");
       }
       // The importer frees first, in stream order; the daemon frees after the event below.
       check_cuda(cu_.cuMemFreeAsync(entry.pointer, stream), "cuMemFreeAsync(import)");
@@ -178,7 +167,7 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
   // One interprocess event per pool serves every release: the daemon's wait captures it as
   // recorded now, before this request is answered.
   const release_marker& marker = marker_for(home);
-  record_after(home, marker.event, stream, stream_context);
+  record_after(home, marker.event.get(), stream, stream_context);
   request.flags |= proto::kReleaseHasEvent;
   std::memcpy(request.released_event, &marker.handle, sizeof marker.handle);
 }

@@ -15,17 +15,19 @@ using proto::message_type;
 #ifdef GPUMEM_WITH_CUDA
 
 struct Reservation::state {
+  /// The handle before the mapping: the chunk is unmapped before its handle is released.
   struct mapped_chunk {
     std::uint64_t id;
-    CUmemGenericAllocationHandle handle;
+    cuda::allocation_handle handle;
+    cuda::mapped_range mapping;
   };
 
   std::shared_ptr<detail::connection> connection;
   const cuda::driver_api& cu = detail::cuda_driver();
   proto::reservation_reply granted{};
-  CUdevice device = 0;
-  CUcontext context = nullptr;
-  CUdeviceptr base = 0;
+  // In the order they are made, so that they go in reverse: chunks, range, context.
+  cuda::primary_context context;
+  cuda::address_range range;
   std::vector<mapped_chunk> chunks;
 
   explicit state(std::shared_ptr<detail::connection> session) : connection(std::move(session)) {}
@@ -33,10 +35,12 @@ struct Reservation::state {
   // Reserves this process's range; a failure here gives the grant back.
   void map_range(const proto::reservation_reply& grant) {
     granted = grant;
+    CUdevice device = 0;
     detail::check_cuda(cu.cuDeviceGet(&device, grant.device), "cuDeviceGet");
-    detail::check_cuda(cu.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-    detail::context_scope scope(cu, context);
-    detail::check_cuda(cu.cuMemAddressReserve(&base, grant.max_size, grant.chunk_size, 0, 0),
+    detail::check_cuda(cuda::primary_context::retain(cu, device, context),
+                       "retaining the primary context");
+    detail::context_scope scope(cu, context.get());
+    detail::check_cuda(cuda::address_range::reserve(cu, grant.max_size, grant.chunk_size, range),
                        "cuMemAddressReserve");
     refresh();
   }
@@ -58,43 +62,32 @@ struct Reservation::state {
       for (auto& fd : page_fds) fds.push_back(std::move(fd));
       more = page.head.more != 0 && !page.records.empty();
     }
-    detail::context_scope scope(cu, context);
+    detail::context_scope scope(cu, context.get());
     // Chunks keep their ids: the first index whose id differs is where the mappings change.
     std::size_t same = 0;
     while (same < chunks.size() && same < wanted.size() &&
            chunks[same].id == wanted[same].chunk_id) {
       ++same;
     }
-    while (chunks.size() > same) unmap_last();
+    chunks.erase(chunks.begin() + static_cast<std::ptrdiff_t>(same), chunks.end());
     for (std::size_t index = same; index < wanted.size(); ++index) {
-      CUmemGenericAllocationHandle handle = 0;
+      mapped_chunk chunk{wanted[index].chunk_id, {}, {}};
+      detail::check_cuda(cuda::allocation_handle::import_fd(cu, fds[index].get(), chunk.handle),
+                         "cuMemImportFromShareableHandle");
+      const CUdeviceptr at = range.get() + index * granted.chunk_size;
       detail::check_cuda(
-          cu.cuMemImportFromShareableHandle(
-              &handle, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fds[index].get())),
-              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-          "cuMemImportFromShareableHandle");
-      const CUdeviceptr at = base + index * granted.chunk_size;
-      if (const CUresult mapped = cu.cuMemMap(at, granted.chunk_size, 0, handle, 0);
-          mapped != CUDA_SUCCESS) {
-        cu.cuMemRelease(handle);
-        detail::check_cuda(mapped, "cuMemMap");
-      }
-      chunks.push_back({wanted[index].chunk_id, handle});
+          cuda::mapped_range::map(cu, at, granted.chunk_size, chunk.handle.get(), chunk.mapping),
+          "cuMemMap");
+      chunks.push_back(std::move(chunk));
       CUmemAccessDesc access{};
       access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      access.location.id = device;
+      access.location.id = context.device();
       access.flags = granted.access == proto::access_mode::read_only
                          ? CU_MEM_ACCESS_FLAGS_PROT_READ
                          : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
       detail::check_cuda(cu.cuMemSetAccess(at, granted.chunk_size, &access, 1), "cuMemSetAccess");
     }
     return chunks.size() * granted.chunk_size;
-  }
-
-  void unmap_last() noexcept {
-    cu.cuMemUnmap(base + (chunks.size() - 1) * granted.chunk_size, granted.chunk_size);
-    cu.cuMemRelease(chunks.back().handle);
-    chunks.pop_back();
   }
 
   /// Maps a grant the daemon just made; a failure gives it back.
@@ -110,14 +103,6 @@ struct Reservation::state {
       throw;
     }
     return self;
-  }
-
-  ~state() {
-    if (context == nullptr) return;
-    cu.cuCtxSetCurrent(context);
-    while (!chunks.empty()) unmap_last();
-    if (base != 0) cu.cuMemAddressFree(base, granted.max_size);
-    cu.cuDevicePrimaryCtxRelease(device);
   }
 };
 
@@ -153,7 +138,7 @@ Reservation Reservation::open(Client& client, std::string_view name,
 }
 
 void* Reservation::data() const noexcept {
-  return reinterpret_cast<void*>(self_->base);
+  return reinterpret_cast<void*>(self_->range.get());
 }
 std::size_t Reservation::size() const noexcept {
   return self_->chunks.size() * self_->granted.chunk_size;

@@ -1,19 +1,15 @@
 #include "sync_pages.hpp"
 
-#include <sys/mman.h>
+#include <vector>
 
-#include <cerrno>
-#include <cstring>
-
-#include "connection.hpp"
-#include "cuda_sync.hpp"
 #include "gpumem/shared/sync/layout.hpp"
+#include "transport.hpp"
 
 namespace gpumem::detail {
 
 using proto::message_type;
 
-sync_pages::sync_pages(connection& link) : link_(link) {
+sync_pages::sync_pages(transport& link) : link_(link) {
   std::vector<unique_fd> fds;
   const auto reply =
       link_.call<proto::sync_attach_reply>(message_type::attach_sync, proto::empty_payload{}, &fds);
@@ -21,26 +17,15 @@ sync_pages::sync_pages(connection& link) : link_(link) {
       reply.cell_count != sync::kCellCount) {
     throw Error(errc::bad_message, "gpumemd's lock page does not match this libgpumem");
   }
-  page_size_ = std::size_t{reply.cell_size} * reply.cell_count;
-  void* mapped =
-      ::mmap(nullptr, page_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fds.front().get(), 0);
-  if (mapped == MAP_FAILED) {
-    throw Error(errc::io_error, std::string("mapping the lock page: ") + std::strerror(errno));
-  }
-  page_ = static_cast<std::byte*>(mapped);
+  std::error_code error;
+  page_ = os::mapping::share(fds.front().get(), std::size_t{reply.cell_size} * reply.cell_count,
+                             os::access::read_write, 0, error);
+  if (error) throw Error(errc::io_error, "mapping the lock page: " + error.message());
   slot_ = static_cast<std::uint16_t>(reply.slot);
 }
 
-sync_pages::~sync_pages() {
-  for (const auto& [device, address] : signal_pages_) {
-    cuda_sync::unmap_signal_page(address, signal_page_size_);
-  }
-  if (page_on_device_ != 0) cuda_sync::unregister_host_page(page_);
-  ::munmap(page_, page_size_);
-}
-
 std::byte* sync_pages::cell(std::uint32_t index) const noexcept {
-  return page_ + std::size_t{index} * sync::kCellSize;
+  return static_cast<std::byte*>(page_.get()) + std::size_t{index} * sync::kCellSize;
 }
 
 std::uint64_t sync_pages::signal_word(int device, std::uint32_t index, std::size_t offset) {
@@ -53,18 +38,21 @@ std::uint64_t sync_pages::signal_word(int device, std::uint32_t index, std::size
     if (fds.size() != 1 || reply.cell_size != sync::kSignalCellSize) {
       throw Error(errc::bad_message, "gpumemd's signal page does not match this libgpumem");
     }
-    signal_page_size_ = reply.size;
-    const std::uint64_t address =
-        cuda_sync::map_signal_page(fds.front().get(), device, signal_page_size_);
-    found = signal_pages_.emplace(device, address).first;
+    found = signal_pages_
+                .emplace(device, cuda_sync::map_signal_page(fds.front().get(), device, reply.size))
+                .first;
   }
-  return found->second + std::size_t{index} * sync::kSignalCellSize + offset;
+  return found->second.address() + std::size_t{index} * sync::kSignalCellSize + offset;
 }
 
 std::uint64_t sync_pages::host_word_on_device(const void* word) {
   std::lock_guard lock(mutex_);
-  if (page_on_device_ == 0) page_on_device_ = cuda_sync::register_host_page(page_, page_size_);
-  return page_on_device_ + static_cast<std::uint64_t>(static_cast<const std::byte*>(word) - page_);
+  if (!page_on_device_) {
+    page_on_device_ = cuda_sync::register_host_page(page_.get(), page_.size());
+  }
+  return page_on_device_.address() +
+         static_cast<std::uint64_t>(static_cast<const std::byte*>(word) -
+                                    static_cast<const std::byte*>(page_.get()));
 }
 
 }  // namespace gpumem::detail

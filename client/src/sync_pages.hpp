@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// @brief One connection's view of the lock pages: the host page mapped once (with this
+/// @brief One session's view of the lock pages: the host page mapped once (with this
 /// client's slot), and, on first use of a device, that device's signal page.
 
 #include <cstddef>
@@ -8,15 +8,17 @@
 #include <map>
 #include <mutex>
 
+#include "cuda_sync.hpp"
+#include "gpumem/shared/os/mapping.hpp"
+
 namespace gpumem::detail {
 
-class connection;
+class transport;
 
 class sync_pages {
  public:
   /// @brief Asks the daemon for the host page and this client's slot, and maps it.
-  explicit sync_pages(connection& link);
-  ~sync_pages();
+  explicit sync_pages(transport& link);
   sync_pages(const sync_pages&) = delete;
   sync_pages& operator=(const sync_pages&) = delete;
 
@@ -28,14 +30,12 @@ class sync_pages {
   std::uint64_t host_word_on_device(const void* word);
 
  private:
-  connection& link_;
+  transport& link_;
   std::uint16_t slot_ = 0;
-  std::byte* page_ = nullptr;
-  std::size_t page_size_ = 0;
+  os::mapping page_;
   std::mutex mutex_;
-  std::map<int, std::uint64_t> signal_pages_;  ///< device -> address
-  std::size_t signal_page_size_ = 0;
-  std::uint64_t page_on_device_ = 0;
+  std::map<int, cuda_sync::device_mapping> signal_pages_;  ///< by device
+  cuda_sync::device_mapping page_on_device_;               ///< unregistered before page_ goes
 };
 
 }  // namespace gpumem::detail

@@ -26,8 +26,8 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
       cu_(driver),
       spares_([this](std::uint64_t size) { return allocate_exported(size); },
               [this](const exported_block& block) {
-                cu_.cuCtxSetCurrent(context_);
-                cu_.cuMemFreeAsync(block.pointer, release_stream_);
+                cu_.cuCtxSetCurrent(context_.get());
+                cu_.cuMemFreeAsync(block.pointer, release_stream_.get());
               }) {
   const auto& settings = this->config();
   int devices = 0;
@@ -36,66 +36,67 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
     throw config_error(fmt::format("pool '{}': device {} does not exist ({} CUDA device(s))",
                                    settings.name, settings.device, devices));
   }
-  check(cu_.cuDeviceGet(&device_, settings.device), "cuDeviceGet");
-  check(cu_.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
+  CUdevice device = 0;
+  check(cu_.cuDeviceGet(&device, settings.device), "cuDeviceGet");
+  check(cuda::primary_context::retain(cu_, device, context_), "retaining the primary context");
   enter();
 
   CUmemPoolProps props{};
   props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  props.location.id = device_;
+  props.location.id = device;
   props.maxSize = settings.size;
-  check(cu_.cuMemPoolCreate(&pool_, &props), "cuMemPoolCreate");
+  check(cuda::memory_pool::create(cu_, context_.get(), props, pool_), "cuMemPoolCreate");
   cuuint64_t threshold = settings.release_threshold;
-  check(cu_.cuMemPoolSetAttribute(pool_, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+  check(cu_.cuMemPoolSetAttribute(pool_.get(), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
         "cuMemPoolSetAttribute(release threshold)");
   int no = 0;
-  check(cu_.cuMemPoolSetAttribute(pool_, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, &no),
+  check(cu_.cuMemPoolSetAttribute(pool_.get(), CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+                                  &no),
         "cuMemPoolSetAttribute(internal dependencies)");
   for (const auto peer : settings.peer_access) {
     CUdevice peer_device = 0;
     int can_access = 0;
     if (peer >= devices || cu_.cuDeviceGet(&peer_device, peer) != CUDA_SUCCESS ||
-        cu_.cuDeviceCanAccessPeer(&can_access, peer_device, device_) != CUDA_SUCCESS ||
+        cu_.cuDeviceCanAccessPeer(&can_access, peer_device, device) != CUDA_SUCCESS ||
         !can_access) {
       throw config_error(fmt::format("pool '{}': device {} cannot access device {}", settings.name,
                                      peer, settings.device));
     }
     const CUmemAccessDesc access = read_write_on(peer_device);
-    check(cu_.cuMemPoolSetAccess(pool_, &access, 1), "cuMemPoolSetAccess(peer)");
+    check(cu_.cuMemPoolSetAccess(pool_.get(), &access, 1), "cuMemPoolSetAccess(peer)");
   }
   // Pointer export fails until the pool itself has been exported once.
   int fd = -1;
-  check(
-      cu_.cuMemPoolExportToShareableHandle(&fd, pool_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-      "cuMemPoolExportToShareableHandle");
+  check(cu_.cuMemPoolExportToShareableHandle(&fd, pool_.get(),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        "cuMemPoolExportToShareableHandle");
   exported_.reset(fd);
-  check(cu_.cuStreamCreate(&allocation_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  check(cu_.cuStreamCreate(&release_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  check(cu_.cuEventCreate(&ready_, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS),
+  check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, allocation_stream_),
+        "cuStreamCreate");
+  check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, release_stream_),
+        "cuStreamCreate");
+  check(cuda::event::create(cu_, context_.get(), CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
+                            ready_),
         "cuEventCreate(interprocess)");
-  check(cu_.cuEventRecord(ready_, allocation_stream_), "cuEventRecord");
-  check(cu_.cuIpcGetEventHandle(&ready_handle_, ready_), "cuIpcGetEventHandle");
+  check(cu_.cuEventRecord(ready_.get(), allocation_stream_.get()), "cuEventRecord");
+  check(cu_.cuIpcGetEventHandle(&ready_handle_, ready_.get()), "cuIpcGetEventHandle");
   spdlog::info("pool '{}': CUDA device {}, limit {} bytes, peers {}", settings.name,
                settings.device, settings.size, settings.peer_access.size());
 }
 
 cuda_pool::~cuda_pool() {
   // Best effort, no throwing: the process is going away and the driver reclaims the rest.
+  // The frees queued here finish before the members (streams, pool, context) are freed.
   spares_.stop();
-  if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
+  if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
   drop_spares();
-  if (release_stream_ != nullptr) cu_.cuStreamSynchronize(release_stream_);
-  if (ready_ != nullptr) cu_.cuEventDestroy(ready_);
-  if (allocation_stream_ != nullptr) cu_.cuStreamDestroy(allocation_stream_);
-  if (release_stream_ != nullptr) cu_.cuStreamDestroy(release_stream_);
-  if (pool_ != nullptr) cu_.cuMemPoolDestroy(pool_);
-  cu_.cuDevicePrimaryCtxRelease(device_);
+  cu_.cuStreamSynchronize(release_stream_.get());
 }
 
 void cuda_pool::enter() const {
-  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
 }
 
 void cuda_pool::describe_pool(proto::pool_reply& reply) const {
@@ -107,18 +108,18 @@ std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) c
   enter();
   exported_block block;
   const CUresult status =
-      cu_.cuMemAllocFromPoolAsync(&block.pointer, size, pool_, allocation_stream_);
+      cu_.cuMemAllocFromPoolAsync(&block.pointer, size, pool_.get(), allocation_stream_.get());
   if (status == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
   check(status, "cuMemAllocFromPoolAsync");
   if (const CUresult exported = cu_.cuMemPoolExportPointer(&block.data, block.pointer);
       exported != CUDA_SUCCESS) {
-    cu_.cuMemFreeAsync(block.pointer, allocation_stream_);
+    cu_.cuMemFreeAsync(block.pointer, allocation_stream_.get());
     check(exported, "cuMemPoolExportPointer");
   }
   // Waiting on the ready event after a grant orders the waiter after this allocation. Records
   // from the spares' thread land on the same stream, each after its own allocation, so the
   // latest record always covers every block handed out before it.
-  check(cu_.cuEventRecord(ready_, allocation_stream_), "cuEventRecord(ready)");
+  check(cu_.cuEventRecord(ready_.get(), allocation_stream_.get()), "cuEventRecord(ready)");
   return block;
 }
 
@@ -141,9 +142,9 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
 }
 
 void cuda_pool::drop_spares() noexcept {
-  if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
+  if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
   for (const auto& [size, block] : spares_.drain()) {
-    cu_.cuMemFreeAsync(block.pointer, release_stream_);
+    cu_.cuMemFreeAsync(block.pointer, release_stream_.get());
   }
 }
 
@@ -158,22 +159,21 @@ void cuda_pool::holder_released(const placement&, const proto::release_request& 
   enter();
   CUipcEventHandle handle{};
   std::memcpy(&handle, request.released_event, sizeof handle);
-  CUevent released = nullptr;
-  const CUresult opened = cu_.cuIpcOpenEventHandle(&released, handle);
-  if (opened != CUDA_SUCCESS) {
+  // The wait captures the event as recorded now, so the opened handle can go at once.
+  cuda::event released;
+  if (const CUresult opened = cuda::event::open_ipc(cu_, context_.get(), handle, released);
+      opened != CUDA_SUCCESS) {
     throw request_error(proto::errc::invalid_argument,
                         "release event handle cannot be opened: " + cuda::describe(opened));
   }
-  // The wait captures the event as recorded now, so the opened handle can go at once.
-  const CUresult waited = cu_.cuStreamWaitEvent(release_stream_, released, 0);
-  cu_.cuEventDestroy(released);
-  check(waited, "cuStreamWaitEvent(released)");
+  check(cu_.cuStreamWaitEvent(release_stream_.get(), released.get(), 0),
+        "cuStreamWaitEvent(released)");
 }
 
 void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
   exports_.erase(where.offset);
-  if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
-  if (const CUresult status = cu_.cuMemFreeAsync(where.offset, release_stream_);
+  if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
+  if (const CUresult status = cu_.cuMemFreeAsync(where.offset, release_stream_.get());
       status != CUDA_SUCCESS) {
     spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
   }
@@ -193,7 +193,7 @@ driver_usage cuda_pool::driver_counters() const {
       {CU_MEMPOOL_ATTR_USED_MEM_HIGH, &counters.used_high}};
   for (const auto& [attribute, out] : reads) {
     cuuint64_t value = 0;
-    if (cu_.cuMemPoolGetAttribute(pool_, attribute, &value) == CUDA_SUCCESS) *out = value;
+    if (cu_.cuMemPoolGetAttribute(pool_.get(), attribute, &value) == CUDA_SUCCESS) *out = value;
   }
   return counters;
 }

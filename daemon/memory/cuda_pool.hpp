@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "gpumem/shared/cuda/driver.hpp"
+#include "gpumem/shared/cuda/handles.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "memory/cuda_spares.hpp"
 #include "memory/pool.hpp"
@@ -47,12 +48,12 @@ class cuda_pool final : public pool {
   void drop_spares() noexcept;
 
   const cuda::driver_api& cu_;
-  CUdevice device_ = 0;
-  CUcontext context_ = nullptr;
-  CUmemoryPool pool_ = nullptr;
-  CUstream allocation_stream_ = nullptr;
-  CUstream release_stream_ = nullptr;
-  CUevent ready_ = nullptr;
+  // In the order they are made, so that they go in reverse and the context last.
+  cuda::primary_context context_;
+  cuda::memory_pool pool_;
+  cuda::stream allocation_stream_;
+  cuda::stream release_stream_;
+  cuda::event ready_;
   CUipcEventHandle ready_handle_{};
   unique_fd exported_;
   /// Export data of each live allocation, made once (cuMemPoolExportPointer costs ~20 us) and

@@ -23,8 +23,9 @@ cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t 
     throw request_error(proto::errc::no_such_device,
                         fmt::format("no CUDA device {} ({} here)", device, devices));
   }
-  check(cu_.cuDeviceGet(&handle_, device), "cuDeviceGet");
-  check(cu_.cuDevicePrimaryCtxRetain(&context_, handle_), "cuDevicePrimaryCtxRetain");
+  CUdevice handle = 0;
+  check(cu_.cuDeviceGet(&handle, device), "cuDeviceGet");
+  check(cuda::primary_context::retain(cu_, handle, context_), "retaining the primary context");
   properties_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   properties_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   properties_.location.id = device;
@@ -35,12 +36,6 @@ cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t 
         "cuMemGetAllocationGranularity");
   chunk_size_ = granularity;
   max_size_ = (max_size + granularity - 1) / granularity * granularity;
-}
-
-cuda_reservation::~cuda_reservation() {
-  cu_.cuCtxSetCurrent(context_);
-  while (!chunks_.empty()) release_last();
-  cu_.cuDevicePrimaryCtxRelease(handle_);
 }
 
 reservation::chunk cuda_reservation::chunk_at(std::size_t index) const {
@@ -54,34 +49,31 @@ void cuda_reservation::resize(std::size_t chunks) {
         proto::errc::invalid_argument,
         fmt::format("{} bytes exceed the reservation's {}", chunks * chunk_size_, max_size_));
   }
-  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   const std::size_t before = chunks_.size();
   while (chunks_.size() < chunks) {
-    CUmemGenericAllocationHandle handle = 0;
-    const CUresult created = cu_.cuMemCreate(&handle, chunk_size_, &properties_, 0);
+    physical made;
+    CUresult status = cuda::allocation_handle::create(cu_, chunk_size_, properties_, made.handle);
     int fd = -1;
-    const CUresult exported = created == CUDA_SUCCESS
-                                  ? cu_.cuMemExportToShareableHandle(
-                                        &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-                                  : created;
-    if (exported != CUDA_SUCCESS) {
-      if (created == CUDA_SUCCESS) cu_.cuMemRelease(handle);
-      while (chunks_.size() > before) release_last();  // all or nothing
-      if (exported == CUDA_ERROR_OUT_OF_MEMORY) {
+    if (status == CUDA_SUCCESS) {
+      status = cu_.cuMemExportToShareableHandle(&fd, made.handle.get(),
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    }
+    if (status != CUDA_SUCCESS) {
+      // All or nothing: the chunks made by this call go again.
+      chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(before), chunks_.end());
+      if (status == CUDA_ERROR_OUT_OF_MEMORY) {
         throw request_error(proto::errc::out_of_memory,
                             fmt::format("device {} has no room for {} more bytes", device_,
                                         (chunks - before) * chunk_size_));
       }
-      check(exported, "cuMemCreate/cuMemExportToShareableHandle");
+      check(status, "cuMemCreate/cuMemExportToShareableHandle");
     }
-    chunks_.push_back({next_chunk_id++, handle, unique_fd(fd)});
+    made.id = next_chunk_id++;
+    made.exported.reset(fd);
+    chunks_.push_back(std::move(made));
   }
-  while (chunks_.size() > chunks) release_last();
-}
-
-void cuda_reservation::release_last() noexcept {
-  cu_.cuMemRelease(chunks_.back().handle);
-  chunks_.pop_back();
+  chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(chunks), chunks_.end());
 }
 
 reservation_maker cuda_reservation_maker(const cuda::driver_api& driver) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpumem/shared/cuda/driver.hpp"
+#include "gpumem/shared/cuda/handles.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "memory/reservation.hpp"
 
@@ -17,7 +18,6 @@ class cuda_reservation final : public reservation {
  public:
   /// @throws request_error for a bad device; cuda_error for driver failures.
   cuda_reservation(const cuda::driver_api& driver, std::int32_t device, std::uint64_t max_size);
-  ~cuda_reservation() override;
 
   std::uint64_t chunk_size() const noexcept override { return chunk_size_; }
   std::uint64_t max_size() const noexcept override { return max_size_; }
@@ -28,16 +28,14 @@ class cuda_reservation final : public reservation {
 
  private:
   struct physical {
-    std::uint64_t id;
-    CUmemGenericAllocationHandle handle;
+    std::uint64_t id = 0;
+    cuda::allocation_handle handle;
     unique_fd exported;
   };
-  void release_last() noexcept;
 
   const cuda::driver_api& cu_;
   std::int32_t device_;
-  CUdevice handle_ = 0;
-  CUcontext context_ = nullptr;  ///< the device's primary context, retained
+  cuda::primary_context context_;  ///< declared before the chunks: released after them
   CUmemAllocationProp properties_{};
   std::uint64_t chunk_size_ = 0;
   std::uint64_t max_size_ = 0;

@@ -1,10 +1,9 @@
 #include "memory/host_pool.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include <system_error>
+#include "gpumem/shared/os/memfd.hpp"
 
 namespace gpumem::daemon {
 
@@ -12,24 +11,11 @@ namespace {
 std::uint64_t page_size() {
   return static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
-
-unique_fd make_sealed_memfd(const pool_config& config) {
-  unique_fd fd(::memfd_create(("gpumemd:" + config.name).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create");
-  if (::ftruncate(fd.get(), static_cast<off_t>(config.size)) != 0) {
-    throw std::system_error(errno, std::system_category(), "ftruncate of host pool memfd");
-  }
-  // A client that shrank the file would make every other mapping of it fault (SIGBUS).
-  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    throw std::system_error(errno, std::system_category(), "sealing host pool memfd");
-  }
-  return fd;
-}
 }  // namespace
 
 host_pool::host_pool(std::uint32_t id, pool_config config)
     : pool(id, std::move(config)),
-      memfd_(make_sealed_memfd(this->config())),
+      memfd_(os::make_sealed_memfd("gpumemd:" + this->config().name, this->config().size)),
       ranges_(this->config().size, page_size()) {}
 
 std::optional<placement> host_pool::do_allocate(std::uint64_t size) {

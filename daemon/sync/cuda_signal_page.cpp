@@ -17,86 +17,63 @@ cuda_signal_page::cuda_signal_page(const cuda::driver_api& driver, std::int32_t 
     throw request_error(proto::errc::no_such_device,
                         fmt::format("no CUDA device {} ({} here)", device, devices));
   }
-  check(cu_.cuDeviceGet(&device_, device), "cuDeviceGet");
-  check(cu_.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
-  try {
-    check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
-    CUmemAllocationProp properties{};
-    properties.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    properties.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    properties.location.id = device;
-    properties.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    check(cu_.cuMemCreate(&handle_, size_, &properties, 0), "cuMemCreate");
-    int fd = -1;
-    check(
-        cu_.cuMemExportToShareableHandle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+  CUdevice handle = 0;
+  check(cu_.cuDeviceGet(&handle, device), "cuDeviceGet");
+  check(cuda::primary_context::retain(cu_, handle, context_), "retaining the primary context");
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+  CUmemAllocationProp properties{};
+  properties.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  properties.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  properties.location.id = device;
+  properties.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  check(cuda::allocation_handle::create(cu_, size_, properties, handle_), "cuMemCreate");
+  int fd = -1;
+  check(cu_.cuMemExportToShareableHandle(&fd, handle_.get(),
+                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
         "cuMemExportToShareableHandle");
-    exported_.reset(fd);
-    check(cu_.cuMemAddressReserve(&base_, size_, size_, 0, 0), "cuMemAddressReserve");
-    check(cu_.cuMemMap(base_, size_, 0, handle_, 0), "cuMemMap");
-    CUmemAccessDesc access{};
-    access.location = properties.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    check(cu_.cuMemSetAccess(base_, size_, &access, 1), "cuMemSetAccess");
-    check(cu_.cuMemsetD32(base_, 0, size_ / sizeof(std::uint32_t)), "cuMemsetD32");
-    check(cu_.cuStreamCreate(&repairs_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  } catch (...) {
-    release_all();
-    throw;
-  }
-}
-
-cuda_signal_page::~cuda_signal_page() {
-  release_all();
-}
-
-void cuda_signal_page::release_all() noexcept {
-  if (context_ == nullptr) return;
-  cu_.cuCtxSetCurrent(context_);
-  if (repairs_ != nullptr) cu_.cuStreamDestroy(repairs_);
-  repairs_ = nullptr;
-  if (base_ != 0) {
-    cu_.cuMemUnmap(base_, size_);
-    cu_.cuMemAddressFree(base_, size_);
-    base_ = 0;
-  }
-  if (handle_ != 0) cu_.cuMemRelease(handle_);
-  handle_ = 0;
-  if (context_ != nullptr) cu_.cuDevicePrimaryCtxRelease(device_);
-  context_ = nullptr;
+  exported_.reset(fd);
+  check(cuda::address_range::reserve(cu_, size_, size_, range_), "cuMemAddressReserve");
+  check(cuda::mapped_range::map(cu_, range_.get(), size_, handle_.get(), mapped_), "cuMemMap");
+  CUmemAccessDesc access{};
+  access.location = properties.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  check(cu_.cuMemSetAccess(range_.get(), size_, &access, 1), "cuMemSetAccess");
+  check(cu_.cuMemsetD32(range_.get(), 0, size_ / sizeof(std::uint32_t)), "cuMemsetD32");
+  check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, repairs_),
+        "cuStreamCreate");
 }
 
 CUdeviceptr cuda_signal_page::address(std::uint32_t cell, std::size_t offset) const {
   if (cell >= sync::kCellCount || offset + sizeof(std::uint32_t) > sync::kSignalCellSize) {
     throw request_error(proto::errc::internal, "signal page word out of range");
   }
-  return base_ + cell * sync::kSignalCellSize + offset;
+  return range_.get() + cell * sync::kSignalCellSize + offset;
 }
 
 std::uint32_t cuda_signal_page::read(std::uint32_t cell, std::size_t offset) {
-  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   std::uint32_t value = 0;
   check(cu_.cuMemcpyDtoH(&value, address(cell, offset), sizeof value), "cuMemcpyDtoH");
   return value;
 }
 
 void cuda_signal_page::write(std::uint32_t cell, std::size_t offset, std::uint32_t value) {
-  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
-  check(cu_.cuStreamWriteValue32(repairs_, address(cell, offset), value, 0),
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+  check(cu_.cuStreamWriteValue32(repairs_.get(), address(cell, offset), value, 0),
         "cuStreamWriteValue32");
 }
 
 void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                                  std::uint32_t next_turn) {
-  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   const CUdeviceptr word = address(cell, offset);
-  check(cu_.cuStreamWaitValue32(repairs_, word, turn, CU_STREAM_WAIT_VALUE_EQ),
+  check(cu_.cuStreamWaitValue32(repairs_.get(), word, turn, CU_STREAM_WAIT_VALUE_EQ),
         "cuStreamWaitValue32");
-  check(cu_.cuStreamWriteValue32(repairs_, word, next_turn, 0), "cuStreamWriteValue32");
+  check(cu_.cuStreamWriteValue32(repairs_.get(), word, next_turn, 0), "cuStreamWriteValue32");
 }
 
 void cuda_signal_page::clear(std::uint32_t cell) {
-  check(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   check(cu_.cuMemsetD32(address(cell, 0), 0, sync::kSignalCellSize / sizeof(std::uint32_t)),
         "cuMemsetD32");
 }

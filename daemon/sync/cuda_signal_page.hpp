@@ -5,6 +5,7 @@
 /// death, with a stream of its own for the repairs that must wait their turn.
 
 #include "gpumem/shared/cuda/driver.hpp"
+#include "gpumem/shared/cuda/handles.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "sync/signal_page.hpp"
 
@@ -14,7 +15,6 @@ class cuda_signal_page final : public signal_page {
  public:
   /// @throws request_error(no_such_device), cuda::cuda_error
   cuda_signal_page(const cuda::driver_api& driver, std::int32_t device);
-  ~cuda_signal_page() override;
 
   int fd() const noexcept override { return exported_.get(); }
   std::uint64_t size() const noexcept override { return size_; }
@@ -26,16 +26,16 @@ class cuda_signal_page final : public signal_page {
 
  private:
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
-  void release_all() noexcept;
 
   const cuda::driver_api& cu_;
-  CUdevice device_ = 0;
-  CUcontext context_ = nullptr;
-  CUmemGenericAllocationHandle handle_ = 0;
-  CUdeviceptr base_ = 0;
   std::uint64_t size_ = 0;
-  CUstream repairs_ = nullptr;
+  // In the order they are made, so that they go in reverse and the context last.
+  cuda::primary_context context_;
+  cuda::allocation_handle handle_;
   unique_fd exported_;
+  cuda::address_range range_;
+  cuda::mapped_range mapped_;
+  cuda::stream repairs_;
 };
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver);

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -43,6 +44,22 @@ class Error : public std::system_error {
  public:
   Error(errc code, const std::string& what) : std::system_error(make_error_code(code), what) {}
   errc status() const noexcept { return static_cast<errc>(code().value()); }
+};
+
+/// @brief A CUDA driver call made by libgpumem failed: code() is errc::cuda_error, and what()
+/// names the call, the driver's words and where libgpumem made it.
+class CudaError : public Error {
+ public:
+  CudaError(int cuda_status, const std::string& what, std::source_location where)
+      : Error(errc::cuda_error, what), cuda_status_(cuda_status), where_(where) {}
+  /// The driver's CUresult, e.g. CUDA_ERROR_OUT_OF_MEMORY (an int: this header needs no cuda.h).
+  int cuda_status() const noexcept { return cuda_status_; }
+  /// The call's place in libgpumem's sources.
+  const std::source_location& where() const noexcept { return where_; }
+
+ private:
+  int cuda_status_;
+  std::source_location where_;
 };
 
 enum class Access { read_write, read_only };

@@ -71,7 +71,9 @@ loaded load() {
 }  // namespace
 
 const driver_api* driver(std::string* why_not) noexcept {
-  static const loaded once = load();
+  // Never destroyed: owners of CUDA handles in static objects free them during exit, after
+  // a table with static storage would be gone.
+  static const loaded& once = *new loaded(load());
   if (!once.ready && why_not != nullptr) *why_not = once.why_not;
   return once.ready ? &once.api : nullptr;
 }
@@ -88,10 +90,14 @@ std::string describe(CUresult status) {
          (text != nullptr ? text : "no description") + ")";
 }
 
+std::string failure_text(CUresult status, const char* call, const std::source_location& where) {
+  return std::string(call) + ": " + describe(status) + " at " + where.file_name() + ":" +
+         std::to_string(where.line());
+}
+
 void check(CUresult status, const char* call, std::source_location where) {
   if (status == CUDA_SUCCESS) return;
-  throw cuda_error(status, std::string(call) + ": " + describe(status) + " at " +
-                               where.file_name() + ":" + std::to_string(where.line()));
+  throw cuda_error(status, failure_text(status, call, where));
 }
 
 }  // namespace gpumem::cuda

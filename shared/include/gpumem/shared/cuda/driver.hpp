@@ -94,6 +94,10 @@ class cuda_error : public std::runtime_error {
 /// @brief Name and text of a status, e.g. "CUDA_ERROR_INVALID_VALUE (invalid argument)".
 std::string describe(CUresult status);
 
+/// @brief What a failed call says, e.g. "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (out of
+/// memory) at daemon/memory/cuda_reservation.cpp:61".
+std::string failure_text(CUresult status, const char* call, const std::source_location& where);
+
 /// @brief Throws cuda_error naming @p call and the caller's location unless @p status is
 /// CUDA_SUCCESS.
 void check(CUresult status, const char* call,

@@ -1,0 +1,68 @@
+#pragma once
+/// @file
+/// @brief The socket to gpumemd: request/reply round trips, one at a time, and the rule that
+/// a process forked from the one that connected never talks on its parent's socket.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpumem/gpumem.hpp"
+#include "gpumem/proto/codec.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+
+namespace gpumem::detail {
+
+class transport {
+ public:
+  /// @brief Connects and says hello.
+  /// @throws Error(io_error) naming the path when nobody answers there.
+  explicit transport(const ConnectOptions& options);
+  transport(const transport&) = delete;
+  transport& operator=(const transport&) = delete;
+
+  /// @brief One round trip. Throws Error with the daemon's code and text when it refuses, and
+  /// Error(bad_message) or Error(unexpected_handle) when its reply breaks the protocol.
+  template <class Reply, class Request>
+  Reply call(proto::message_type type, const Request& request,
+             std::vector<unique_fd>* fds = nullptr) {
+    std::lock_guard lock(mutex_);
+    out_.clear();
+    proto::append_frame(out_, static_cast<std::uint16_t>(type), ++last_request_id_, request);
+    std::vector<unique_fd> received;
+    const proto::frame_view frame = exchange(type, received);
+    Reply reply{};
+    if (auto error = proto::decode_payload(frame.payload, reply)) {
+      throw Error(errc::bad_message,
+                  std::string("gpumemd sent a malformed reply: ") + error.message());
+    }
+    if (fds != nullptr) *fds = std::move(received);
+    return reply;
+  }
+
+  /// @brief False in a child forked after connecting: the socket, and everything the session
+  /// holds, are the parent's.
+  bool in_owner_process() const noexcept;
+  /// The daemon's id for this session.
+  std::uint64_t client_id() const noexcept { return client_id_; }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  proto::frame_view exchange(proto::message_type type, std::vector<unique_fd>& fds);
+  void check_owner_process() const;
+
+  unique_fd socket_;
+  std::string path_;
+  pid_t owner_pid_;
+  std::uint64_t fork_generation_;
+  std::uint64_t client_id_ = 0;
+  std::mutex mutex_;
+  std::uint32_t last_request_id_ = 0;
+  std::vector<std::byte> out_;
+  std::vector<std::byte> in_;
+};
+
+}  // namespace gpumem::detail

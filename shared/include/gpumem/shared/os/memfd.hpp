@@ -1,0 +1,18 @@
+#pragma once
+/// @file
+/// @brief Anonymous shared memory that the daemon hands to clients: a memfd of a fixed size.
+
+#include <cstddef>
+#include <string>
+
+#include "gpumem/shared/unique_fd.hpp"
+
+namespace gpumem::os {
+
+/// @brief A memfd of @p size zeroed bytes (close-on-exec), sealed against resizing: a client
+/// that shrank it would make every other mapping of it fault (SIGBUS).
+/// @param name shown in /proc/PID/maps and fd listings, e.g. "gpumemd:frames".
+/// @throws std::system_error naming the step that failed.
+unique_fd make_sealed_memfd(const std::string& name, std::size_t size);
+
+}  // namespace gpumem::os

@@ -1,0 +1,24 @@
+#include "gpumem/shared/os/memfd.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+namespace gpumem::os {
+
+unique_fd make_sealed_memfd(const std::string& name, std::size_t size) {
+  unique_fd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create " + name);
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+    throw std::system_error(errno, std::system_category(), "sizing memfd " + name);
+  }
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    throw std::system_error(errno, std::system_category(), "sealing memfd " + name);
+  }
+  return fd;
+}
+
+}  // namespace gpumem::os

@@ -1,0 +1,85 @@
+#include "cuda_imports.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "gpumem/gpumem.hpp"
+#include "support/fake_driver.hpp"
+
+namespace gpumem::detail {
+namespace {
+
+using gpumem::testing::fake;
+using gpumem::testing::fake_driver;
+using gpumem::testing::fake_primary_context;
+using gpumem::testing::kind;
+
+const CUcontext kCallers = fake_primary_context(7);
+
+proto::pool_reply pool_on_device(int device) {
+  proto::pool_reply reply{};
+  reply.pool_id = 3;
+  reply.device = device;
+  return reply;
+}
+
+std::size_t live_driver_objects() {
+  return fake().live_count(kind::pool) + fake().live_count(kind::stream) +
+         fake().live_count(kind::event);
+}
+
+class CudaImports : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpumem::testing::reset_fake_driver();
+    fake().current = kCallers;
+  }
+  void TearDown() override {
+    for (const auto& misuse : fake().misuse) ADD_FAILURE() << misuse;
+  }
+};
+
+TEST_F(CudaImports, AnImportedPoolHoldsItsContextUntilItGoes) {
+  cuda_imports imports(fake_driver());
+  auto home = imports.import_pool(pool_on_device(1), 5);
+  EXPECT_EQ(fake().retains[1], 1);
+  EXPECT_EQ(fake().live_count(kind::pool), 1u);
+  EXPECT_EQ(fake().live_count(kind::stream), 1u);  // the bridge
+  EXPECT_EQ(fake().live_count(kind::event), 2u);   // ready, bridged
+  EXPECT_EQ(fake().current, kCallers);
+  home.reset();
+  EXPECT_EQ(fake().retains[1], 0);
+  EXPECT_EQ(live_driver_objects(), 0u);
+  EXPECT_EQ(fake().current, kCallers);
+}
+
+// Every driver call import_pool makes, failing in turn: whatever was made before it goes again.
+class CudaImportsFailing : public CudaImports, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaImportsFailing, ImportPoolLeavesNothingBehind) {
+  cuda_imports imports(fake_driver());
+  const int retained_before = fake().retained();
+  fake().failing = GetParam();
+  try {
+    imports.import_pool(pool_on_device(1), 5);
+    ADD_FAILURE() << "import_pool succeeded although " << GetParam() << " failed";
+  } catch (const CudaError& error) {
+    EXPECT_EQ(error.status(), errc::cuda_error);
+    EXPECT_EQ(error.cuda_status(), fake().fail_with);
+    EXPECT_TRUE(std::string(error.where().file_name()).ends_with("cuda_imports.cpp"));
+    EXPECT_NE(std::string(error.what()).find(error.where().file_name()), std::string::npos);
+  }
+  EXPECT_EQ(fake().retained(), retained_before);
+  EXPECT_EQ(live_driver_objects(), 0u);
+  EXPECT_EQ(fake().current, kCallers);
+}
+
+INSTANTIATE_TEST_SUITE_P(EachCall, CudaImportsFailing,
+                         ::testing::Values("cuDeviceGet", "cuDevicePrimaryCtxRetain",
+                                           "cuCtxSetCurrent", "cuMemPoolImportFromShareableHandle",
+                                           "cuIpcOpenEventHandle", "cuStreamCreate",
+                                           "cuEventCreate"));
+
+}  // namespace
+}  // namespace gpumem::detail

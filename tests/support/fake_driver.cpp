@@ -1,0 +1,263 @@
+#include "support/fake_driver.hpp"
+
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+namespace gpumem::testing {
+
+namespace {
+
+fake_books books;
+std::uintptr_t next_handle = 1;
+/// The context each handle was made in.
+std::unordered_map<std::uintptr_t, CUcontext> made_in;
+/// The size each range was reserved with and each mapping made with, by address.
+std::map<std::pair<kind, CUdeviceptr>, std::size_t> sizes;
+
+bool fails(const char* call) {
+  return books.failing == call;
+}
+
+/// A new handle; @p spacing leaves room after it (addresses of ranges).
+std::uintptr_t make(kind which, std::uintptr_t spacing = 1) {
+  const std::uintptr_t handle = next_handle++ * spacing;
+  books.live[which].insert(handle);
+  ++books.made[which];
+  made_in[handle] = books.current;
+  return handle;
+}
+
+CUresult free_handle(kind which, std::uintptr_t handle, bool in_its_context, const char* call) {
+  if (books.live[which].erase(handle) == 0) {
+    books.misuse.push_back(std::string(call) + " of a handle that is not alive");
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (in_its_context && made_in[handle] != books.current) {
+    books.misuse.push_back(std::string(call) + " outside the handle's context");
+  }
+  return CUDA_SUCCESS;
+}
+
+template <class Handle>
+Handle as(std::uintptr_t value) {
+  if constexpr (std::is_pointer_v<Handle>) {
+    return reinterpret_cast<Handle>(value);
+  } else {
+    return static_cast<Handle>(value);
+  }
+}
+
+template <class Handle>
+std::uintptr_t raw(Handle handle) {
+  if constexpr (std::is_pointer_v<Handle>) {
+    return reinterpret_cast<std::uintptr_t>(handle);
+  } else {
+    return static_cast<std::uintptr_t>(handle);
+  }
+}
+
+CUresult error_name(CUresult, const char** text) {
+  *text = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult device_get(CUdevice* device, int ordinal) {
+  if (fails("cuDeviceGet")) return books.fail_with;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_retain(CUcontext* context, CUdevice device) {
+  if (fails("cuDevicePrimaryCtxRetain")) return books.fail_with;
+  ++books.retains[device];
+  *context = fake_primary_context(device);
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_release(CUdevice device) {
+  if (books.retains[device] == 0) {
+    books.misuse.push_back("cuDevicePrimaryCtxRelease without a retain");
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  --books.retains[device];
+  return CUDA_SUCCESS;
+}
+
+CUresult get_current(CUcontext* context) {
+  *context = books.current;
+  return CUDA_SUCCESS;
+}
+
+CUresult set_current(CUcontext context) {
+  if (fails("cuCtxSetCurrent")) return books.fail_with;
+  books.current = context;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_create(CUstream* stream, unsigned) {
+  if (fails("cuStreamCreate")) return books.fail_with;
+  *stream = as<CUstream>(make(kind::stream));
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_destroy(CUstream stream) {
+  return free_handle(kind::stream, raw(stream), true, "cuStreamDestroy");
+}
+
+CUresult event_create(CUevent* event, unsigned) {
+  if (fails("cuEventCreate")) return books.fail_with;
+  *event = as<CUevent>(make(kind::event));
+  return CUDA_SUCCESS;
+}
+
+CUresult ipc_open_event(CUevent* event, CUipcEventHandle) {
+  if (fails("cuIpcOpenEventHandle")) return books.fail_with;
+  *event = as<CUevent>(make(kind::event));
+  return CUDA_SUCCESS;
+}
+
+CUresult event_destroy(CUevent event) {
+  return free_handle(kind::event, raw(event), true, "cuEventDestroy");
+}
+
+CUresult pool_create(CUmemoryPool* pool, const CUmemPoolProps*) {
+  if (fails("cuMemPoolCreate")) return books.fail_with;
+  *pool = as<CUmemoryPool>(make(kind::pool));
+  return CUDA_SUCCESS;
+}
+
+CUresult pool_import(CUmemoryPool* pool, void*, CUmemAllocationHandleType, unsigned long long) {
+  if (fails("cuMemPoolImportFromShareableHandle")) return books.fail_with;
+  *pool = as<CUmemoryPool>(make(kind::pool));
+  return CUDA_SUCCESS;
+}
+
+CUresult pool_destroy(CUmemoryPool pool) {
+  return free_handle(kind::pool, raw(pool), true, "cuMemPoolDestroy");
+}
+
+CUresult mem_create(CUmemGenericAllocationHandle* handle, std::size_t, const CUmemAllocationProp*,
+                    unsigned long long) {
+  if (fails("cuMemCreate")) return books.fail_with;
+  *handle = make(kind::allocation);
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_import(CUmemGenericAllocationHandle* handle, void*, CUmemAllocationHandleType) {
+  if (fails("cuMemImportFromShareableHandle")) return books.fail_with;
+  *handle = make(kind::allocation);
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_release(CUmemGenericAllocationHandle handle) {
+  return free_handle(kind::allocation, handle, false, "cuMemRelease");
+}
+
+void check_size(kind which, CUdeviceptr at, std::size_t size, const char* call) {
+  if (sizes[{which, at}] != size) {
+    books.misuse.push_back(std::string(call) + " with another size than the handle's");
+  }
+}
+
+CUresult address_reserve(CUdeviceptr* base, std::size_t size, std::size_t, CUdeviceptr,
+                         unsigned long long) {
+  if (fails("cuMemAddressReserve")) return books.fail_with;
+  *base = make(kind::range, std::uintptr_t{1} << 32);
+  sizes[{kind::range, *base}] = size;
+  return CUDA_SUCCESS;
+}
+
+CUresult address_free(CUdeviceptr base, std::size_t size) {
+  check_size(kind::range, base, size, "cuMemAddressFree");
+  return free_handle(kind::range, base, false, "cuMemAddressFree");
+}
+
+CUresult mem_map(CUdeviceptr at, std::size_t size, std::size_t, CUmemGenericAllocationHandle,
+                 unsigned long long) {
+  if (fails("cuMemMap")) return books.fail_with;
+  books.live[kind::mapping].insert(at);
+  ++books.made[kind::mapping];
+  sizes[{kind::mapping, at}] = size;
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_unmap(CUdeviceptr at, std::size_t size) {
+  check_size(kind::mapping, at, size, "cuMemUnmap");
+  return free_handle(kind::mapping, at, false, "cuMemUnmap");
+}
+
+CUresult host_register(void* start, std::size_t, unsigned) {
+  if (fails("cuMemHostRegister")) return books.fail_with;
+  books.live[kind::registration].insert(raw(start));
+  ++books.made[kind::registration];
+  return CUDA_SUCCESS;
+}
+
+CUresult host_unregister(void* start) {
+  return free_handle(kind::registration, raw(start), false, "cuMemHostUnregister");
+}
+
+cuda::driver_api make_table() {
+  cuda::driver_api table{};
+  table.cuGetErrorName = &error_name;
+  table.cuGetErrorString = &error_name;
+  table.cuDeviceGet = &device_get;
+  table.cuDevicePrimaryCtxRetain = &primary_retain;
+  table.cuDevicePrimaryCtxRelease = &primary_release;
+  table.cuCtxGetCurrent = &get_current;
+  table.cuCtxSetCurrent = &set_current;
+  table.cuStreamCreate = &stream_create;
+  table.cuStreamDestroy = &stream_destroy;
+  table.cuEventCreate = &event_create;
+  table.cuIpcOpenEventHandle = &ipc_open_event;
+  table.cuEventDestroy = &event_destroy;
+  table.cuMemPoolCreate = &pool_create;
+  table.cuMemPoolImportFromShareableHandle = &pool_import;
+  table.cuMemPoolDestroy = &pool_destroy;
+  table.cuMemCreate = &mem_create;
+  table.cuMemImportFromShareableHandle = &mem_import;
+  table.cuMemRelease = &mem_release;
+  table.cuMemAddressReserve = &address_reserve;
+  table.cuMemAddressFree = &address_free;
+  table.cuMemMap = &mem_map;
+  table.cuMemUnmap = &mem_unmap;
+  table.cuMemHostRegister = &host_register;
+  table.cuMemHostUnregister = &host_unregister;
+  return table;
+}
+
+}  // namespace
+
+std::size_t fake_books::live_count(kind which) const {
+  const auto found = live.find(which);
+  return found == live.end() ? 0 : found->second.size();
+}
+
+int fake_books::retained() const {
+  int total = 0;
+  for (const auto& [device, count] : retains) total += count;
+  return total;
+}
+
+fake_books& fake() {
+  return books;
+}
+
+void reset_fake_driver() {
+  books = fake_books{};
+  made_in.clear();
+  sizes.clear();
+}
+
+const cuda::driver_api& fake_driver() {
+  static const cuda::driver_api table = make_table();
+  return table;
+}
+
+CUcontext fake_primary_context(CUdevice device) {
+  return reinterpret_cast<CUcontext>(std::uintptr_t{0x100000} +
+                                     static_cast<std::uintptr_t>(device));
+}
+
+}  // namespace gpumem::testing

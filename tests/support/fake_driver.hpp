@@ -1,0 +1,43 @@
+#pragma once
+// A CUDA driver table for tests without a GPU: its entry points hand out made-up handles and
+// keep books of what is alive, what was retained, which context is current, and every misuse
+// (a handle freed twice or unknown, a stream or event destroyed outside its context). One
+// entry point can be made to fail.
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpumem/shared/cuda/driver.hpp"
+
+namespace gpumem::testing {
+
+/// The kinds of handles the fake books, one set of live handles each.
+enum class kind { stream, event, pool, allocation, range, mapping, registration };
+
+struct fake_books {
+  std::map<kind, std::set<std::uintptr_t>> live;
+  std::map<kind, int> made;
+  std::map<CUdevice, int> retains;  ///< primary context retains outstanding, by device
+  CUcontext current = nullptr;
+  std::vector<std::string> misuse;  ///< empty while the code under test behaves
+  /// The entry point (its name without _v2) that answers fail_with; empty: none fails.
+  std::string failing;
+  CUresult fail_with = CUDA_ERROR_OUT_OF_MEMORY;
+
+  std::size_t live_count(kind which) const;
+  int retained() const;  ///< over all devices
+};
+
+/// The books of the fake driver, fresh after reset_fake_driver().
+fake_books& fake();
+void reset_fake_driver();
+/// The table; its entry points write to fake().
+const cuda::driver_api& fake_driver();
+
+/// The context that the fake's primary context of @p device is.
+CUcontext fake_primary_context(CUdevice device);
+
+}  // namespace gpumem::testing
