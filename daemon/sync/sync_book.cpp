@@ -1,14 +1,10 @@
 #include "sync/sync_book.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstddef>
 #include <cstring>
 
@@ -55,23 +51,12 @@ sync_kind wire_kind(object_kind kind) noexcept {
 }  // namespace
 
 sync_book::sync_book(ledger& rows, signal_page_maker make_signal_page)
-    : rows_(rows), make_signal_page_(std::move(make_signal_page)) {
-  page_fd_.reset(::memfd_create("gpumemd-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!page_fd_ || ::ftruncate(page_fd_.get(), sync::kHostPageSize) != 0 ||
-      ::fcntl(page_fd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    throw std::runtime_error(std::string("lock page: ") + std::strerror(errno));
-  }
-  void* mapped =
-      ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd_.get(), 0);
-  if (mapped == MAP_FAILED) {
-    throw std::runtime_error(std::string("lock page: mmap: ") + std::strerror(errno));
-  }
-  page_ = static_cast<std::byte*>(mapped);
-}
-
-sync_book::~sync_book() {
-  ::munmap(page_, sync::kHostPageSize);
-}
+    : rows_(rows),
+      make_signal_page_(std::move(make_signal_page)),
+      page_fd_(os::make_sealed_memfd("gpumemd-sync", sync::kHostPageSize)),
+      page_mapping_(
+          os::mapping::share(page_fd_.get(), sync::kHostPageSize, os::access::read_write)),
+      page_(static_cast<std::byte*>(page_mapping_.get())) {}
 
 std::uint16_t sync_book::attach(client_id client) {
   if (const auto found = attached_.find(client); found != attached_.end()) {

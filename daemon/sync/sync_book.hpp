@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "gpumem/proto/messages.hpp"
+#include "gpumem/shared/os/mapping.hpp"
+#include "gpumem/shared/os/memfd.hpp"
 #include "gpumem/shared/sync/layout.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "ledger/ledger.hpp"
@@ -29,7 +31,6 @@ class sync_book {
  public:
   /// @param make_signal_page empty when there is no CUDA: stream and device forms are refused.
   explicit sync_book(ledger& rows, signal_page_maker make_signal_page = {});
-  ~sync_book();
   sync_book(const sync_book&) = delete;
   sync_book& operator=(const sync_book&) = delete;
 
@@ -98,7 +99,8 @@ class sync_book {
   signal_page_maker make_signal_page_;
   std::map<std::int32_t, std::unique_ptr<signal_page>> signal_pages_;
   unique_fd page_fd_;
-  std::byte* page_ = nullptr;
+  os::mapping page_mapping_;
+  std::byte* page_;
   std::map<object_id, cell_entry> objects_;
   std::vector<object_id> cell_objects_ = std::vector<object_id>(sync::kCellCount, 0);
   std::uint32_t next_cell_ = 0;
