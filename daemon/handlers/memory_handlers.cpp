@@ -1,4 +1,6 @@
 // Handlers of pools, allocations and reservations: each calls the memory book.
+#include <cstring>
+
 #include "handlers/request_handler.hpp"
 
 namespace gpumem::daemon {
@@ -7,13 +9,18 @@ proto::pool_reply request_handler::on_get_pool(client_state&,
                                                const proto::get_pool_request& message,
                                                reply_attachment& attach) {
   const pool& found = books_.memory.find_pool(message.pool_id);
-  attach = {{found.shareable_fd()}, found.handle_kind()};
+  attach = {{found.shareable_fd()},
+            found.is_device_memory() ? proto::handle_type::cuda_posix_fd
+                                     : proto::handle_type::host_memfd};
   proto::pool_reply reply{};
   reply.pool_id = found.id();
   reply.device = found.config().device;
   reply.size_limit = found.config().size;
   (void)proto::make_wire_name(found.config().name, reply.name);
-  found.describe_pool(reply);
+  if (const auto ready = found.ready_event()) {
+    static_assert(sizeof(reply.ready_event) == sizeof(*ready));
+    std::memcpy(reply.ready_event, ready->data(), sizeof(reply.ready_event));
+  }
   return reply;
 }
 

@@ -99,9 +99,11 @@ void cuda_pool::enter() const {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
 }
 
-void cuda_pool::describe_pool(proto::pool_reply& reply) const {
-  static_assert(sizeof(reply.ready_event) == sizeof(ready_handle_));
-  std::memcpy(reply.ready_event, &ready_handle_, sizeof ready_handle_);
+std::optional<ipc_handle> cuda_pool::ready_event() const {
+  static_assert(sizeof(ipc_handle) == sizeof(ready_handle_));
+  ipc_handle handle;
+  std::memcpy(handle.data(), &ready_handle_, sizeof ready_handle_);
+  return handle;
 }
 
 std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) const {
@@ -148,17 +150,20 @@ void cuda_pool::drop_spares() noexcept {
   }
 }
 
-void cuda_pool::describe_grant(const placement& where, proto::allocation_reply& grant) const {
+grant_details cuda_pool::grant_of(const placement& where) const {
   const CUmemPoolPtrExportData& data = exports_.at(where.offset);
-  static_assert(sizeof(grant.pointer_export) == sizeof(data));
-  std::memcpy(grant.pointer_export, &data, sizeof data);
+  grant_details details;
+  static_assert(sizeof(details.pointer_export) == sizeof(data));
+  std::memcpy(details.pointer_export.data(), &data, sizeof data);
+  return details;
 }
 
-void cuda_pool::holder_released(const placement&, const proto::release_request& request) {
-  if ((request.flags & proto::kReleaseHasEvent) == 0) return;
+void cuda_pool::holder_released(const placement&, const std::optional<ipc_handle>& released_event) {
+  if (!released_event) return;
   enter();
   CUipcEventHandle handle{};
-  std::memcpy(&handle, request.released_event, sizeof handle);
+  static_assert(sizeof(handle) == sizeof(ipc_handle));
+  std::memcpy(&handle, released_event->data(), sizeof handle);
   // The wait captures the event as recorded now, so the opened handle can go at once.
   cuda::event released;
   if (const CUresult opened = cuda::event::open_ipc(cu_, context_.get(), handle, released);

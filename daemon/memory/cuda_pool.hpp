@@ -27,12 +27,10 @@ class cuda_pool final : public pool {
   ~cuda_pool() override;
 
   int shareable_fd() const noexcept override { return exported_.get(); }
-  proto::handle_type handle_kind() const noexcept override {
-    return proto::handle_type::cuda_posix_fd;
-  }
-  void describe_pool(proto::pool_reply& reply) const override;
-  void describe_grant(const placement& where, proto::allocation_reply& grant) const override;
-  void holder_released(const placement& where, const proto::release_request& request) override;
+  std::optional<ipc_handle> ready_event() const override;
+  grant_details grant_of(const placement& where) const override;
+  void holder_released(const placement& where,
+                       const std::optional<ipc_handle>& released_event) override;
   bool is_device_memory() const noexcept override { return true; }
   driver_usage driver_counters() const override;
   std::uint32_t ipc_events_live() const noexcept override { return 1; }

@@ -15,12 +15,7 @@ class host_pool final : public pool {
   host_pool(std::uint32_t id, pool_config config);
 
   int shareable_fd() const noexcept override { return memfd_.get(); }
-  proto::handle_type handle_kind() const noexcept override {
-    return proto::handle_type::host_memfd;
-  }
-  void describe_grant(const placement& where, proto::allocation_reply& grant) const override {
-    grant.offset = where.offset;
-  }
+  grant_details grant_of(const placement& where) const override { return {where.offset, {}}; }
 
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;

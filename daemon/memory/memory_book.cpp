@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "memory/mps_status.hpp"
 #include "request_error.hpp"
 
@@ -105,7 +107,12 @@ void memory_book::release(client_id client, const proto::release_request& reques
   // Every reference's release event is waited for: the references may have been used on
   // different streams of the holder.
   const placed& backing = allocations_.at(request.alloc_id);
-  backing.home->holder_released(backing.where, request);
+  std::optional<ipc_handle> released_event;
+  if ((request.flags & proto::kReleaseHasEvent) != 0) {
+    static_assert(sizeof(request.released_event) == sizeof(ipc_handle));
+    std::memcpy(released_event.emplace().data(), request.released_event, sizeof(ipc_handle));
+  }
+  backing.home->holder_released(backing.where, released_event);
   if (rows_.drop_reference(request.alloc_id, client)) let_go(request.alloc_id, row);
 }
 
@@ -211,7 +218,10 @@ proto::allocation_reply memory_book::grant(object_id id, const object_row& row,
   reply.size = row.bytes;
   reply.pool_id = backing.home->id();
   reply.access = access;
-  backing.home->describe_grant(backing.where, reply);
+  const grant_details details = backing.home->grant_of(backing.where);
+  reply.offset = details.offset;
+  static_assert(sizeof(reply.pointer_export) == sizeof(details.pointer_export));
+  std::memcpy(reply.pointer_export, details.pointer_export.data(), sizeof(reply.pointer_export));
   return reply;
 }
 

@@ -3,12 +3,12 @@
 /// @brief A pool of shareable memory on one device. The base class keeps the books every
 /// backend shares (usage, high-water mark, error text); a backend only places and frees.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
 #include "config/config.hpp"
-#include "gpumem/proto/messages.hpp"
-#include "gpumem/proto/wire.hpp"
 
 namespace gpumem::daemon {
 
@@ -16,6 +16,16 @@ namespace gpumem::daemon {
 struct placement {
   std::uint64_t offset = 0;
   std::uint64_t reserved_bytes = 0;  ///< backing memory taken, rounding included
+};
+
+/// An opaque CUDA IPC handle (an event's, or a pointer's export data), 64 bytes as the driver
+/// gives it.
+using ipc_handle = std::array<std::byte, 64>;
+
+/// What an importer needs to reach one allocation, besides its pool.
+struct grant_details {
+  std::uint64_t offset = 0;     ///< host pools: where it lies in the pool's memfd
+  ipc_handle pointer_export{};  ///< CUDA pools: the pointer's export data
 };
 
 struct pool_usage {
@@ -48,16 +58,15 @@ class pool {
   placement allocate(std::uint64_t size);
   void free(const placement& where, std::uint64_t size) noexcept;
 
-  /// @brief The handle clients import the pool by; owned by the pool.
+  /// @brief The handle clients import the pool by (a memfd, or a CUDA pool's POSIX fd); owned
+  /// by the pool.
   virtual int shareable_fd() const noexcept = 0;
-  virtual proto::handle_type handle_kind() const noexcept = 0;
-  /// @brief Fills what an importer needs besides the fd (CUDA: the ready event's handle).
-  virtual void describe_pool(proto::pool_reply&) const {}
-  /// @brief Fills what an importer needs to reach one allocation.
-  virtual void describe_grant(const placement& where, proto::allocation_reply& grant) const = 0;
-  /// @brief A holder let go of one reference after the work the release event marks; the pool
-  /// frees nothing before that work is done. Host pools have nothing to wait for.
-  virtual void holder_released(const placement&, const proto::release_request&) {}
+  /// @brief CUDA pools: the interprocess event that importers wait on after each grant.
+  virtual std::optional<ipc_handle> ready_event() const { return std::nullopt; }
+  virtual grant_details grant_of(const placement& where) const = 0;
+  /// @brief A holder let go of one reference after the work @p released_event marks (when
+  /// given); the pool frees nothing before that work is done. Host pools have nothing to wait for.
+  virtual void holder_released(const placement&, const std::optional<ipc_handle>&) {}
   /// @brief Whether memory of this pool is used by GPU work that only the holder's process
   /// exit is sure to end.
   virtual bool is_device_memory() const noexcept { return false; }
