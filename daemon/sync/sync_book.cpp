@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "gpumem/shared/sync/host_counters.hpp"
+#include "gpumem/shared/sync/counters.hpp"
 #include "gpumem/shared/sync/lock.hpp"
 #include "request_error.hpp"
 
@@ -309,13 +309,8 @@ bool sync_book::reclaim(object_id id, const object_row& row, std::uint16_t dead_
 }
 
 void sync_book::break_party(const cell_entry& entry, std::uint32_t party) {
-  sync::break_counters(cell_as<sync::counter_cell>(entry.cell));
-  signal_page* page = page_for(load(cell_as<sync::counter_cell>(entry.cell).domain));
-  if (page == nullptr) return;
-  const std::size_t count_at = offsetof(sync::signal_cell, counts) + party * sizeof(std::uint32_t);
-  const std::uint32_t count = page->read(entry.cell, count_at);
-  page->write(entry.cell, offsetof(sync::signal_cell, broken), 1);
-  page->write(entry.cell, count_at, count + sync::kBrokenLead);
+  auto& cell = cell_as<sync::counter_cell>(entry.cell);
+  sync::break_party(cell, page_for(load(cell.domain)), entry.cell, party);
 }
 
 void sync_book::reset(const proto::sync_reset_request& request) {
@@ -351,8 +346,7 @@ void sync_book::reset(const proto::sync_reset_request& request) {
   }
   entry.parties = parties;
   entry.party_clients.resize(parties, 0);
-  if (page != nullptr) page->clear(entry.cell);
-  sync::reset_counters(cell_as<sync::counter_cell>(entry.cell), parties);
+  sync::reset(cell_as<sync::counter_cell>(entry.cell), page, entry.cell, parties);
   spdlog::info("{} '{}' reset by an operator: {} parties", kind_name(row.kind), name, parties);
 }
 

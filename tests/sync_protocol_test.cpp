@@ -1,0 +1,133 @@
+// What the daemon does to a lock, barrier or channel after a death or a reset, in every domain
+// (gpumem/shared/sync/lock.hpp, counters.hpp), with the signal page's words kept in host memory.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "gpumem/shared/sync/counters.hpp"
+#include "gpumem/shared/sync/lock.hpp"
+
+namespace gpumem::sync {
+namespace {
+
+/// A signal page in host memory. A stream-ordered turn hand-off is recorded and carried out at
+/// once when its turn has come, as a stream would once the word reached it.
+class host_signal_words final : public signal_words {
+ public:
+  std::uint32_t read(std::uint32_t cell, std::size_t offset) override {
+    return *word(cell, offset);
+  }
+  void write(std::uint32_t cell, std::size_t offset, std::uint32_t value) override {
+    *word(cell, offset) = value;
+  }
+  void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
+                 std::uint32_t next_turn) override {
+    passed.push_back(turn);
+    if (*word(cell, offset) == turn) *word(cell, offset) = next_turn;
+  }
+  void clear(std::uint32_t cell) override { cells.at(cell) = {}; }
+
+  signal_cell& at(std::uint32_t cell) { return cells.at(cell); }
+  std::vector<std::uint32_t> passed;
+
+ private:
+  std::uint32_t* word(std::uint32_t cell, std::size_t offset) {
+    return reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::byte*>(&cells.at(cell)) + offset);
+  }
+  std::array<signal_cell, 4> cells{};
+};
+
+constexpr std::uint32_t kIndex = 2;
+constexpr std::uint16_t kDead = 7;
+constexpr std::uint16_t kAlive = 8;
+
+TEST(LockProtocol, AStreamReleaseWritesTheTurnBeforeClearingItsEntry) {
+  const auto writes = stream_release_writes(41);
+  EXPECT_EQ(writes[0].word, stream_write::word_type::serving);
+  EXPECT_EQ(writes[0].value, 42u);
+  EXPECT_EQ(writes[1].word, stream_write::word_type::queue_entry);
+  EXPECT_EQ(writes[1].value, 0u);
+  EXPECT_EQ(stream_release_writes(0xffff)[0].value, 0u) << "tickets wrap at 16 bits";
+}
+
+TEST(LockProtocol, ADeadStreamHoldersTurnsArePassedOnOldestFirst) {
+  auto cell = std::make_unique<lock_cell>();
+  cell->domain = domain_word(domain::stream, 0);
+  host_signal_words page;
+  // The dead client took tickets 0 and 2, the living one 1; nobody was served yet.
+  host_lock dead(*cell, kDead);
+  host_lock alive(*cell, kAlive);
+  ASSERT_EQ(dead.take_stream_ticket(), 0);
+  ASSERT_EQ(alive.take_stream_ticket(), 1);
+  ASSERT_EQ(dead.take_stream_ticket(), 2);
+
+  const reclaim_result result = reclaim(*cell, &page, kIndex, kDead);
+  EXPECT_TRUE(result.settled);
+  EXPECT_EQ(result.turns_passed, 2u);
+  EXPECT_EQ(page.passed, (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(page.at(kIndex).serving, 1u) << "the living holder's turn came";
+  EXPECT_EQ(cell->owner_deaths, 2u);
+  for (const auto raw : cell->queue) {
+    const auto entry = queue_entry::decode(raw);
+    EXPECT_FALSE(entry.state != queue_entry::empty && entry.slot == kDead);
+  }
+}
+
+TEST(LockProtocol, ADeadDeviceHolderIsReleasedWithOwnerDiedAndOthersAreLeftAlone) {
+  auto cell = std::make_unique<lock_cell>();
+  cell->domain = domain_word(domain::device, 0);
+  host_signal_words page;
+  page.at(kIndex).device_lock = kAlive;
+  EXPECT_FALSE(reclaim(*cell, &page, kIndex, kDead).device_lock_released);
+  EXPECT_EQ(page.at(kIndex).device_lock, kAlive);
+
+  page.at(kIndex).device_lock = kDead;
+  EXPECT_TRUE(reclaim(*cell, &page, kIndex, kDead).device_lock_released);
+  EXPECT_EQ(page.at(kIndex).device_lock, 0u);
+  EXPECT_EQ(page.at(kIndex).owner_died, 1u);
+  EXPECT_EQ(cell->owner_deaths, 1u);
+
+  EXPECT_TRUE(reset(*cell, &page, kIndex));
+  EXPECT_EQ(page.at(kIndex).owner_died, 0u);
+}
+
+TEST(LockProtocol, ADeadHostHolderHandsTheLockOnWithOwnerDied) {
+  auto cell = std::make_unique<lock_cell>();
+  cell->domain = domain_word(domain::host);
+  ASSERT_TRUE(host_lock(*cell, kDead).try_acquire_clean());
+  EXPECT_TRUE(reclaim(*cell, nullptr, kIndex, kDead).settled);
+  const auto next = host_lock(*cell, kAlive).try_acquire();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, acquire_status::acquired_owner_died);
+}
+
+TEST(LockProtocol, AStreamOrderedLockHasNothingToReset) {
+  auto cell = std::make_unique<lock_cell>();
+  cell->domain = domain_word(domain::stream, 0);
+  host_signal_words page;
+  EXPECT_FALSE(reset(*cell, &page, kIndex));
+}
+
+TEST(CounterProtocol, ABrokenPartysCountJumpsAheadOnTheSignalPage) {
+  auto cell = std::make_unique<counter_cell>();
+  cell->parties = 3;
+  host_signal_words page;
+  page.at(kIndex).counts[1] = 5;
+  break_party(*cell, &page, kIndex, 1);
+  EXPECT_EQ(cell->state & counter_cell::kBroken, counter_cell::kBroken);
+  EXPECT_EQ(page.at(kIndex).broken, 1u);
+  EXPECT_EQ(page.at(kIndex).counts[1], 5u + kBrokenLead);
+  EXPECT_EQ(page.at(kIndex).counts[0], 0u);
+
+  reset(*cell, &page, kIndex, 2);
+  EXPECT_EQ(cell->state, 0u);
+  EXPECT_EQ(cell->parties, 2u);
+  EXPECT_EQ(cell->epoch, 1u);
+  EXPECT_EQ(page.at(kIndex).broken, 0u);
+  EXPECT_EQ(page.at(kIndex).counts[1], 0u);
+}
+
+}  // namespace
+}  // namespace gpumem::sync
