@@ -1,4 +1,9 @@
 // gpumemctl: inspect a running gpumemd. Links only libgpumem: everything goes over the socket.
+//
+// client/gpumemctl/ holds the tool: this file (subcommands and options), records.hpp (each
+// record's fields, described once for both the table and the JSON), field.hpp (how a field
+// description prints) and table.hpp (aligned columns). It may include the public client
+// headers only, never client/src, proto/ internals or daemon/.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
