@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "cuda_device.hpp"
 #include "request_error.hpp"
 
 namespace gpumem::daemon {
@@ -17,15 +18,7 @@ std::atomic<std::uint64_t> next_chunk_id{1};
 cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t device,
                                    std::uint64_t max_size)
     : cu_(driver), device_(device) {
-  int devices = 0;
-  check(cu_.cuDeviceGetCount(&devices), "cuDeviceGetCount");
-  if (device < 0 || device >= devices) {
-    throw request_error(proto::errc::no_such_device,
-                        fmt::format("no CUDA device {} ({} here)", device, devices));
-  }
-  CUdevice handle = 0;
-  check(cu_.cuDeviceGet(&handle, device), "cuDeviceGet");
-  check(cuda::primary_context::retain(cu_, handle, context_), "retaining the primary context");
+  context_ = retain_device(cu_, device);
   properties_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   properties_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   properties_.location.id = device;

@@ -1,7 +1,6 @@
 #include "sync/cuda_signal_page.hpp"
 
-#include <fmt/format.h>
-
+#include "cuda_device.hpp"
 #include "gpumem/shared/sync/layout.hpp"
 #include "request_error.hpp"
 
@@ -11,15 +10,7 @@ using cuda::check;
 
 cuda_signal_page::cuda_signal_page(const cuda::driver_api& driver, std::int32_t device)
     : cu_(driver), size_(sync::kSignalPageSize) {
-  int devices = 0;
-  check(cu_.cuDeviceGetCount(&devices), "cuDeviceGetCount");
-  if (device < 0 || device >= devices) {
-    throw request_error(proto::errc::no_such_device,
-                        fmt::format("no CUDA device {} ({} here)", device, devices));
-  }
-  CUdevice handle = 0;
-  check(cu_.cuDeviceGet(&handle, device), "cuDeviceGet");
-  check(cuda::primary_context::retain(cu_, handle, context_), "retaining the primary context");
+  context_ = retain_device(cu_, device);
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   CUmemAllocationProp properties{};
   properties.type = CU_MEM_ALLOCATION_TYPE_PINNED;
