@@ -24,6 +24,7 @@ namespace gpumem::cuda {
   X(cuDeviceCanAccessPeer)              \
   X(cuDevicePrimaryCtxRetain)           \
   X(cuDevicePrimaryCtxRelease)          \
+  X(cuDevicePrimaryCtxGetState)         \
   X(cuCtxSetCurrent)                    \
   X(cuCtxGetCurrent)                    \
   X(cuCtxGetDevice)                     \
