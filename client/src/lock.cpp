@@ -1,9 +1,10 @@
+#include "gpumem/shared/sync/lock.hpp"
+
 #include <atomic>
 #include <cstddef>
 
 #include "connection.hpp"
 #include "cuda_sync.hpp"
-#include "gpumem/shared/sync/lock.hpp"
 #include "gpumem/sync.hpp"
 #include "sync_object.hpp"
 
