@@ -1,8 +1,7 @@
 """Type stubs of gpumem's native module (python/native/, pybind11)."""
 
 import datetime
-import enum
-from typing import Any, Protocol, SupportsInt, final
+from typing import Any, ClassVar, Protocol, final
 
 HOST: int
 __version__: str
@@ -14,28 +13,42 @@ class _CudaStreamProtocol(Protocol):
 StreamLike = None | int | _CudaStreamProtocol | Any
 Timeout = float | datetime.timedelta | None
 
-class errc(enum.IntEnum):
-    ok = 0
-    bad_message = 1
-    unsupported_version = 2
-    unknown_message_type = 3
-    invalid_name = 4
-    invalid_argument = 5
-    not_found = 6
-    already_exists = 7
-    out_of_memory = 8
-    no_such_device = 9
-    permission_denied = 10
-    unexpected_handle = 11
-    connection_closed = 12
-    io_error = 13
-    internal = 14
-    cuda_error = 15
-    not_supported = 16
-    not_lock_owner = 17
-    not_recoverable = 18
-    wrong_domain = 19
-    no_party_left = 20
+class _Enum:
+    """A pybind11 enum: members by attribute, an int, a name."""
+
+    def __init__(self, value: int) -> None: ...
+    def __int__(self) -> int: ...
+    def __index__(self) -> int: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+
+class errc(_Enum):
+    ok: ClassVar[errc]
+    bad_message: ClassVar[errc]
+    unsupported_version: ClassVar[errc]
+    unknown_message_type: ClassVar[errc]
+    invalid_name: ClassVar[errc]
+    invalid_argument: ClassVar[errc]
+    not_found: ClassVar[errc]
+    already_exists: ClassVar[errc]
+    out_of_memory: ClassVar[errc]
+    no_such_device: ClassVar[errc]
+    permission_denied: ClassVar[errc]
+    unexpected_handle: ClassVar[errc]
+    connection_closed: ClassVar[errc]
+    io_error: ClassVar[errc]
+    internal: ClassVar[errc]
+    cuda_error: ClassVar[errc]
+    not_supported: ClassVar[errc]
+    not_lock_owner: ClassVar[errc]
+    not_recoverable: ClassVar[errc]
+    wrong_domain: ClassVar[errc]
+    no_party_left: ClassVar[errc]
+    __members__: ClassVar[dict[str, errc]]
 
 class Error(OSError):
     code: errc | None
@@ -70,10 +83,11 @@ class Buffer:
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
-class Acquired(enum.IntEnum):
-    acquired = 0
-    owner_died = 1
-    timeout = 2
+class Acquired(_Enum):
+    acquired: ClassVar[Acquired]
+    owner_died: ClassVar[Acquired]
+    timeout: ClassVar[Acquired]
+    __members__: ClassVar[dict[str, Acquired]]
     def __bool__(self) -> bool: ...
 
 @final
@@ -90,10 +104,11 @@ class Lock:
     def __enter__(self) -> Lock: ...
     def __exit__(self, *args: object) -> None: ...
 
-class BarrierStatus(enum.IntEnum):
-    ok = 0
-    broken = 1
-    timeout = 2
+class BarrierStatus(_Enum):
+    ok: ClassVar[BarrierStatus]
+    broken: ClassVar[BarrierStatus]
+    timeout: ClassVar[BarrierStatus]
+    __members__: ClassVar[dict[str, BarrierStatus]]
 
 @final
 class BarrierToken:
@@ -118,9 +133,10 @@ class Barrier:
     ) -> BarrierStatus | None: ...
     def arrive_and_wait(self) -> BarrierStatus: ...
 
-class ChannelRole(enum.IntEnum):
-    producer = 0
-    consumer = 1
+class ChannelRole(_Enum):
+    producer: ClassVar[ChannelRole]
+    consumer: ClassVar[ChannelRole]
+    __members__: ClassVar[dict[str, ChannelRole]]
 
 @final
 class ChannelSlot:

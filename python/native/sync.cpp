@@ -1,9 +1,7 @@
 #include "sync.hpp"
 
-#include <pybind11/chrono.h>
-#include <pybind11/stl.h>
-
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "buffer.hpp"
@@ -18,9 +16,19 @@ namespace {
 
 using timeout_t = std::optional<std::chrono::nanoseconds>;
 
-std::chrono::nanoseconds checked(std::chrono::nanoseconds timeout) {
-  if (timeout.count() < 0) throw py::value_error("timeout may not be negative");
-  return timeout;
+/// Seconds (an int or a float) or a datetime.timedelta; None and infinity wait for ever.
+timeout_t timeout_from(py::handle timeout) {
+  if (timeout.is_none()) return std::nullopt;
+  const py::object seconds_object = py::hasattr(timeout, "total_seconds")
+                                        ? timeout.attr("total_seconds")()
+                                        : py::reinterpret_borrow<py::object>(timeout);
+  const double seconds = py::float_(seconds_object);
+  if (std::isnan(seconds) || seconds < 0) {
+    throw py::value_error("timeout must be a number of seconds, not negative");
+  }
+  if (std::isinf(seconds)) return std::nullopt;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(seconds));
 }
 
 /// A slot of a channel, with its place in the channel's buffer.
@@ -65,11 +73,13 @@ void bind_lock(py::module_& module) {
       .def_property_readonly("owner_died", &Lock::owner_died)
       .def(
           "acquire",
-          [](Lock& lock, timeout_t timeout) {
+          [](Lock& lock, py::handle timeout_seconds) {
+            const timeout_t timeout = timeout_from(timeout_seconds);
+            py::gil_scoped_release released;
             if (!timeout) return lock.acquire();
-            return lock.try_acquire_for(checked(*timeout));
+            return lock.try_acquire_for(*timeout);
           },
-          "timeout"_a = py::none(), py::call_guard<py::gil_scoped_release>(),
+          "timeout"_a = py::none(),
           "Waits for the lock on the host (seconds or a timedelta; None: for ever).")
       .def("try_lock", &Lock::try_lock, py::call_guard<py::gil_scoped_release>())
       .def(
@@ -130,7 +140,8 @@ void bind_barrier(py::module_& module) {
       .def(
           "wait",
           [](Barrier& barrier, Barrier::Token token, py::handle stream,
-             timeout_t timeout) -> py::object {
+             py::handle timeout_seconds) -> py::object {
+            const timeout_t timeout = timeout_from(timeout_seconds);
             if (!stream.is_none()) {
               if (timeout) throw py::value_error("a stream-ordered wait takes no timeout");
               const Stream on = stream_from(stream);
@@ -141,7 +152,7 @@ void bind_barrier(py::module_& module) {
             BarrierStatus status;
             {
               py::gil_scoped_release released;
-              status = timeout ? barrier.wait_for(token, checked(*timeout)) : barrier.wait(token);
+              status = timeout ? barrier.wait_for(token, *timeout) : barrier.wait(token);
             }
             return py::cast(status);
           },
