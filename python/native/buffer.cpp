@@ -93,7 +93,8 @@ py::dict cuda_array_interface(const shared_buffer& buffer) {
 // Py_buffer holds the memory, so that release() never unmaps it under a live view.
 int get_buffer(PyObject* self, Py_buffer* view, int flags) {
   try {
-    const auto& buffer = py::handle(self).cast<const shared_buffer&>();
+    const py::handle owner(self);
+    const auto& buffer = owner.cast<const shared_buffer&>();
     if (buffer.device() != kHost) {
       throw py::buffer_error(
           "a CUDA buffer has no host memory: use DLPack (torch.from_dlpack, cupy.from_dlpack, "

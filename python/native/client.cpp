@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "buffer.hpp"
 #include "daemon_reports.hpp"
@@ -20,11 +21,16 @@ namespace {
 
 using optional_name = std::optional<std::string>;
 
+/// A view of the argument itself (which outlives the call), empty for None.
+std::string_view view_of(const optional_name& name) {
+  return name ? std::string_view(*name) : std::string_view{};
+}
+
 shared_buffer allocate(Client& client, std::size_t bytes, int device, const optional_name& name,
                        const optional_name& pool, py::handle stream) {
   const AllocateOptions options{.device = device,
-                                .name = name.value_or(""),
-                                .pool = pool.value_or(""),
+                                .name = view_of(name),
+                                .pool = view_of(pool),
                                 .stream = stream_from(stream)};
   py::gil_scoped_release released;
   return shared_buffer(client.allocate(bytes, options));
