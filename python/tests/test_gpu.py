@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import sys
 
 import pytest
 
@@ -191,3 +192,12 @@ def test_a_cuda_buffer_describes_itself_to_every_protocol(cuda_client):
     assert (tensor.device_type, tensor.device_id, tensor.data) == (2, 0, same.ptr)
     with pytest.raises(ValueError):
         same.__dlpack__(stream=0)
+
+
+def test_the_share_tensor_example_shares_a_tensor_between_two_processes(cuda_client):
+    torch_on_a_gpu()
+    example = support.REPOSITORY / "examples/python/share_tensor.py"
+    run = support.Process([sys.executable, str(example)])
+    lines = [run.line(timeout=120) for _ in range(3)]
+    assert run.wait() == 0, lines
+    assert "on cuda:0" in lines[0] and "every element as written" in lines[1], lines
