@@ -84,6 +84,17 @@ class Process:
             raise AssertionError(f"{self.argv} ended with status {self.popen.wait()}")
         return line
 
+    def output(self, timeout: float = 300) -> list[str]:
+        """Every line up to the end of the process."""
+        lines = []
+        while True:
+            try:
+                lines.append(self.line(timeout))
+            except AssertionError:
+                if self.popen.poll() is None:
+                    raise
+                return lines
+
     def wait(self, timeout: float = 60) -> int:
         return self.popen.wait(timeout=timeout)
 

@@ -201,3 +201,15 @@ def test_the_share_tensor_example_shares_a_tensor_between_two_processes(cuda_cli
     lines = [run.line(timeout=120) for _ in range(3)]
     assert run.wait() == 0, lines
     assert "on cuda:0" in lines[0] and "every element as written" in lines[1], lines
+
+
+def test_the_shared_weights_example_gives_every_worker_the_same_output(cuda_client, tmp_path):
+    torch_on_a_gpu()
+    example = support.REPOSITORY / "examples/python/shared_weights.py"
+    model = tmp_path / "model.safetensors"
+    run = support.Process(
+        [sys.executable, str(example), "--workers", "2", "--gib", "0.125", "--file", str(model)]
+    )
+    lines = run.output()
+    assert run.wait() == 0, lines
+    assert lines[-1] == "every worker computed the same output", lines
