@@ -1,0 +1,159 @@
+#include "buffer.hpp"
+
+#include <string>
+#include <utility>
+
+#include "dlpack_export.hpp"
+#include "gil.hpp"
+#include "streams.hpp"
+
+namespace py = pybind11;
+
+namespace gpumem::python {
+
+std::shared_ptr<Buffer> share(Buffer buffer) {
+  return {new Buffer(std::move(buffer)), delete_without_gil<Buffer>{}};
+}
+
+shared_buffer::shared_buffer(Buffer buffer) : shared_buffer(share(std::move(buffer)), true) {}
+
+shared_buffer shared_buffer::borrowed(std::shared_ptr<Buffer> memory) {
+  return {std::move(memory), false};
+}
+
+shared_buffer::shared_buffer(std::shared_ptr<Buffer> memory, bool owned)
+    : memory_(std::move(memory)),
+      owned_(owned),
+      size_(memory_->size()),
+      id_(memory_->id()),
+      device_(memory_->device()),
+      read_only_(memory_->access() == Access::read_only) {}
+
+const std::shared_ptr<Buffer>& shared_buffer::memory() const {
+  if (memory_ == nullptr) throw py::buffer_error("the gpumem.Buffer was released");
+  return memory_;
+}
+
+std::uintptr_t shared_buffer::pointer() const {
+  return reinterpret_cast<std::uintptr_t>(memory()->data());
+}
+
+Stream shared_buffer::stream() const {
+  return memory()->stream();
+}
+
+void shared_buffer::release(py::handle last_use) {
+  if (memory_ == nullptr) return;
+  const bool given_stream = !last_use.is_none();
+  const Stream stream = given_stream ? stream_from(last_use) : nullptr;
+  std::shared_ptr<Buffer> memory = std::move(memory_);
+  // Only the sole holder of memory it owns lets go now; an export still holding it (a tensor
+  // made through DLPack, a memoryview) keeps it until that export is gone.
+  if (!owned_ || memory.use_count() != 1) return;
+  py::gil_scoped_release released;
+  if (given_stream) {
+    memory->release(stream);
+  } else {
+    memory->release();
+  }
+}
+
+namespace {
+
+std::string device_name(int device) {
+  return device == kHost ? "host" : "cuda:" + std::to_string(device);
+}
+
+std::string describe(const shared_buffer& buffer) {
+  std::string text = "<gpumem.Buffer id=" + std::to_string(buffer.id()) +
+                     " size=" + std::to_string(buffer.size()) +
+                     " device=" + device_name(buffer.device());
+  if (buffer.read_only()) text += " read_only";
+  if (buffer.released()) text += " released";
+  return text + ">";
+}
+
+py::dict cuda_array_interface(const shared_buffer& buffer) {
+  if (buffer.device() == kHost) {
+    throw py::attribute_error(
+        "__cuda_array_interface__: a host buffer is not CUDA memory (use the buffer protocol "
+        "or DLPack)");
+  }
+  py::dict interface;
+  interface["shape"] = py::make_tuple(buffer.size());
+  interface["typestr"] = "|u1";
+  interface["data"] = py::make_tuple(buffer.pointer(), buffer.read_only());
+  interface["strides"] = py::none();
+  interface["version"] = 3;
+  interface["stream"] = array_interface_stream(buffer.stream());
+  return interface;
+}
+
+// The buffer protocol, for host memory: a memoryview (read-only for read-only opens) whose
+// Py_buffer holds the memory, so that release() never unmaps it under a live view.
+int get_buffer(PyObject* self, Py_buffer* view, int flags) {
+  try {
+    const py::handle owner(self);
+    const auto& buffer = owner.cast<const shared_buffer&>();
+    if (buffer.device() != kHost) {
+      throw py::buffer_error(
+          "a CUDA buffer has no host memory: use DLPack (torch.from_dlpack, cupy.from_dlpack, "
+          "jax.dlpack.from_dlpack) or __cuda_array_interface__");
+    }
+    const auto& memory = buffer.memory();
+    if (PyBuffer_FillInfo(view, self, memory->data(), static_cast<Py_ssize_t>(memory->size()),
+                          buffer.read_only() ? 1 : 0, flags) != 0) {
+      return -1;
+    }
+    view->internal = new std::shared_ptr<Buffer>(memory);
+    return 0;
+  } catch (py::error_already_set& error) {
+    error.restore();
+  } catch (const py::builtin_exception& error) {
+    error.set_error();
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_BufferError, error.what());
+  }
+  view->obj = nullptr;
+  return -1;
+}
+
+void release_buffer(PyObject* /*self*/, Py_buffer* view) {
+  delete static_cast<std::shared_ptr<Buffer>*>(view->internal);
+}
+
+}  // namespace
+
+void bind_buffer(py::module_& module) {
+  py::class_<shared_buffer> type(module, "Buffer", py::buffer_protocol(),
+                                 "Memory shared through gpumemd. Exported without copies "
+                                 "through DLPack, the buffer protocol (host) and "
+                                 "__cuda_array_interface__ (CUDA).");
+  // pybind11's buffer protocol keeps no owner with the view; these slots keep the memory.
+  auto* heap_type = reinterpret_cast<PyHeapTypeObject*>(type.ptr());
+  heap_type->as_buffer.bf_getbuffer = get_buffer;
+  heap_type->as_buffer.bf_releasebuffer = release_buffer;
+
+  type.def_property_readonly("size", &shared_buffer::size, "bytes")
+      .def_property_readonly("id", &shared_buffer::id,
+                             "the daemon's id of the allocation, the same in every process")
+      .def_property_readonly("device", &shared_buffer::device,
+                             "gpumem.HOST (-1) or the CUDA device number")
+      .def_property_readonly("read_only", &shared_buffer::read_only)
+      .def_property_readonly("released", &shared_buffer::released)
+      .def_property_readonly("ptr", &shared_buffer::pointer,
+                             "the address: in this process (host) or on the device (CUDA)")
+      .def("release", &shared_buffer::release, py::arg("stream") = py::none(),
+           "Lets go of the memory after the work queued on stream (default: the buffer's); "
+           "tensors and views made from it keep it until they are gone.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](shared_buffer& buffer, py::args) { buffer.release(py::none()); })
+      .def("__dlpack__", &dlpack_capsule, py::arg("stream") = py::none(), py::kw_only(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none())
+      .def("__dlpack_device__", &dlpack_device)
+      .def_property_readonly("__cuda_array_interface__", &cuda_array_interface)
+      .def("__repr__", &describe);
+}
+
+}  // namespace gpumem::python

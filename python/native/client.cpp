@@ -1,0 +1,100 @@
+#include "client.hpp"
+
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "buffer.hpp"
+#include "daemon_reports.hpp"
+#include "gpumem/gpumem.hpp"
+#include "streams.hpp"
+#include "sync.hpp"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace gpumem::python {
+
+namespace {
+
+using optional_name = std::optional<std::string>;
+
+/// A view of the argument itself (which outlives the call), empty for None.
+std::string_view view_of(const optional_name& name) {
+  return name ? std::string_view(*name) : std::string_view{};
+}
+
+shared_buffer allocate(Client& client, std::size_t bytes, int device, const optional_name& name,
+                       const optional_name& pool, py::handle stream) {
+  const AllocateOptions options{.device = device,
+                                .name = view_of(name),
+                                .pool = view_of(pool),
+                                .stream = stream_from(stream)};
+  py::gil_scoped_release released;
+  return shared_buffer(client.allocate(bytes, options));
+}
+
+shared_buffer open(Client& client, const std::string& name, bool read_only, py::handle stream) {
+  const OpenOptions options{.access = read_only ? Access::read_only : Access::read_write,
+                            .stream = stream_from(stream)};
+  py::gil_scoped_release released;
+  return shared_buffer(client.open(name, options));
+}
+
+held_channel channel(Client& client, const std::string& name, ChannelRole role, std::uint32_t slots,
+                     std::size_t slot_bytes, std::uint32_t consumers, int device) {
+  return make_channel(
+      client, name, role,
+      {.slots = slots, .slot_bytes = slot_bytes, .consumers = consumers, .device = device});
+}
+
+}  // namespace
+
+void bind_client(py::module_& module) {
+  py::class_<Client>(module, "Client",
+                     "A session with gpumemd. Buffers, locks, barriers and channels keep it "
+                     "open after the Client object is gone.")
+      .def("allocate", &allocate, "nbytes"_a, py::kw_only(), "device"_a = kHost,
+           "name"_a = py::none(), "pool"_a = py::none(), "stream"_a = py::none(),
+           "New memory: named, other processes can open() it. CUDA buffers are ready in "
+           "stream order on `stream`, and released in its order.")
+      .def("open", &open, "name"_a, py::kw_only(), "read_only"_a = false, "stream"_a = py::none(),
+           "Opens a named allocation of any process.")
+      .def("ping", &Client::ping, py::call_guard<py::gil_scoped_release>())
+      .def("lock", &make_lock, "name"_a, py::call_guard<py::gil_scoped_release>(),
+           "The lock of that name, made on first use.")
+      .def("barrier", &make_barrier, "name"_a, "parties"_a,
+           py::call_guard<py::gil_scoped_release>(), "Joins the barrier as one of its parties.")
+      .def("channel", &channel, "name"_a, "role"_a, py::kw_only(), "slots"_a = 4,
+           "slot_bytes"_a = 0, "consumers"_a = 1, "device"_a = kHost,
+           py::call_guard<py::gil_scoped_release>(),
+           "Joins the channel as its producer or one of its consumers.")
+      .def("reset", &Client::reset, "name"_a, "parties"_a = 0,
+           py::call_guard<py::gil_scoped_release>(),
+           "An operator's reset, as `gpumemctl reset`: a lock is released and usable again; a "
+           "barrier or channel starts over with `parties` (0: those attached).")
+      .def("status", &status, "As `gpumemctl status --json`.")
+      .def("stats", &stats, "As `gpumemctl stats --json`: {'pools': [...], 'clients': N}.")
+      .def("clients", &clients, "As `gpumemctl clients --json`.")
+      .def("allocations", &allocations, "As `gpumemctl allocations --json`.")
+      .def("reservations", &reservations, "As `gpumemctl reservations --json`.")
+      .def("sync_objects", &sync_objects, "As `gpumemctl locks --json`.")
+      .def_property_readonly("id", &Client::id, "this session's id in the daemon")
+      .def_property_readonly("socket_path", &Client::socket_path)
+      .def("__repr__", [](const Client& client) {
+        return "<gpumem.Client id=" + std::to_string(client.id()) + " socket='" +
+               client.socket_path() + "'>";
+      });
+
+  module.def(
+      "connect",
+      [](const std::string& socket_path, const std::string& label) {
+        return Client::connect({.socket_path = socket_path, .label = label});
+      },
+      "socket_path"_a, "label"_a, py::call_guard<py::gil_scoped_release>(),
+      "Connects to gpumemd (empty socket_path: $GPUMEM_SOCKET, then the default locations).");
+}
+
+}  // namespace gpumem::python

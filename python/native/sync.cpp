@@ -1,0 +1,254 @@
+#include "sync.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "buffer.hpp"
+#include "streams.hpp"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace gpumem::python {
+
+namespace {
+
+using timeout_t = std::optional<std::chrono::nanoseconds>;
+
+/// Seconds (an int or a float) or a datetime.timedelta; None and infinity wait for ever.
+timeout_t timeout_from(py::handle timeout) {
+  if (timeout.is_none()) return std::nullopt;
+  const py::object seconds_object = py::hasattr(timeout, "total_seconds")
+                                        ? timeout.attr("total_seconds")()
+                                        : py::reinterpret_borrow<py::object>(timeout);
+  const double seconds = py::float_(seconds_object);
+  if (std::isnan(seconds) || seconds < 0) {
+    throw py::value_error("timeout must be a number of seconds, not negative");
+  }
+  if (std::isinf(seconds)) return std::nullopt;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(seconds));
+}
+
+/// A slot of a channel, with its place in the channel's buffer.
+struct channel_slot {
+  std::uintptr_t data = 0;
+  std::size_t offset = 0;
+  std::uint64_t sequence = 0;
+  BarrierStatus status = BarrierStatus::ok;
+};
+
+channel_slot slot_of(Channel& channel, const Channel::Slot& slot) {
+  const auto* base = static_cast<const std::byte*>(channel.buffer().data());
+  const auto* data = static_cast<const std::byte*>(slot.data);
+  return {reinterpret_cast<std::uintptr_t>(slot.data), static_cast<std::size_t>(data - base),
+          slot.sequence, slot.status};
+}
+
+// The host form waits, so it runs without the GIL; the stream form only queues work.
+template <class Result, class HostForm, class StreamForm>
+Result host_or_stream(py::handle stream, HostForm host_form, StreamForm stream_form) {
+  if (stream.is_none()) {
+    py::gil_scoped_release released;
+    return host_form();
+  }
+  const Stream on = stream_from(stream);
+  py::gil_scoped_release released;
+  return stream_form(on);
+}
+
+void bind_lock(py::module_& module) {
+  py::enum_<LockStatus>(module, "Acquired", "What Lock.acquire() got; false only for timeout.")
+      .value("acquired", LockStatus::acquired)
+      .value("owner_died", LockStatus::acquired_owner_died,
+             "held, and the previous holder died holding it: repair, then mark_consistent()")
+      .value("timeout", LockStatus::timeout)
+      .def("__bool__", [](LockStatus status) { return status != LockStatus::timeout; });
+
+  py::class_<Lock, held_lock>(module, "Lock",
+                              "A named lock shared by processes: FIFO on the host, or in "
+                              "stream order. `with lock:` holds it on the host.")
+      .def_property_readonly("name", &Lock::name)
+      .def_property_readonly("owner_died", &Lock::owner_died)
+      .def(
+          "acquire",
+          [](Lock& lock, py::handle timeout_seconds) {
+            const timeout_t timeout = timeout_from(timeout_seconds);
+            py::gil_scoped_release released;
+            if (!timeout) return lock.acquire();
+            return lock.try_acquire_for(*timeout);
+          },
+          "timeout"_a = py::none(),
+          "Waits for the lock on the host (seconds or a timedelta; None: for ever).")
+      .def("try_lock", &Lock::try_lock, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "lock",
+          [](Lock& lock, py::handle stream) {
+            host_or_stream<void>(
+                stream, [&] { lock.lock(); }, [&](Stream on) { lock.lock(on); });
+          },
+          "stream"_a = py::none())
+      .def(
+          "unlock",
+          [](Lock& lock, py::handle stream) {
+            host_or_stream<void>(
+                stream, [&] { lock.unlock(); }, [&](Stream on) { lock.unlock(on); });
+          },
+          "stream"_a = py::none())
+      .def("mark_consistent", &Lock::mark_consistent)
+      .def("__enter__",
+           [](py::object self) {
+             auto& lock = self.cast<Lock&>();
+             {
+               py::gil_scoped_release released;
+               lock.acquire();
+             }
+             return self;
+           })
+      .def("__exit__", [](Lock& lock, py::args) { lock.unlock(); })
+      .def("__repr__", [](const Lock& lock) { return "<gpumem.Lock '" + lock.name() + "'>"; });
+}
+
+void bind_barrier(py::module_& module) {
+  py::enum_<BarrierStatus>(module, "BarrierStatus")
+      .value("ok", BarrierStatus::ok)
+      .value("broken", BarrierStatus::broken, "a party died or left: the round never completes")
+      .value("timeout", BarrierStatus::timeout);
+
+  py::class_<Barrier::Token>(module, "BarrierToken", "A round of a barrier, from arrive().")
+      .def_readonly("round", &Barrier::Token::round)
+      .def_readonly("epoch", &Barrier::Token::epoch)
+      .def("__repr__", [](const Barrier::Token& token) {
+        return "<gpumem.BarrierToken round=" + std::to_string(token.round) +
+               " epoch=" + std::to_string(token.epoch) + ">";
+      });
+
+  py::class_<Barrier, held_barrier>(module, "Barrier", "One party of a named barrier of processes.")
+      .def_property_readonly("name", &Barrier::name)
+      .def_property_readonly("parties", &Barrier::parties)
+      .def_property_readonly("party", &Barrier::party)
+      .def_property_readonly("broken", &Barrier::broken)
+      .def(
+          "arrive",
+          [](Barrier& barrier, py::handle stream) {
+            return host_or_stream<Barrier::Token>(
+                stream, [&] { return barrier.arrive(); },
+                [&](Stream on) { return barrier.arrive(on); });
+          },
+          "stream"_a = py::none())
+      .def(
+          "wait",
+          [](Barrier& barrier, Barrier::Token token, py::handle stream,
+             py::handle timeout_seconds) -> py::object {
+            const timeout_t timeout = timeout_from(timeout_seconds);
+            if (!stream.is_none()) {
+              if (timeout) throw py::value_error("a stream-ordered wait takes no timeout");
+              const Stream on = stream_from(stream);
+              py::gil_scoped_release released;
+              barrier.wait(token, on);
+              return py::none();
+            }
+            BarrierStatus status;
+            {
+              py::gil_scoped_release released;
+              status = timeout ? barrier.wait_for(token, *timeout) : barrier.wait(token);
+            }
+            return py::cast(status);
+          },
+          "token"_a, "stream"_a = py::none(), "timeout"_a = py::none(),
+          "Host: waits for the round and returns a BarrierStatus. Stream: queues the wait.")
+      .def("arrive_and_wait", &Barrier::arrive_and_wait, py::call_guard<py::gil_scoped_release>())
+      .def("__repr__", [](const Barrier& barrier) {
+        return "<gpumem.Barrier '" + barrier.name() + "' party " + std::to_string(barrier.party()) +
+               " of " + std::to_string(barrier.parties()) + ">";
+      });
+}
+
+void bind_channel(py::module_& module) {
+  py::enum_<ChannelRole>(module, "ChannelRole")
+      .value("producer", ChannelRole::producer)
+      .value("consumer", ChannelRole::consumer);
+
+  py::class_<channel_slot>(module, "ChannelSlot", "A slot of a channel: an item's place.")
+      .def_readonly("data", &channel_slot::data, "the slot's address (host or device)")
+      .def_readonly("offset", &channel_slot::offset, "where the slot starts in Channel.buffer")
+      .def_readonly("sequence", &channel_slot::sequence, "the item's number, from 0")
+      .def_readonly("status", &channel_slot::status)
+      .def("__repr__", [](const channel_slot& slot) {
+        return "<gpumem.ChannelSlot sequence=" + std::to_string(slot.sequence) +
+               " offset=" + std::to_string(slot.offset) + ">";
+      });
+
+  py::class_<Channel, held_channel>(module, "Channel",
+                                    "A ring of slots from one producer to consumers that each "
+                                    "see every item in order.")
+      .def_property_readonly("name", &Channel::name)
+      .def_property_readonly("producer", &Channel::producer)
+      .def_property_readonly("broken", &Channel::broken)
+      .def_property_readonly("slots", &Channel::slots)
+      .def_property_readonly("slot_bytes", &Channel::slot_bytes)
+      .def_property_readonly(
+          "buffer",
+          [](const held_channel& self) {
+            return shared_buffer::borrowed(std::shared_ptr<Buffer>(self, &self->buffer()));
+          },
+          "the slots, as a Buffer that keeps the channel alive")
+      .def(
+          "acquire_slot",
+          [](Channel& channel, py::handle stream) {
+            return slot_of(channel, host_or_stream<Channel::Slot>(
+                                        stream, [&] { return channel.acquire_slot(); },
+                                        [&](Stream on) { return channel.acquire_slot(on); }));
+          },
+          "stream"_a = py::none(), "Producer: waits for a free slot.")
+      .def(
+          "publish",
+          [](Channel& channel, py::handle stream) {
+            host_or_stream<void>(
+                stream, [&] { channel.publish(); }, [&](Stream on) { channel.publish(on); });
+          },
+          "stream"_a = py::none())
+      .def(
+          "acquire",
+          [](Channel& channel, py::handle stream) {
+            return slot_of(channel, host_or_stream<Channel::Slot>(
+                                        stream, [&] { return channel.acquire(); },
+                                        [&](Stream on) { return channel.acquire(on); }));
+          },
+          "stream"_a = py::none(), "Consumer: waits for the next item.")
+      .def(
+          "release",
+          [](Channel& channel, py::handle stream) {
+            host_or_stream<void>(
+                stream, [&] { channel.release(); }, [&](Stream on) { channel.release(on); });
+          },
+          "stream"_a = py::none())
+      .def("__repr__", [](const Channel& channel) {
+        return "<gpumem.Channel '" + channel.name() + "' " +
+               (channel.producer() ? "producer" : "consumer") + ">";
+      });
+}
+
+}  // namespace
+
+held_lock make_lock(Client& client, const std::string& name) {
+  return held_lock(new Lock(client.lock(name)));
+}
+
+held_barrier make_barrier(Client& client, const std::string& name, std::uint32_t parties) {
+  return held_barrier(new Barrier(client.barrier(name, parties)));
+}
+
+held_channel make_channel(Client& client, const std::string& name, ChannelRole role,
+                          const ChannelOptions& options) {
+  return {new Channel(client.channel(name, role, options)), delete_without_gil<Channel>{}};
+}
+
+void bind_sync(py::module_& module) {
+  bind_lock(module);
+  bind_barrier(module);
+  bind_channel(module);
+}
+
+}  // namespace gpumem::python

@@ -1,0 +1,182 @@
+"""A gpumem client process in Python for the multi-process tests, driven by its arguments
+(tests/support/peer.cpp is its C++ counterpart). It finds gpumemd through $GPUMEM_SOCKET.
+
+  hold-new NAME SIZE SEED      allocate host memory, fill, print "ready ID", wait to be killed
+  verify NAME SIZE SEED        open read-only, check, print "ok" or "mismatch at I"
+  write-read-only NAME         open read-only, write a byte through the pointer, print "wrote"
+  lock-count LOCK BUFFER N     N times: with the lock, read, yield, write the counter + 1; "done"
+  channel-produce NAME ITEMS CONSUMERS SLOTS BYTES
+                               publish ITEMS patterned items, print "done"
+GPU (PyTorch on device 0):
+  torch-produce NAME SIZE SEED allocate, fill on a stream, synchronize, print "ready ID", wait
+  torch-hold SIZE              allocate, print "ready ID", wait to be killed
+  jax-verify NAME SIZE SEED    open, read through jax.dlpack, print "ok" or "mismatch at I"
+  stream-lock-count LOCK BUFFER N
+                               N times on a torch stream: lock(stream), counter += 1 by a
+                               kernel, unlock(stream); synchronize; print "done"
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import gpumem
+import support
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def wait_to_be_killed() -> None:
+    while True:
+        signal.pause()
+
+
+def hold_new(client: gpumem.Client, name: str, size: str, seed: str) -> None:
+    buffer = client.allocate(int(size), name=name)
+    np.frombuffer(buffer, dtype=np.uint8)[:] = support.pattern(buffer.size, int(seed))
+    say(f"ready {buffer.id}")
+    wait_to_be_killed()
+
+
+def verify(client: gpumem.Client, name: str, size: str, seed: str) -> int:
+    buffer = client.open(name, read_only=True)
+    if buffer.size != int(size):
+        say(f"size {buffer.size}")
+        return 1
+    bad = support.first_mismatch(np.frombuffer(buffer, dtype=np.uint8), int(seed))
+    say("ok" if bad == buffer.size else f"mismatch at {bad}")
+    return 0 if bad == buffer.size else 1
+
+
+def write_read_only(client: gpumem.Client, name: str) -> int:
+    buffer = client.open(name, read_only=True)
+    ctypes.memset(buffer.ptr, 0x5A, 1)  # the mapping has no write permission: SIGSEGV
+    say("wrote")
+    return 1
+
+
+def lock_count(client: gpumem.Client, lock_name: str, buffer_name: str, iterations: str) -> int:
+    lock = client.lock(lock_name)
+    counter = memoryview(client.open(buffer_name)).cast("Q")
+    for _ in range(int(iterations)):
+        with lock:
+            # A read, a yield, a write: any overlap of two holders loses increments.
+            seen = counter[0]
+            time.sleep(0)
+            counter[0] = seen + 1
+    say("done")
+    return 0
+
+
+def channel_produce(client: gpumem.Client, name: str, *numbers: str) -> int:
+    items, consumers, slots, slot_bytes = map(int, numbers)
+    channel = client.channel(
+        name,
+        gpumem.ChannelRole.producer,
+        slots=slots,
+        slot_bytes=slot_bytes,
+        consumers=consumers,
+    )
+    memory = np.frombuffer(channel.buffer, dtype=np.uint8)
+    for item in range(items):
+        slot = channel.acquire_slot()
+        if slot.status != gpumem.BarrierStatus.ok or slot.sequence != item:
+            say(f"broken {item}")
+            return 1
+        memory[slot.offset : slot.offset + slot_bytes] = support.pattern(slot_bytes, item)
+        channel.publish()
+    say("done")
+    return 0
+
+
+def torch_produce(client: gpumem.Client, name: str, size: str, seed: str) -> None:
+    import torch
+
+    stream = torch.cuda.Stream(device=0)
+    buffer = client.allocate(int(size), device=0, name=name, stream=stream)
+    with torch.cuda.stream(stream):
+        torch.from_dlpack(buffer).copy_(torch.from_numpy(support.pattern(int(size), int(seed))))
+    stream.synchronize()  # the consumers open it only after "ready"
+    say(f"ready {buffer.id}")
+    wait_to_be_killed()
+
+
+def torch_hold(client: gpumem.Client, size: str) -> None:
+    import torch
+
+    stream = torch.cuda.Stream(device=0)
+    buffer = client.allocate(int(size), device=0, stream=stream)
+    with torch.cuda.stream(stream):
+        torch.from_dlpack(buffer).fill_(1)
+    stream.synchronize()
+    say(f"ready {buffer.id}")
+    wait_to_be_killed()
+
+
+def jax_verify(client: gpumem.Client, name: str, size: str, seed: str) -> int:
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    buffer = client.open(name)
+    array = jax.dlpack.from_dlpack(buffer)
+    bad = support.first_mismatch(np.asarray(array), int(seed))
+    say("ok" if bad == int(size) else f"mismatch at {bad}")
+    return 0 if bad == int(size) else 1
+
+
+def stream_lock_count(
+    client: gpumem.Client, lock_name: str, buffer_name: str, iterations: str
+) -> int:
+    import torch
+
+    stream = torch.cuda.Stream(device=0)
+    lock = client.lock(lock_name)
+    buffer = client.open(buffer_name, stream=stream)
+    with torch.cuda.stream(stream):
+        counter = torch.from_dlpack(buffer).view(torch.int64)[:1]
+        for _ in range(int(iterations)):
+            lock.lock(stream=stream)
+            # Two kernels, a read then a write: overlapping holders lose increments.
+            seen = counter.clone()
+            counter.copy_(seen + 1)
+            lock.unlock(stream=stream)
+    stream.synchronize()
+    say("done")
+    return 0
+
+
+COMMANDS = {
+    "hold-new": hold_new,
+    "verify": verify,
+    "write-read-only": write_read_only,
+    "lock-count": lock_count,
+    "channel-produce": channel_produce,
+    "torch-produce": torch_produce,
+    "torch-hold": torch_hold,
+    "jax-verify": jax_verify,
+    "stream-lock-count": stream_lock_count,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        print(__doc__, file=sys.stderr)
+        return 2
+    client = gpumem.connect(label=f"python-peer-{argv[1]}")
+    try:
+        return COMMANDS[argv[1]](client, *argv[2:]) or 0
+    except gpumem.Error as error:
+        say(f"error {error.code.name} {error}")
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

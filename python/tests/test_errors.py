@@ -1,0 +1,75 @@
+"""Every failure is a gpumem.Error (an OSError) whose code is a gpumem.errc member and whose
+text names the object and the cause."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import gpumem
+import support
+
+
+def raised_by(call) -> gpumem.Error:
+    with pytest.raises(gpumem.Error) as raised:
+        call()
+    return raised.value
+
+
+def test_errc_has_every_code_of_the_cpp_table_by_name_and_number():
+    table = (support.REPOSITORY / "proto/include/gpumem/proto/errc.hpp").read_text()
+    codes = {name: int(number) for name, number in re.findall(r"X\((\w+), (\d+),", table)}
+    assert len(codes) > 20
+    assert {member.name: int(member) for member in gpumem.errc.__members__.values()} == codes
+
+
+def test_an_error_is_an_oserror_with_a_code_and_the_daemons_words(client):
+    error = raised_by(lambda: client.open("missing"))
+    assert isinstance(error, OSError)
+    assert error.code == gpumem.errc.not_found and error.code.name == "not_found"
+    assert "missing" in str(error) and "no such object" in str(error)
+
+
+@pytest.mark.parametrize(
+    "call, code",
+    [
+        (lambda client: client.allocate(4096, name="bad name!"), "invalid_name"),
+        (lambda client: client.allocate(0), "invalid_argument"),
+        (lambda client: client.allocate(4096, device=7), "no_such_device"),
+        (lambda client: client.allocate(2 << 30), "out_of_memory"),
+        (lambda client: client.allocate(4096, pool="nowhere"), "not_found"),
+        (lambda client: client.lock("a" * 64), "invalid_name"),
+        (lambda client: client.lock("free").unlock(), "not_lock_owner"),
+    ],
+)
+def test_each_refusal_has_its_code(client, call, code):
+    assert raised_by(lambda: call(client)).code == getattr(gpumem.errc, code)
+
+
+def test_a_taken_name_is_already_exists_for_buffers_and_sync_objects(client):
+    held = client.allocate(4096, name="taken")
+    assert raised_by(lambda: client.allocate(4096, name="taken")).code == gpumem.errc.already_exists
+    barrier = client.barrier("stage", 2)
+    assert raised_by(lambda: client.lock("stage")).code == gpumem.errc.already_exists
+    assert raised_by(lambda: client.barrier("stage", 3)).code == gpumem.errc.invalid_argument
+    assert held and barrier
+
+
+def test_no_daemon_is_an_io_error_naming_the_socket(tmp_path):
+    path = tmp_path / "nobody.sock"
+    error = raised_by(lambda: gpumem.connect(path))
+    assert error.code == gpumem.errc.io_error
+    assert str(path) in str(error)
+
+
+def test_an_error_made_in_python_has_no_code():
+    assert gpumem.Error("by hand").code is None
+    assert issubclass(gpumem.Error, OSError)
+
+
+def test_bad_arguments_are_python_errors(client):
+    with pytest.raises(TypeError):
+        client.allocate("many")
+    with pytest.raises(ValueError):
+        client.lock("l").acquire(timeout=-1)
