@@ -62,11 +62,18 @@ object_id ledger::add(object_kind kind, std::string name, client_id owner, std::
                     family_name(family_of(kind)), name));
   }
   const object_id id = next_object_id_++;
-  if (!name.empty()) names_[family].emplace(name, id);
-  objects_.emplace(id,
-                   object_row{kind, std::move(name), owner, maker.who.uid, bytes, {{owner, 1}}});
-  maker.holds.insert(id);
-  ++counts_[family];
+  const object_row& row =
+      objects_
+          .emplace(id, object_row{kind, std::move(name), owner, maker.who.uid, bytes, {{owner, 1}}})
+          .first->second;
+  try {
+    ids_[family].insert(id);
+    if (!row.name.empty()) names_[family].emplace(row.name, id);
+    maker.holds.insert(id);
+  } catch (...) {
+    erase(id);
+    throw;
+  }
   return id;
 }
 
@@ -121,7 +128,11 @@ void ledger::erase(object_id id) noexcept {
   const auto found = objects_.find(id);
   if (found == objects_.end()) return;
   const auto family = index(family_of(found->second.kind));
-  if (!found->second.name.empty()) names_[family].erase(found->second.name);
+  auto& names = names_[family];
+  if (const auto named = names.find(found->second.name);
+      named != names.end() && named->second == id) {
+    names.erase(named);
+  }
   // A row is erased when nobody holds it any more, but a book may erase it earlier (a failed
   // creation): the holders' sets must not keep its id.
   for (const auto& [holder, references] : found->second.holders) {
@@ -129,7 +140,7 @@ void ledger::erase(object_id id) noexcept {
       client->second.holds.erase(id);
     }
   }
-  --counts_[family];
+  ids_[family].erase(id);
   objects_.erase(found);
 }
 

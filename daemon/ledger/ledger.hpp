@@ -129,7 +129,7 @@ class ledger {
 
   holdings_by_family holdings_of(client_id client) const;
   holdings_by_family holdings_of_uid(uid_t uid) const;
-  std::size_t count(object_family family) const noexcept { return counts_[index(family)]; }
+  std::size_t count(object_family family) const noexcept { return ids_[index(family)].size(); }
 
   /// @brief One page of @p family's rows with ids above @p after, in id order, each turned
   /// into a record by @p make(id, row).
@@ -146,15 +146,11 @@ class ledger {
     return static_cast<std::size_t>(family);
   }
   void add_holdings(holdings_by_family& into, client_id client, const client_row& row) const;
-  template <class Record, class Map, class Keep, class Make>
-  static proto::list_payload<proto::list_head, Record> fill_page(const Map& rows,
-                                                                 std::uint64_t after,
-                                                                 std::size_t limit, Keep&& keep,
-                                                                 Make&& make);
 
   std::map<object_id, object_row> objects_;
+  /// Each family's ids in order, so that a page of one family never walks the others.
+  std::array<std::set<object_id>, kFamilyCount> ids_;
   std::array<std::unordered_map<std::string, object_id>, kFamilyCount> names_;
-  std::array<std::size_t, kFamilyCount> counts_{};
   std::map<client_id, client_row> clients_;
   object_id next_object_id_ = 1;
   client_id next_client_id_ = 1;
@@ -175,14 +171,28 @@ void ledger::remove_client(client_id client, LetGo&& let_go) noexcept {
   }
 }
 
-template <class Record, class Map, class Keep, class Make>
-proto::list_payload<proto::list_head, Record> ledger::fill_page(const Map& rows,
-                                                                std::uint64_t after,
-                                                                std::size_t limit, Keep&& keep,
-                                                                Make&& make) {
+template <class Record, class Make>
+proto::list_payload<proto::list_head, Record> ledger::page(object_family family, object_id after,
+                                                           std::size_t limit, Make&& make) const {
   proto::list_payload<proto::list_head, Record> reply;
-  for (auto it = rows.upper_bound(after); it != rows.end(); ++it) {
-    if (!keep(it->second)) continue;
+  const std::set<object_id>& ids = ids_[index(family)];
+  for (auto id = ids.upper_bound(after); id != ids.end(); ++id) {
+    if (reply.records.size() == limit) {
+      reply.head.more = 1;
+      break;
+    }
+    reply.records.push_back(make(*id, objects_.at(*id)));
+  }
+  reply.head.count = static_cast<std::uint32_t>(reply.records.size());
+  return reply;
+}
+
+template <class Record, class Make>
+proto::list_payload<proto::list_head, Record> ledger::client_page(client_id after,
+                                                                  std::size_t limit,
+                                                                  Make&& make) const {
+  proto::list_payload<proto::list_head, Record> reply;
+  for (auto it = clients_.upper_bound(after); it != clients_.end(); ++it) {
     if (reply.records.size() == limit) {
       reply.head.more = 1;
       break;
@@ -191,22 +201,6 @@ proto::list_payload<proto::list_head, Record> ledger::fill_page(const Map& rows,
   }
   reply.head.count = static_cast<std::uint32_t>(reply.records.size());
   return reply;
-}
-
-template <class Record, class Make>
-proto::list_payload<proto::list_head, Record> ledger::page(object_family family, object_id after,
-                                                           std::size_t limit, Make&& make) const {
-  return fill_page<Record>(
-      objects_, after, limit,
-      [family](const object_row& row) { return family_of(row.kind) == family; }, make);
-}
-
-template <class Record, class Make>
-proto::list_payload<proto::list_head, Record> ledger::client_page(client_id after,
-                                                                  std::size_t limit,
-                                                                  Make&& make) const {
-  return fill_page<Record>(
-      clients_, after, limit, [](const client_row&) { return true; }, make);
 }
 
 }  // namespace gpumem::daemon

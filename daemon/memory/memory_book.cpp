@@ -131,8 +131,14 @@ proto::reservation_reply memory_book::reserve(client_id client,
   backing->resize(whole_chunks(request.initial_size, backing->chunk_size()));
   const object_id id =
       rows_.add(object_kind::reservation, std::move(name), client, backing->committed());
-  const reservation& made = *reservations_.emplace(id, std::move(backing)).first->second;
-  return grant(id, made, proto::access_mode::read_write);
+  try {
+    const reservation& made = *reservations_.emplace(id, std::move(backing)).first->second;
+    return grant(id, made, proto::access_mode::read_write);
+  } catch (...) {
+    reservations_.erase(id);
+    rows_.erase(id);
+    throw;
+  }
 }
 
 proto::reservation_reply memory_book::open_reservation(client_id client,

@@ -134,15 +134,16 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
     rows_.hold(id, client);
   } else {
     id = rows_.add(kind, name, client, 0);
-    std::uint32_t cell = 0;
+    std::uint32_t cell = sync::kCellCount;
     try {
       cell = take_cell(id);
+      objects_.emplace(
+          id, cell_entry{cell, request.parties, std::vector<client_id>(request.parties, 0)});
     } catch (...) {
+      if (cell < sync::kCellCount) cell_objects_[cell] = 0;
       rows_.erase(id);
       throw;
     }
-    objects_.emplace(id,
-                     cell_entry{cell, request.parties, std::vector<client_id>(request.parties, 0)});
     if (counters) cell_as<sync::counter_cell>(cell).parties = request.parties;
   }
   cell_entry& entry = objects_.at(id);

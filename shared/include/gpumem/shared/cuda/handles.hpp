@@ -141,7 +141,8 @@ struct held_registration {
 }  // namespace detail
 
 /// @brief One retain of a device's primary context; released with cuDevicePrimaryCtxRelease.
-/// release() returns the context: the caller then owes a release for device().
+/// release() returns the context: the caller then owes a release for the device, which it
+/// reads with device() before, since release() empties the owner.
 class primary_context : public detail::owner<detail::held_context> {
  public:
   primary_context() noexcept = default;
