@@ -91,6 +91,24 @@ def test_cupy_reads_a_buffer_another_process_wrote(cuda_client, writer):
             assert support.first_mismatch(cupy.asnumpy(array), 22) == SIZE
 
 
+def test_cupy_reads_through_the_array_interface_after_the_buffer_is_released(cuda_client):
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    in_use = cuda_pool(cuda_client)["bytes_in_use"]
+    with cuda_client.allocate(SIZE, device=0) as buffer:
+        array = cupy.asarray(buffer)  # __cuda_array_interface__: CuPy holds the Buffer object
+        array[:] = cupy.asarray(support.pattern(SIZE, 25))
+    assert buffer.released
+    with pytest.raises(BufferError):
+        buffer.__cuda_array_interface__
+    del buffer
+    gc.collect()
+    assert cuda_pool(cuda_client)["bytes_in_use"] == in_use + SIZE
+    assert support.first_mismatch(cupy.asnumpy(array), 25) == SIZE
+    del array
+    gc.collect()
+    assert support.wait_until(lambda: cuda_pool(cuda_client)["bytes_in_use"] == in_use, 5)
+
+
 @pytest.mark.parametrize("writer", WRITERS)
 def test_jax_reads_a_buffer_another_process_wrote(cuda_client, writer):
     if importlib.util.find_spec("jax") is None:
