@@ -50,11 +50,16 @@ void shared_buffer::release(py::handle last_use) {
   if (memory_ == nullptr) return;
   const bool given_stream = !last_use.is_none();
   const Stream stream = given_stream ? stream_from(last_use) : nullptr;
-  std::shared_ptr<Buffer> memory = std::move(memory_);
   // Only the sole holder of memory it owns lets go now; an export still holding it (a tensor
   // made through DLPack, a memoryview, this object for __cuda_array_interface__ consumers)
-  // keeps it until that export is gone.
-  if (!owned_ || memory.use_count() != 1) return;
+  // keeps it until that export is gone, and then frees it on the buffer's stream: that stream
+  // waits for last_use first, ordered before memory_ is given up so that a failure keeps it.
+  const bool still_held = memory_.use_count() != 1;
+  if (owned_ && still_held && given_stream && device_ != kHost) {
+    order_after(memory_->stream(), stream, device_);
+  }
+  std::shared_ptr<Buffer> memory = std::move(memory_);
+  if (!owned_ || still_held) return;
   py::gil_scoped_release released;
   if (given_stream) {
     memory->release(stream);
@@ -153,7 +158,9 @@ void bind_buffer(py::module_& module) {
                              "the address: in this process (host) or on the device (CUDA)")
       .def("release", &shared_buffer::release, py::arg("stream") = py::none(),
            "Lets go of the memory after the work queued on stream (default: the buffer's); "
-           "tensors and views made from it keep it until they are gone. Once "
+           "tensors and views made from it keep it until they are gone, and CUDA memory is "
+           "then freed after the work queued on stream too (an event: the host never "
+           "waits). Once "
            "__cuda_array_interface__ has been read, the Buffer object keeps it until the "
            "object is deallocated: its consumers (CuPy, Numba) hold the object, not the "
            "memory.")

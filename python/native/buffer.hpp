@@ -27,7 +27,10 @@ class shared_buffer {
   const std::shared_ptr<Buffer>& memory() const;
   /// @brief Lets go of this object's reference: when no export holds the memory, at once,
   /// after the work queued on @p last_use (None: the buffer's stream), reporting failure;
-  /// else the last export lets go of it later, after the work queued on the buffer's stream.
+  /// else the last export lets go of it later, after the work queued on the buffer's stream,
+  /// which for CUDA memory first waits (an event, no host wait) for the work queued so far
+  /// on @p last_use.
+  /// @throws Error(cuda_error) when that wait cannot be queued; the buffer stays unreleased.
   void release(pybind11::handle last_use);
   bool released() const noexcept { return memory_ == nullptr; }
   /// @brief Keeps the memory until this object is deallocated, release() notwithstanding: for

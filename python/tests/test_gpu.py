@@ -141,6 +141,34 @@ def test_the_dlpack_stream_orders_the_consumer_after_the_producer_without_a_host
     assert bool((seen == 7).all()), "the consumer ran before the producer's write"
 
 
+def test_releasing_a_held_buffer_on_a_stream_orders_its_later_free_after_that_stream(
+    cuda_client,
+):
+    torch = torch_on_a_gpu()
+    if not hasattr(torch.cuda, "_sleep"):
+        pytest.skip("this PyTorch has no torch.cuda._sleep to keep a stream busy")
+    buffer_stream = torch.cuda.Stream(device=0)
+    last_use = torch.cuda.Stream(device=0)
+    in_use = cuda_pool(cuda_client)["bytes_in_use"]
+    buffer = cuda_client.allocate(SIZE, device=0, stream=buffer_stream)
+    tensor = torch.from_dlpack(buffer)  # holds the memory past release()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(last_use):
+        torch.cuda._sleep(2_000_000_000)  # about a second of GPU time before the last use
+        tensor.fill_(5)
+    buffer.release(stream=last_use)
+    # The tensor's memory is freed later on the buffer's stream: work queued there from now on
+    # must wait for the last use.
+    after_release = torch.cuda.Event()
+    after_release.record(buffer_stream)
+    assert not last_use.query(), "the host waited for the last use"
+    assert not after_release.query(), "the buffer's stream does not wait for the last use"
+    after_release.synchronize()
+    assert last_use.query()
+    del tensor
+    assert support.wait_until(lambda: cuda_pool(cuda_client)["bytes_in_use"] == in_use, 5)
+
+
 def test_a_stream_ordered_lock_from_torch_streams_counts_exactly_across_three_processes(
     cuda_client,
 ):
