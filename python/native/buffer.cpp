@@ -42,14 +42,24 @@ Stream shared_buffer::stream() const {
   return memory()->stream();
 }
 
+void shared_buffer::hold_until_deallocated() {
+  held_until_deallocated_ = memory();
+}
+
 void shared_buffer::release(py::handle last_use) {
   if (memory_ == nullptr) return;
   const bool given_stream = !last_use.is_none();
   const Stream stream = given_stream ? stream_from(last_use) : nullptr;
-  std::shared_ptr<Buffer> memory = std::move(memory_);
   // Only the sole holder of memory it owns lets go now; an export still holding it (a tensor
-  // made through DLPack, a memoryview) keeps it until that export is gone.
-  if (!owned_ || memory.use_count() != 1) return;
+  // made through DLPack, a memoryview, this object for __cuda_array_interface__ consumers)
+  // keeps it until that export is gone, and then frees it on the buffer's stream: that stream
+  // waits for last_use first, ordered before memory_ is given up so that a failure keeps it.
+  const bool still_held = memory_.use_count() != 1;
+  if (owned_ && still_held && given_stream && device_ != kHost) {
+    order_after(memory_->stream(), stream, device_);
+  }
+  std::shared_ptr<Buffer> memory = std::move(memory_);
+  if (!owned_ || still_held) return;
   py::gil_scoped_release released;
   if (given_stream) {
     memory->release(stream);
@@ -73,12 +83,15 @@ std::string describe(const shared_buffer& buffer) {
   return text + ">";
 }
 
-py::dict cuda_array_interface(const shared_buffer& buffer) {
+// CuPy and Numba keep a reference to the object that gave them the interface, not to the
+// memory: this object holds the memory for them until it is deallocated.
+py::dict cuda_array_interface(shared_buffer& buffer) {
   if (buffer.device() == kHost) {
     throw py::attribute_error(
         "__cuda_array_interface__: a host buffer is not CUDA memory (use the buffer protocol "
         "or DLPack)");
   }
+  buffer.hold_until_deallocated();
   py::dict interface;
   interface["shape"] = py::make_tuple(buffer.size());
   interface["typestr"] = "|u1";
@@ -145,14 +158,21 @@ void bind_buffer(py::module_& module) {
                              "the address: in this process (host) or on the device (CUDA)")
       .def("release", &shared_buffer::release, py::arg("stream") = py::none(),
            "Lets go of the memory after the work queued on stream (default: the buffer's); "
-           "tensors and views made from it keep it until they are gone.")
+           "tensors and views made from it keep it until they are gone, and CUDA memory is "
+           "then freed after the work queued on stream too (an event: the host never "
+           "waits). Once "
+           "__cuda_array_interface__ has been read, the Buffer object keeps it until the "
+           "object is deallocated: its consumers (CuPy, Numba) hold the object, not the "
+           "memory.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](shared_buffer& buffer, py::args) { buffer.release(py::none()); })
       .def("__dlpack__", &dlpack_capsule, py::arg("stream") = py::none(), py::kw_only(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
            py::arg("copy") = py::none())
       .def("__dlpack_device__", &dlpack_device)
-      .def_property_readonly("__cuda_array_interface__", &cuda_array_interface)
+      .def_property_readonly("__cuda_array_interface__", &cuda_array_interface,
+                             "CUDA buffers. Reading it makes this object hold the memory "
+                             "until it is deallocated, release() notwithstanding.")
       .def("__repr__", &describe);
 }
 

@@ -14,6 +14,8 @@ import pytest
 
 import support
 
+pytest_plugins = ["skip_reporting"]
+
 try:
     import gpumem
 except ImportError:  # not installed: the package staged in the default build folder

@@ -91,6 +91,24 @@ def test_cupy_reads_a_buffer_another_process_wrote(cuda_client, writer):
             assert support.first_mismatch(cupy.asnumpy(array), 22) == SIZE
 
 
+def test_cupy_reads_through_the_array_interface_after_the_buffer_is_released(cuda_client):
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    in_use = cuda_pool(cuda_client)["bytes_in_use"]
+    with cuda_client.allocate(SIZE, device=0) as buffer:
+        array = cupy.asarray(buffer)  # __cuda_array_interface__: CuPy holds the Buffer object
+        array[:] = cupy.asarray(support.pattern(SIZE, 25))
+    assert buffer.released
+    with pytest.raises(BufferError):
+        buffer.__cuda_array_interface__
+    del buffer
+    gc.collect()
+    assert cuda_pool(cuda_client)["bytes_in_use"] == in_use + SIZE
+    assert support.first_mismatch(cupy.asnumpy(array), 25) == SIZE
+    del array
+    gc.collect()
+    assert support.wait_until(lambda: cuda_pool(cuda_client)["bytes_in_use"] == in_use, 5)
+
+
 @pytest.mark.parametrize("writer", WRITERS)
 def test_jax_reads_a_buffer_another_process_wrote(cuda_client, writer):
     if importlib.util.find_spec("jax") is None:
@@ -121,6 +139,34 @@ def test_the_dlpack_stream_orders_the_consumer_after_the_producer_without_a_host
     assert not producer.query(), "the host waited for the producer"
     consumer.synchronize()
     assert bool((seen == 7).all()), "the consumer ran before the producer's write"
+
+
+def test_releasing_a_held_buffer_on_a_stream_orders_its_later_free_after_that_stream(
+    cuda_client,
+):
+    torch = torch_on_a_gpu()
+    if not hasattr(torch.cuda, "_sleep"):
+        pytest.skip("this PyTorch has no torch.cuda._sleep to keep a stream busy")
+    buffer_stream = torch.cuda.Stream(device=0)
+    last_use = torch.cuda.Stream(device=0)
+    in_use = cuda_pool(cuda_client)["bytes_in_use"]
+    buffer = cuda_client.allocate(SIZE, device=0, stream=buffer_stream)
+    tensor = torch.from_dlpack(buffer)  # holds the memory past release()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(last_use):
+        torch.cuda._sleep(2_000_000_000)  # about a second of GPU time before the last use
+        tensor.fill_(5)
+    buffer.release(stream=last_use)
+    # The tensor's memory is freed later on the buffer's stream: work queued there from now on
+    # must wait for the last use.
+    after_release = torch.cuda.Event()
+    after_release.record(buffer_stream)
+    assert not last_use.query(), "the host waited for the last use"
+    assert not after_release.query(), "the buffer's stream does not wait for the last use"
+    after_release.synchronize()
+    assert last_use.query()
+    del tensor
+    assert support.wait_until(lambda: cuda_pool(cuda_client)["bytes_in_use"] == in_use, 5)
 
 
 def test_a_stream_ordered_lock_from_torch_streams_counts_exactly_across_three_processes(

@@ -52,16 +52,28 @@ def test_acquire_reports_a_dead_holder_and_a_timeout(daemon, client):
     assert client.sync_objects()[0]["state"] == "free"
 
 
-def blocked_wait_lets_other_threads_run(wait) -> None:
+def blocked_wait_lets_other_threads_run(wait, lasting: float):
+    """Runs wait(), which blocks for about `lasting` seconds, on another thread and returns what
+    it returned. A wait that kept the GIL would keep this thread from waking from its short
+    sleep until the wait was over; one that lets the GIL go lets it wake at once."""
+    times = {}
     results = []
-    waiter = threading.Thread(target=lambda: results.append(wait()))
+
+    def waiter_body():
+        times["began"] = time.monotonic()
+        results.append(wait())
+        times["ended"] = time.monotonic()
+
+    waiter = threading.Thread(target=waiter_body)
     waiter.start()
-    # Sleeping gives the GIL to the waiter; getting it back needs the waiter to let it go while
-    # it waits, which lasts 2 s.
     time.sleep(0.2)
-    assert sum(range(100_000)) > 0
-    assert waiter.is_alive(), "this thread ran only once the wait was over"
+    woke = time.monotonic()
     waiter.join()
+    assert times["ended"] - times["began"] > 0.75 * lasting, "the wait did not block"
+    assert woke < times["ended"] - lasting / 2, (
+        f"this thread woke {woke - times['began']:.2f} s into a wait of "
+        f"{times['ended'] - times['began']:.2f} s: the wait held the GIL"
+    )
     return results[0]
 
 
@@ -69,14 +81,16 @@ def test_a_thread_blocked_on_a_lock_lets_other_threads_run(daemon, client):
     lock = client.lock("busy")
     with support.cpp_peer("lock-hold", "busy") as holder:
         assert holder.line() == "held"
-        status = blocked_wait_lets_other_threads_run(lambda: lock.acquire(timeout=2))
+        status = blocked_wait_lets_other_threads_run(lambda: lock.acquire(timeout=2), lasting=2)
     assert status == gpumem.Acquired.timeout
 
 
 def test_a_thread_blocked_on_a_barrier_lets_other_threads_run(daemon, client):
     barrier = client.barrier("stage", 2)
     token = barrier.arrive()
-    status = blocked_wait_lets_other_threads_run(lambda: barrier.wait(token, timeout=2))
+    status = blocked_wait_lets_other_threads_run(
+        lambda: barrier.wait(token, timeout=2), lasting=2
+    )
     assert status == gpumem.BarrierStatus.timeout
 
 
