@@ -1,5 +1,7 @@
 #include "books.hpp"
 
+#include <unistd.h>
+
 namespace gpumem::daemon {
 
 namespace {
@@ -10,10 +12,18 @@ std::uint64_t milliseconds_since(std::chrono::steady_clock::time_point then) {
 }
 }  // namespace
 
-books::books(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools,
-             reservation_maker make_reservation, signal_page_maker make_signal_page)
-    : memory(rows, config, std::move(pools), std::move(make_reservation)),
-      sync(rows, std::move(make_signal_page)) {}
+books::books(const daemon_config& config, pool_maker make_pool, reservation_maker make_reservation,
+             signal_page_maker make_signal_page)
+    // The socket is made by this process, so its group is the daemon's group.
+    : access(config.access, ::geteuid(), ::getegid()),
+      quotas(config.quotas),
+      memory(rows, access, quotas, config, std::move(make_pool), std::move(make_reservation)),
+      sync(rows, access, quotas, std::move(make_signal_page)) {}
+
+void books::check_connection(client_id client) const {
+  access.check_connect(rows.client(client).who);
+  quotas.check_connection(rows, client);
+}
 
 void books::remove_client(client_id client) noexcept {
   rows.remove_client(client, [&](object_id id, const object_row& row) {
@@ -43,9 +53,12 @@ proto::stats_reply books::stats() const {
   return reply;
 }
 
-proto::client_list_reply books::list_clients(client_id after) const {
+proto::client_list_reply books::list_clients(client_id asker, client_id after) const {
+  const credentials& who = rows.client(asker).who;
   return rows.client_page<proto::client_record>(
-      after, memory_book::kPageSize, [&](client_id id, const client_row& entry) {
+      after, memory_book::kPageSize,
+      [&](const client_row& entry) { return access.may_see_client(who, entry.who); },
+      [&](client_id id, const client_row& entry) {
         const holdings allocations = rows.holdings_of(id)[object_family::allocation];
         proto::client_record record{};
         record.client_id = id;

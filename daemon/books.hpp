@@ -19,11 +19,16 @@ namespace gpumem::daemon {
 
 class books {
  public:
+  /// @param config with its pools resolved (resolve_pools).
   /// @param make_reservation, make_signal_page empty when CUDA is unavailable.
-  books(const daemon_config& config, std::vector<std::unique_ptr<pool>> pools,
-        reservation_maker make_reservation = {}, signal_page_maker make_signal_page = {});
+  /// @throws config_error when a configured pool cannot be made.
+  books(const daemon_config& config, pool_maker make_pool, reservation_maker make_reservation = {},
+        signal_page_maker make_signal_page = {});
 
   client_id add_client(const credentials& who) { return rows.add_client(who); }
+  /// @brief The policy's say on a new connection, once it is in the ledger.
+  /// @throws request_error(permission_denied, quota_exceeded)
+  void check_connection(client_id client) const;
   /// @brief Lets go of everything the client held; what others still hold survives.
   void remove_client(client_id client) noexcept;
   /// @brief Whether the client holds what must outlive its connection while its process
@@ -31,9 +36,13 @@ class books {
   bool holds_process_state(client_id client) const;
 
   proto::stats_reply stats() const;
-  proto::client_list_reply list_clients(client_id after) const;
+  /// @brief The clients @p asker may see: its own uid's, or all for an administrator.
+  proto::client_list_reply list_clients(client_id asker, client_id after) const;
 
-  ledger rows;  // first: the books below refer to it
+  // Declared in this order: the books below refer to the ledger and the policies.
+  access_policy access;
+  quota_policy quotas;
+  ledger rows;
   memory_book memory;
   sync_book sync;
 

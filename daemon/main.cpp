@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     boost::asio::io_context io(1);
-    books state(config, make_pools(config), make_reservation_maker(), make_signal_page_maker());
+    config.pools = resolve_pools(config);
+    books state(config, make_pool_maker(), make_reservation_maker(), make_signal_page_maker());
     server listener(io, config, state);
     listener.run();
     return 0;

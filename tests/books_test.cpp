@@ -24,15 +24,17 @@ errc code_of(const std::function<void()>& work) {
   return errc::ok;
 }
 
+std::unique_ptr<pool> host_pools(std::uint32_t id, const pool_config& config) {
+  return std::make_unique<host_pool>(id, config);
+}
+
 class Books : public ::testing::Test {
  protected:
   static books make(bool across_users = false) {
     daemon_config config = embedded_default_config();
-    config.open_across_users = across_users;
+    config.access.default_mode = across_users ? 0666 : 0600;
     config.pools[0].size = 4 << 20;
-    std::vector<std::unique_ptr<pool>> pools;
-    pools.push_back(std::make_unique<host_pool>(0, config.pools[0]));
-    return books(config, std::move(pools));
+    return books(config, host_pools);
   }
   static proto::allocate_request request(std::uint64_t size, std::string_view name = {}) {
     proto::allocate_request r{};
@@ -50,8 +52,8 @@ class Books : public ::testing::Test {
   std::uint64_t in_use() const { return book.stats().records.at(0).bytes_in_use; }
 
   books book = make();
-  std::uint64_t owner = book.add_client({100, 1000, 1000});
-  std::uint64_t reader = book.add_client({101, 1000, 1000});
+  std::uint64_t owner = book.add_client({100, 1000, 1000, {}});
+  std::uint64_t reader = book.add_client({101, 1000, 1000, {}});
 };
 
 TEST_F(Books, NamedAllocationIsSharedAndFreedWhenTheLastHolderLetsGo) {
@@ -62,7 +64,7 @@ TEST_F(Books, NamedAllocationIsSharedAndFreedWhenTheLastHolderLetsGo) {
   EXPECT_EQ(in_use(), 5000u);
   book.memory.release(owner, release_of(made.alloc_id));
   EXPECT_EQ(in_use(), 5000u);
-  EXPECT_EQ(book.memory.list_allocations(0).records.at(0).owner_client_id, 0u);
+  EXPECT_EQ(book.memory.list_allocations(owner, 0).records.at(0).owner_client_id, 0u);
   // The name lives as long as the memory does.
   EXPECT_EQ(book.memory.open(owner, open_request("frames")).alloc_id, made.alloc_id);
   book.memory.release(owner, release_of(made.alloc_id));
@@ -113,15 +115,14 @@ TEST_F(Books, ADeathWalksTheClientsLedgerOnceThroughEveryBook) {
   const auto next = sync::host_lock(cell, reader_slot).try_acquire();
   ASSERT_TRUE(next);
   EXPECT_EQ(next->status, sync::acquire_status::acquired_owner_died);
-  const auto listed = book.sync.list(0);
+  const auto listed = book.sync.list(reader, 0);
   ASSERT_EQ(listed.records.size(), 1u);
   EXPECT_EQ(listed.records[0].attached, 1u);
   EXPECT_EQ(listed.records[0].owner_deaths, 1u);
-  EXPECT_EQ(book.sync.attach(book.add_client({102, 1000, 1000})), owner_slot)
+  EXPECT_EQ(book.sync.attach(book.add_client({102, 1000, 1000, {}})), owner_slot)
       << "the dead client's slot is free again";
   book.remove_client(reader);
-  EXPECT_EQ(book.sync.list(0).records.size(), 0u) << "the lock goes with its last holder";
-  EXPECT_EQ(book.rows.count(object_family::sync), 0u);
+  EXPECT_EQ(book.rows.count(object_family::sync), 0u) << "the lock goes with its last holder";
   EXPECT_EQ(in_use(), 0u);
   ::munmap(page, sync::kHostPageSize);
 }
@@ -140,7 +141,7 @@ TEST_F(Books, BadRequestsAreClearErrorsThatChangeNothing) {
   EXPECT_EQ(code_of([&] { book.memory.allocate(reader, other_pool); }), errc::not_found);
   EXPECT_EQ(code_of([&] { book.memory.release(reader, release_of(12345)); }), errc::not_found);
   EXPECT_EQ(code_of([&] { book.memory.open(reader, open_request("missing")); }), errc::not_found);
-  EXPECT_EQ(code_of([&] { book.memory.find_pool(9); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { book.memory.pool_for(reader, 9); }), errc::not_found);
   const auto after = book.stats().records.at(0);
   EXPECT_EQ(before.bytes_in_use, after.bytes_in_use);
   EXPECT_EQ(before.allocations, after.allocations);
@@ -154,15 +155,15 @@ TEST_F(Books, AClientCannotReleaseWhatOnlyAnotherHolds) {
 }
 
 TEST_F(Books, OpeningAnotherUsersAllocationNeedsTheSwitch) {
-  const auto stranger = book.add_client({200, 2000, 2000});
-  const auto root = book.add_client({201, 0, 0});
+  const auto stranger = book.add_client({200, 2000, 2000, {}});
+  const auto root = book.add_client({201, 0, 0, {}});
   book.memory.allocate(owner, request(4096, "private"));
   EXPECT_EQ(code_of([&] { book.memory.open(stranger, open_request("private")); }),
             errc::permission_denied);
   EXPECT_EQ(code_of([&] { book.memory.open(root, open_request("private")); }), errc::ok);
   books open_books = make(true);
-  const auto a = open_books.add_client({1, 1000, 1000});
-  const auto b = open_books.add_client({2, 2000, 2000});
+  const auto a = open_books.add_client({1, 1000, 1000, {}});
+  const auto b = open_books.add_client({2, 2000, 2000, {}});
   open_books.memory.allocate(a, request(4096, "private"));
   EXPECT_EQ(code_of([&] { open_books.memory.open(b, open_request("private")); }), errc::ok);
 }
@@ -170,13 +171,13 @@ TEST_F(Books, OpeningAnotherUsersAllocationNeedsTheSwitch) {
 TEST_F(Books, ListsPageThroughEverything) {
   for (std::size_t i = 0; i < memory_book::kPageSize + 10; ++i)
     book.memory.allocate(owner, request(1));
-  const auto first = book.memory.list_allocations(0);
+  const auto first = book.memory.list_allocations(owner, 0);
   EXPECT_EQ(first.records.size(), memory_book::kPageSize);
   EXPECT_EQ(first.head.more, 1u);
-  const auto second = book.memory.list_allocations(first.records.back().alloc_id);
+  const auto second = book.memory.list_allocations(owner, first.records.back().alloc_id);
   EXPECT_EQ(second.records.size(), 10u);
   EXPECT_EQ(second.head.more, 0u);
-  const auto clients = book.list_clients(0);
+  const auto clients = book.list_clients(owner, 0);
   ASSERT_EQ(clients.records.size(), 2u);
   EXPECT_EQ(clients.records[0].allocations_owned, memory_book::kPageSize + 10);
   EXPECT_EQ(clients.records[0].bytes_owned, memory_book::kPageSize + 10);
@@ -246,11 +247,11 @@ class Reservations : public ::testing::Test {
 
   int live = 0;
   daemon_config config = embedded_default_config();
-  books book{config, {}, [this](std::int32_t, std::uint64_t max) {
+  books book{config, host_pools, [this](std::int32_t, std::uint64_t max) {
                return std::make_unique<fake_reservation>(max, live);
              }};
-  std::uint64_t owner = book.add_client({100, 1000, 1000});
-  std::uint64_t reader = book.add_client({101, 1000, 1000});
+  std::uint64_t owner = book.add_client({100, 1000, 1000, {}});
+  std::uint64_t reader = book.add_client({101, 1000, 1000, {}});
 };
 
 TEST_F(Reservations, ASharedReservationGrowsShrinksAndGoesWithItsLastHolder) {
@@ -261,7 +262,7 @@ TEST_F(Reservations, ASharedReservationGrowsShrinksAndGoesWithItsLastHolder) {
   EXPECT_EQ(opened.access, proto::access_mode::read_only);
   EXPECT_EQ(book.memory.resize_reservation(owner, {made.reservation_id, 10 << 20}).committed,
             10u << 20);
-  const auto listed = book.memory.list_reservations(0);
+  const auto listed = book.memory.list_reservations(owner, 0);
   ASSERT_EQ(listed.records.size(), 1u);
   EXPECT_EQ(listed.records[0].committed, 10u << 20);
   EXPECT_EQ(listed.records[0].holders, 2u);
@@ -296,7 +297,7 @@ TEST_F(Reservations, OnlyTheOwnerResizesAndBadRequestsChangeNothing) {
             errc::already_exists);
   EXPECT_EQ(code_of([&] { book.memory.reserve(reader, request(4ull << 30, 2ull << 30)); }),
             errc::out_of_memory);
-  const auto stranger = book.add_client({102, 1000, 1000});
+  const auto stranger = book.add_client({102, 1000, 1000, {}});
   std::vector<int> fds;
   EXPECT_EQ(code_of([&] {
               book.memory.chunks(stranger, {made.reservation_id, 0, 0}, fds);
@@ -329,8 +330,8 @@ TEST_F(Reservations, ChunkPagesStopAtTheDescriptorLimit) {
 }
 
 TEST(ReservationsWithoutCuda, AreRefusedClearly) {
-  books book(embedded_default_config(), {});
-  const auto client = book.add_client({1, 1, 1});
+  books book(embedded_default_config(), host_pools);
+  const auto client = book.add_client({1, 1, 1, {}});
   proto::reserve_request r{1 << 20, 0, 0, 0, {}};
   try {
     book.memory.reserve(client, r);

@@ -85,7 +85,7 @@ TEST(EmbeddedDefault, SetsEveryTopLevelKeyToItsDocumentedDefault) {
   EXPECT_EQ(config.socket_path, "");
   EXPECT_EQ(config.socket_mode, 0600u);
   EXPECT_EQ(config.log_level, "info");
-  EXPECT_FALSE(config.open_across_users);
+  EXPECT_EQ(config.access.default_mode, 0600u);
   EXPECT_EQ(config.max_output_bytes, 4u << 20);
 }
 
@@ -125,7 +125,7 @@ pools:
   EXPECT_EQ(config.socket_path, "/tmp/x.sock");
   EXPECT_EQ(config.socket_mode, 0660u);
   EXPECT_EQ(config.log_level, "debug");
-  EXPECT_TRUE(config.open_across_users);
+  EXPECT_EQ(config.access.default_mode, 0666u);
   EXPECT_EQ(config.max_output_bytes, 1u << 20);
   ASSERT_EQ(config.pools.size(), 2u);
   EXPECT_EQ(config.pools[1].device, 0);

@@ -12,9 +12,9 @@ namespace {
 class Ledger : public ::testing::Test {
  protected:
   ledger rows;
-  client_id alice = rows.add_client({10, 1000, 1000});
-  client_id alice_too = rows.add_client({11, 1000, 1000});
-  client_id bob = rows.add_client({20, 2000, 2000});
+  client_id alice = rows.add_client({10, 1000, 1000, {}});
+  client_id alice_too = rows.add_client({11, 1000, 1000, {}});
+  client_id bob = rows.add_client({20, 2000, 2000, {}});
 };
 
 TEST_F(Ledger, NamesAreUniqueWithinAFamilyOnly) {
@@ -110,11 +110,13 @@ TEST_F(Ledger, PagesListOneFamilyInIdOrder) {
     locks.push_back(rows.add(object_kind::lock, "l" + std::to_string(i), alice, 0));
   }
   auto record_of = [](object_id id, const object_row&) { return proto::list_request{id}; };
-  const auto first = rows.page<proto::list_request>(object_family::sync, 0, 3, record_of);
+  auto every = [](const object_row&) { return true; };
+  const auto first = rows.page<proto::list_request>(object_family::sync, 0, 3, every, record_of);
   ASSERT_EQ(first.records.size(), 3u);
   EXPECT_EQ(first.head.more, 1u);
   EXPECT_EQ(first.records[2].after_id, locks[2]);
-  const auto rest = rows.page<proto::list_request>(object_family::sync, locks[2], 3, record_of);
+  const auto rest =
+      rows.page<proto::list_request>(object_family::sync, locks[2], 3, every, record_of);
   ASSERT_EQ(rest.records.size(), 2u);
   EXPECT_EQ(rest.head.more, 0u);
   EXPECT_EQ(rest.records[1].after_id, locks[4]);

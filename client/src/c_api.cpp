@@ -13,7 +13,7 @@ struct gpumem_buffer {
 namespace {
 thread_local std::string last_error;
 
-static_assert(GPUMEM_NO_PARTY_LEFT == static_cast<int>(gpumem::errc::no_party_left),
+static_assert(GPUMEM_QUOTA_EXCEEDED == static_cast<int>(gpumem::errc::quota_exceeded),
               "gpumem.h and the protocol's status table disagree");
 
 template <class Work>

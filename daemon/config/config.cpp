@@ -1,5 +1,7 @@
 #include "config/config.hpp"
 
+#include <grp.h>
+#include <pwd.h>
 #include <spdlog/common.h>
 #include <yaml-cpp/yaml.h>
 
@@ -46,6 +48,18 @@ constexpr bool reads_as(value_type type) {
       return std::is_same_v<Value, std::vector<std::int32_t>>;
     case value_type::pools:
       return std::is_same_v<Value, std::vector<pool_config>>;
+    case value_type::users:
+    case value_type::groups:
+      return std::is_same_v<Value, std::vector<uid_t>>;
+    case value_type::group:
+      return std::is_same_v<Value, std::optional<gid_t>>;
+    case value_type::size_limit:
+    case value_type::count_limit:
+      return std::is_same_v<Value, std::optional<std::uint64_t>>;
+    case value_type::access:
+      return std::is_same_v<Value, access_config>;
+    case value_type::quotas:
+      return std::is_same_v<Value, quota_config>;
   }
   return false;
 }
@@ -73,6 +87,8 @@ constexpr bool every_row_lands_what_it_reads(std::span<const config_key<Config>>
 }
 static_assert(every_row_lands_what_it_reads<daemon_config>(kDaemonKeys));
 static_assert(every_row_lands_what_it_reads<pool_config>(kPoolKeys));
+static_assert(every_row_lands_what_it_reads<access_config>(kAccessKeys));
+static_assert(every_row_lands_what_it_reads<quota_limits>(kQuotaKeys));
 
 /// Where a value sits, for errors: "gpumemd.yaml: pools[0].size".
 struct location {
@@ -167,6 +183,55 @@ std::vector<std::int32_t> read_cuda_devices(const YAML::Node& node, const locati
 }
 
 std::vector<pool_config> read_pools(const YAML::Node& node, const location& where);
+access_config read_access(const YAML::Node& node, const location& where);
+quota_config read_quotas(const YAML::Node& node, const location& where);
+
+/// A user or group by name or number: "alice", "1001".
+std::optional<std::uint32_t> account_number(const std::string& text, bool group) {
+  if (!text.empty() && text.size() < 10 && std::all_of(text.begin(), text.end(), ::isdigit)) {
+    return static_cast<std::uint32_t>(std::stoul(text));
+  }
+  if (group) {
+    if (const ::group* found = ::getgrnam(text.c_str())) return found->gr_gid;
+  } else if (const ::passwd* found = ::getpwnam(text.c_str())) {
+    return found->pw_uid;
+  }
+  return std::nullopt;
+}
+
+std::uint32_t read_account(bool group, const YAML::Node& node, const location& where) {
+  const auto text = read_scalar(node, where);
+  if (const auto number = account_number(text, group)) return *number;
+  fail(where, "'" + text +
+                  (group ? "' is no group of this machine (a name or a gid)"
+                         : "' is no user of this machine (a name or a uid)"));
+}
+
+std::vector<uid_t> read_accounts(value_type type, const YAML::Node& node, const location& where) {
+  const bool group = type == value_type::groups;
+  if (!node.IsSequence()) fail(where, group ? "is a list of groups" : "is a list of users");
+  std::vector<uid_t> ids;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    ids.push_back(read_account(group, node[i], where.element(i)));
+  }
+  return ids;
+}
+
+std::optional<gid_t> read_group(const YAML::Node& node, const location& where) {
+  if (node.IsScalar() && node.Scalar().empty()) return std::nullopt;
+  return read_account(true, node, where);
+}
+
+std::optional<std::uint64_t> read_limit(value_type type, const YAML::Node& node,
+                                        const location& where) {
+  const auto text = read_scalar(node, where);
+  if (text == "unlimited") return std::nullopt;
+  if (type == value_type::size_limit) return read_size(value_type::size, node, where);
+  if (!text.empty() && text.size() < 20 && std::all_of(text.begin(), text.end(), ::isdigit)) {
+    return std::stoull(text);
+  }
+  fail(where, "'" + text + "' is not a count (a whole number, or unlimited)");
+}
 
 template <class Value>
 Value read_value(value_type type, const YAML::Node& node, const location& where) {
@@ -182,6 +247,16 @@ Value read_value(value_type type, const YAML::Node& node, const location& where)
     return read_device(node, where);
   } else if constexpr (std::is_same_v<Value, std::vector<std::int32_t>>) {
     return read_cuda_devices(node, where);
+  } else if constexpr (std::is_same_v<Value, std::vector<uid_t>>) {
+    return read_accounts(type, node, where);
+  } else if constexpr (std::is_same_v<Value, std::optional<gid_t>>) {
+    return read_group(node, where);
+  } else if constexpr (std::is_same_v<Value, std::optional<std::uint64_t>>) {
+    return read_limit(type, node, where);
+  } else if constexpr (std::is_same_v<Value, access_config>) {
+    return read_access(node, where);
+  } else if constexpr (std::is_same_v<Value, quota_config>) {
+    return read_quotas(node, where);
   } else {
     static_assert(std::is_same_v<Value, std::vector<pool_config>>);
     return read_pools(node, where);
@@ -241,6 +316,61 @@ std::vector<pool_config> read_pools(const YAML::Node& node, const location& wher
     }
   }
   return pools;
+}
+
+access_config read_access(const YAML::Node& node, const location& where) {
+  if (!node.IsMap()) fail(where, "is a map with the keys connect_users, connect_groups, ...");
+  access_config access;
+  read_map<access_config>(node, kAccessKeys, where, access);
+  return access;
+}
+
+std::string_view default_quotas_yaml() {
+  for (const auto& row : kDaemonKeys) {
+    if (row.type == value_type::quotas) return row.default_value;
+  }
+  return {};
+}
+
+quota_config read_quotas(const YAML::Node& node, const location& where) {
+  if (!node.IsMap()) fail(where, "is a map of entries: default, client, uid:N, group:NAME, ...");
+  quota_config quotas;
+  if (!node["default"]) {
+    quotas =
+        read_quotas(YAML::Load(std::string(default_quotas_yaml())), {"the default quotas", ""});
+  }
+  for (const auto& item : node) {
+    const auto key = item.first.as<std::string>();
+    const location entry = where.key(key);
+    if (!item.second.IsMap()) fail(entry, "a quota is a map with the keys bytes, allocations, ...");
+    quota_limits limits;
+    read_map<quota_limits>(item.second, kQuotaKeys, entry, limits);
+    const auto colon = key.find(':');
+    const std::string prefix = key.substr(0, colon);
+    const std::string who = colon == std::string::npos ? "" : key.substr(colon + 1);
+    const bool numeric_only = prefix == "uid" || prefix == "gid";
+    const auto number = [&](bool group) {
+      const auto found = account_number(who, group);
+      if (!found || (numeric_only && !std::all_of(who.begin(), who.end(), ::isdigit))) {
+        fail(entry, "'" + who + "' is no " + (group ? "group" : "user") + " of this machine");
+      }
+      return *found;
+    };
+    bool fresh = true;
+    if (key == "default") {
+      quotas.per_uid = limits;
+    } else if (key == "client") {
+      quotas.per_client = limits;
+    } else if (prefix == "uid" || prefix == "user") {
+      fresh = quotas.uids.emplace(number(false), limits).second;
+    } else if (prefix == "gid" || prefix == "group") {
+      fresh = quotas.gids.emplace(number(true), limits).second;
+    } else {
+      fail(entry, "is not an entry (default, client, uid:N, user:NAME, gid:N, group:NAME)");
+    }
+    if (!fresh) fail(entry, "names an account another entry names too");
+  }
+  return quotas;
 }
 
 daemon_config read_config(const YAML::Node& root, const location& where) {

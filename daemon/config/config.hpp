@@ -11,6 +11,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -32,14 +34,47 @@ struct pool_config {
   friend bool operator==(const pool_config&, const pool_config&) = default;
 };
 
+/// Who may connect, the mode of objects whose creator gives none, and who operates. uids and
+/// gids are resolved from names when the file is read.
+struct access_config {
+  /// Besides root, the daemon's own uid and members of the socket's group.
+  std::vector<uid_t> connect_users;
+  std::vector<gid_t> connect_groups;
+  /// Members may list every object and client and reset any lock or barrier; root always may.
+  std::optional<gid_t> admin_group;
+  /// Permission bits (rw for owner, group, others) of an object whose creator gives none.
+  mode_t default_mode = 0600;
+
+  friend bool operator==(const access_config&, const access_config&) = default;
+};
+
+/// Limits of one quota entry; nullopt: no limit from this entry.
+struct quota_limits {
+  std::optional<std::uint64_t> bytes;        ///< per device kind: host memory and GPU memory apart
+  std::optional<std::uint64_t> allocations;  ///< allocations and reservations owned
+  std::optional<std::uint64_t> sync_objects;
+  std::optional<std::uint64_t> connections;
+
+  friend bool operator==(const quota_limits&, const quota_limits&) = default;
+};
+
+struct quota_config {
+  quota_limits per_uid;                ///< `default`: every uid without an entry of its own
+  quota_limits per_client;             ///< `client`: each connection
+  std::map<uid_t, quota_limits> uids;  ///< `uid:N` / `user:NAME`; unset fields: per_uid's
+  std::map<gid_t, quota_limits> gids;  ///< `group:NAME` / `gid:N`: what the group's uids own
+
+  friend bool operator==(const quota_config&, const quota_config&) = default;
+};
+
 /// The whole configuration. Its defaults live in kDaemonKeys: start from
 /// embedded_default_config() or load_config_file(), not from a default-constructed value.
 struct daemon_config {
   std::string socket_path;  ///< empty: the default rules of socket_path.hpp
   mode_t socket_mode = 0;
   std::string log_level;
-  /// Whether a client may open a named allocation that a client of another uid created.
-  bool open_across_users = false;
+  access_config access;
+  quota_config quotas;
   /// Replies queued for a client that does not read them, before it is disconnected.
   std::uint64_t max_output_bytes = 0;
   std::vector<pool_config> pools;

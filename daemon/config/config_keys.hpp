@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -29,6 +30,14 @@ enum class value_type {
   device,        ///< std::int32_t: host (proto::kHostDevice) or a CUDA device number
   cuda_devices,  ///< std::vector<std::int32_t>: a list of CUDA device numbers
   pools,         ///< std::vector<pool_config>: a list of maps with the keys of kPoolKeys
+  users,         ///< std::vector<uid_t>: a list of user names or uids
+  groups,        ///< std::vector<gid_t>: a list of group names or gids
+  group,         ///< std::optional<gid_t>: a group name or gid; "" for none
+  size_limit,    ///< std::optional<std::uint64_t>: a size, or unlimited
+  count_limit,   ///< std::optional<std::uint64_t>: a count, or unlimited
+  access,        ///< access_config: a map with the keys of kAccessKeys
+  quotas,        ///< quota_config: entries (default, client, uid:N, user:NAME, group:NAME,
+                 ///< gid:N), each a map with the keys of kQuotaKeys
 };
 
 /// Where a key's value lands in Config: a member, or a setter where one key sets two members.
@@ -37,7 +46,10 @@ template <class Config>
 using config_landing =
     std::variant<std::string Config::*, mode_t Config::*, bool Config::*, std::uint64_t Config::*,
                  std::int32_t Config::*, std::vector<std::int32_t> Config::*,
-                 std::vector<pool_config> Config::*, void (*)(Config&, std::uint64_t)>;
+                 std::vector<pool_config> Config::*, std::vector<uid_t> Config::*,
+                 std::optional<gid_t> Config::*, std::optional<std::uint64_t> Config::*,
+                 access_config Config::*, quota_config Config::*, void (*)(Config&, std::uint64_t),
+                 void (*)(Config&, bool)>;
 
 template <class Config>
 struct config_key {
@@ -89,6 +101,50 @@ inline constexpr config_key<pool_config> kPoolKeys[] = {
      .lands_in = &pool_config::peer_access},
 };
 
+/// The keys of `access`.
+inline constexpr config_key<access_config> kAccessKeys[] = {
+    {.key = "connect_users",
+     .type = value_type::users,
+     .default_value = "[]",
+     .description = "Users who may connect besides root, the daemon's user and the socket's group",
+     .lands_in = &access_config::connect_users},
+    {.key = "connect_groups",
+     .type = value_type::groups,
+     .default_value = "[]",
+     .description = "Groups whose members may connect",
+     .lands_in = &access_config::connect_groups},
+    {.key = "admin_group",
+     .type = value_type::group,
+     .default_value = R"("")",
+     .description = "Members list everything and reset any object (gpumemctl); root always may",
+     .lands_in = &access_config::admin_group},
+    {.key = "default_mode",
+     .type = value_type::octal_mode,
+     .default_value = R"("0600")",
+     .description = "rw bits for owner, group, others of an object whose creator gives none",
+     .lands_in = &access_config::default_mode},
+};
+
+/// The keys of one entry of `quotas`; a key left out sets no limit (uid entries: the default's).
+inline constexpr config_key<quota_limits> kQuotaKeys[] = {
+    {.key = "bytes",
+     .type = value_type::size_limit,
+     .description = "Memory owned, per device kind (host, GPU), allocations and reservations",
+     .lands_in = &quota_limits::bytes},
+    {.key = "allocations",
+     .type = value_type::count_limit,
+     .description = "Allocations and reservations owned",
+     .lands_in = &quota_limits::allocations},
+    {.key = "sync_objects",
+     .type = value_type::count_limit,
+     .description = "Locks, barriers and channels made",
+     .lands_in = &quota_limits::sync_objects},
+    {.key = "connections",
+     .type = value_type::count_limit,
+     .description = "Connections at once",
+     .lands_in = &quota_limits::connections},
+};
+
 /// The top-level keys, printed in this order by --print-default-config.
 inline constexpr config_key<daemon_config> kDaemonKeys[] = {
     {.key = "socket",
@@ -107,12 +163,26 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .default_value = "info",
      .description = "trace, debug, info, warn, error, critical or off; --log-level overrides it",
      .lands_in = &daemon_config::log_level},
+    {.key = "access",
+     .type = value_type::access,
+     .default_value = "connect_users: []\nconnect_groups: []\nadmin_group: \"\"\n"
+                      "default_mode: \"0600\"",
+     .description = "Who may connect, the default mode of named objects, who operates",
+     .lands_in = &daemon_config::access},
     {.key = "open_across_users",
      .type = value_type::boolean,
      .default_value = "false",
-     .description =
-         "May a client open a named allocation that another uid's client made? (root always may)",
-     .lands_in = &daemon_config::open_across_users},
+     .description = "Older spelling: true makes access.default_mode \"0666\" (read after access)",
+     .lands_in =
+         +[](daemon_config& config, bool across) {
+           if (across) config.access.default_mode = 0666;
+         }},
+    {.key = "quotas",
+     .type = value_type::quotas,
+     .default_value = "default:\n  allocations: 100000\n  sync_objects: 256\n  connections: 256",
+     .description = "Limits per uid (default, uid:N, user:NAME), per primary group of the owners "
+                    "(group:NAME, gid:N) and per connection (client); a limit left out is none",
+     .lands_in = &daemon_config::quotas},
     {.key = "max_output_bytes",
      .type = value_type::size,
      .default_value = "4MiB",

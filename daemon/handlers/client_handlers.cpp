@@ -1,4 +1,5 @@
 // Handlers of the session itself, statistics and the client list.
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include "handlers/request_handler.hpp"
@@ -12,8 +13,18 @@ proto::hello_reply request_handler::on_hello(client_state& client,
                                              const proto::hello_request& message,
                                              reply_attachment&) {
   if (client.greeted) throw request_error(errc::bad_message, "hello was already sent");
-  client.greeted = true;
   books_.rows.set_label(client.client, std::string(message.client_label.view()));
+  try {
+    books_.check_connection(client.client);
+  } catch (const request_error& refusal) {
+    client.refused = true;
+    spdlog::warn("refused {}: {}",
+                 access_policy::describe(books_.rows.client(client.client).who,
+                                         std::string(message.client_label.view())),
+                 refusal.what());
+    throw;
+  }
+  client.greeted = true;
   return {client.client, static_cast<std::uint32_t>(books_.memory.pool_count()),
           proto::kMaxPayloadSize, static_cast<std::uint32_t>(::getpid()), 0};
 }
@@ -28,10 +39,10 @@ proto::stats_reply request_handler::on_stats(client_state&, const proto::empty_p
   return books_.stats();
 }
 
-proto::client_list_reply request_handler::on_list_clients(client_state&,
+proto::client_list_reply request_handler::on_list_clients(client_state& client,
                                                           const proto::list_request& message,
                                                           reply_attachment&) {
-  return books_.list_clients(message.after_id);
+  return books_.list_clients(client.client, message.after_id);
 }
 
 }  // namespace gpumem::daemon

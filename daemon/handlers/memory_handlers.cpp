@@ -5,11 +5,12 @@
 
 namespace gpumem::daemon {
 
-proto::pool_reply request_handler::on_get_pool(client_state&,
+proto::pool_reply request_handler::on_get_pool(client_state& client,
                                                const proto::get_pool_request& message,
                                                reply_attachment& attach) {
-  const pool& found = books_.memory.find_pool(message.pool_id);
-  attach = {{found.shareable_fd()},
+  const auto [instance, fd] = books_.memory.pool_for(client.client, message.pool_id);
+  const pool& found = *instance;
+  attach = {{fd},
             found.is_device_memory() ? proto::handle_type::cuda_posix_fd
                                      : proto::handle_type::host_memfd};
   proto::pool_reply reply{};
@@ -44,8 +45,8 @@ proto::empty_payload request_handler::on_release(client_state& client,
 }
 
 proto::allocation_list_reply request_handler::on_list_allocations(
-    client_state&, const proto::list_request& message, reply_attachment&) {
-  return books_.memory.list_allocations(message.after_id);
+    client_state& client, const proto::list_request& message, reply_attachment&) {
+  return books_.memory.list_allocations(client.client, message.after_id);
 }
 
 proto::reservation_reply request_handler::on_reserve(client_state& client,
@@ -80,8 +81,8 @@ proto::empty_payload request_handler::on_release_reservation(
 }
 
 proto::reservation_list_reply request_handler::on_list_reservations(
-    client_state&, const proto::list_request& message, reply_attachment&) {
-  return books_.memory.list_reservations(message.after_id);
+    client_state& client, const proto::list_request& message, reply_attachment&) {
+  return books_.memory.list_reservations(client.client, message.after_id);
 }
 
 }  // namespace gpumem::daemon

@@ -22,6 +22,7 @@ namespace gpumem::daemon {
 struct client_state {
   client_id client = 0;
   bool greeted = false;
+  bool refused = false;  ///< the policy turned the connection away: close once answered
 };
 
 /// Descriptors to send with the reply, still owned by their pool, reservation or page.

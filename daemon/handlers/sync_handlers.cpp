@@ -25,17 +25,17 @@ proto::empty_payload request_handler::on_close_sync(client_state& client,
   return {};
 }
 
-proto::empty_payload request_handler::on_reset_sync(client_state&,
+proto::empty_payload request_handler::on_reset_sync(client_state& client,
                                                     const proto::sync_reset_request& message,
                                                     reply_attachment&) {
-  books_.sync.reset(message);
+  books_.sync.reset(client.client, message);
   return {};
 }
 
-proto::sync_list_reply request_handler::on_list_sync(client_state&,
+proto::sync_list_reply request_handler::on_list_sync(client_state& client,
                                                      const proto::list_request& message,
                                                      reply_attachment&) {
-  return books_.sync.list(message.after_id);
+  return books_.sync.list(client.client, message.after_id);
 }
 
 proto::signal_page_reply request_handler::on_get_signal_page(

@@ -38,7 +38,9 @@ const char* family_name(object_family family) noexcept {
 
 client_id ledger::add_client(const credentials& who) {
   const client_id id = next_client_id_++;
-  clients_.emplace(id, client_row{who, {}, clock::now(), {}});
+  clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}});
+  ++by_uid_[who.uid].connections;
+  ++by_gid_[who.gid].connections;
   return id;
 }
 
@@ -52,29 +54,83 @@ const client_row& ledger::client(client_id client) const {
   return found->second;
 }
 
-object_id ledger::add(object_kind kind, std::string name, client_id owner, std::uint64_t bytes) {
-  const auto family = index(family_of(kind));
+object_id ledger::add(client_id owner, object_spec spec) {
+  const auto family = index(family_of(spec.kind));
   client_row& maker = clients_.at(owner);
-  if (!name.empty() && names_[family].contains(name)) {
-    throw request_error(
-        errc::already_exists,
-        fmt::format("{} {} named '{}' already exists", kind == object_kind::allocation ? "an" : "a",
-                    family_name(family_of(kind)), name));
+  if (!spec.name.empty() && names_[family].contains(spec.name)) {
+    throw request_error(errc::already_exists,
+                        fmt::format("{} {} named '{}' already exists",
+                                    spec.kind == object_kind::allocation ? "an" : "a",
+                                    family_name(family_of(spec.kind)), spec.name));
   }
   const object_id id = next_object_id_++;
-  const object_row& row =
-      objects_
-          .emplace(id, object_row{kind, std::move(name), owner, maker.who.uid, bytes, {{owner, 1}}})
-          .first->second;
+  const object_row& row = objects_
+                              .emplace(id, object_row{spec.kind,
+                                                      std::move(spec.name),
+                                                      owner,
+                                                      maker.who.uid,
+                                                      maker.who.gid,
+                                                      spec.mode,
+                                                      spec.device,
+                                                      spec.bytes,
+                                                      {{owner, 1}}})
+                              .first->second;
   try {
     ids_[family].insert(id);
     if (!row.name.empty()) names_[family].emplace(row.name, id);
     maker.holds.insert(id);
+    count(by_uid_[row.owner_uid], row, +1);
+    count(by_gid_[row.owner_gid], row, +1);
+    count(maker.owns, row, +1);
   } catch (...) {
     erase(id);
     throw;
   }
   return id;
+}
+
+void ledger::count(usage& into, const object_row& row, int sign) noexcept {
+  const auto add = [sign](std::uint64_t& field, std::uint64_t amount) {
+    field = sign > 0 ? field + amount : field - amount;
+  };
+  if (family_of(row.kind) == object_family::sync) {
+    add(into.sync_objects, 1);
+    return;
+  }
+  add(into.memory_objects, 1);
+  add(row.device == proto::kHostDevice ? into.host_bytes : into.device_bytes, row.bytes);
+}
+
+void ledger::disown(object_row& row) noexcept {
+  if (const auto maker = clients_.find(row.owner); maker != clients_.end()) {
+    count(maker->second.owns, row, -1);
+  }
+  row.owner = 0;
+}
+
+void ledger::set_bytes(object_id id, std::uint64_t bytes) noexcept {
+  object_row* row = find(id);
+  if (row == nullptr) return;
+  const auto recount = [&](int sign) {
+    count(by_uid_[row->owner_uid], *row, sign);
+    count(by_gid_[row->owner_gid], *row, sign);
+    if (const auto maker = clients_.find(row->owner); maker != clients_.end()) {
+      count(maker->second.owns, *row, sign);
+    }
+  };
+  recount(-1);
+  row->bytes = bytes;
+  recount(+1);
+}
+
+usage ledger::usage_of_uid(uid_t uid) const {
+  const auto found = by_uid_.find(uid);
+  return found == by_uid_.end() ? usage{} : found->second;
+}
+
+usage ledger::usage_of_gid(gid_t gid) const {
+  const auto found = by_gid_.find(gid);
+  return found == by_gid_.end() ? usage{} : found->second;
 }
 
 std::optional<object_id> ledger::find_name(object_family family, std::string_view name) const {
@@ -117,7 +173,7 @@ bool ledger::drop_reference(object_id id, client_id client) {
   if (references == row.holders.end()) return true;
   if (--references->second > 0) return false;
   row.holders.erase(references);
-  if (row.owner == client) row.owner = 0;
+  if (row.owner == client) disown(row);
   if (const auto holder = clients_.find(client); holder != clients_.end()) {
     holder->second.holds.erase(id);
   }
@@ -133,6 +189,9 @@ void ledger::erase(object_id id) noexcept {
       named != names.end() && named->second == id) {
     names.erase(named);
   }
+  count(by_uid_[found->second.owner_uid], found->second, -1);
+  count(by_gid_[found->second.owner_gid], found->second, -1);
+  disown(found->second);
   // A row is erased when nobody holds it any more, but a book may erase it earlier (a failed
   // creation): the holders' sets must not keep its id.
   for (const auto& [holder, references] : found->second.holders) {

@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "gpumem/proto/messages.hpp"
 
@@ -35,6 +37,11 @@ struct credentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  std::vector<gid_t> groups;  ///< supplementary groups, as the kernel reported them at connect
+
+  bool in_group(gid_t group) const noexcept {
+    return gid == group || std::find(groups.begin(), groups.end(), group) != groups.end();
+  }
 };
 
 enum class object_kind : std::uint8_t { allocation, reservation, lock, barrier, channel };
@@ -60,13 +67,37 @@ const char* kind_name(object_kind kind) noexcept;
 /// "allocation", "reservation", "lock, barrier or channel", for "no ... named" messages.
 const char* family_name(object_family family) noexcept;
 
+/// What an object is made as, besides its owner.
+struct object_spec {
+  object_kind kind;
+  std::string name;  ///< empty for an anonymous object
+  std::uint64_t bytes = 0;
+  std::int32_t device = proto::kHostDevice;  ///< where its bytes are; host for sync objects
+  mode_t mode = 0600;                        ///< rw bits for owner uid, owner gid, others
+};
+
 struct object_row {
   object_kind kind;
   std::string name;  ///< empty for an anonymous object
   client_id owner;   ///< 0 once the owner let go while others still hold it
   uid_t owner_uid;
+  gid_t owner_gid;  ///< the maker's primary group: the group of its mode bits and quotas
+  mode_t mode;
+  std::int32_t device;
   std::uint64_t bytes;                         ///< memory the object takes; 0 for sync objects
   std::map<client_id, std::uint32_t> holders;  ///< client -> references (the owner included)
+};
+
+/// What an account (uid, gid) or a client owns, kept up to date as objects come and go, so
+/// that a quota check costs a lookup.
+struct usage {
+  std::uint64_t host_bytes = 0;
+  std::uint64_t device_bytes = 0;
+  std::uint64_t memory_objects = 0;  ///< allocations and reservations
+  std::uint64_t sync_objects = 0;
+  std::uint64_t connections = 0;
+
+  friend bool operator==(const usage&, const usage&) = default;
 };
 
 struct client_row {
@@ -74,6 +105,7 @@ struct client_row {
   std::string label;
   std::chrono::steady_clock::time_point connected;
   std::set<object_id> holds;  ///< objects of which it holds at least one reference
+  usage owns;                 ///< what it made and still holds
 };
 
 /// What one client, or every client of one uid, holds of one family.
@@ -104,7 +136,12 @@ class ledger {
 
   /// @brief Adds an object that @p owner holds once.
   /// @throws request_error(already_exists) when @p name is taken in the kind's family.
-  object_id add(object_kind kind, std::string name, client_id owner, std::uint64_t bytes);
+  object_id add(client_id owner, object_spec spec);
+  object_id add(object_kind kind, std::string name, client_id owner, std::uint64_t bytes) {
+    return add(owner, {kind, std::move(name), bytes});
+  }
+  /// @brief The object's memory changed (a reservation grew or shrank).
+  void set_bytes(object_id id, std::uint64_t bytes) noexcept;
   std::optional<object_id> find_name(object_family family, std::string_view name) const;
   object_row* find(object_id id) noexcept;
   const object_row* find(object_id id) const noexcept;
@@ -129,29 +166,40 @@ class ledger {
 
   holdings_by_family holdings_of(client_id client) const;
   holdings_by_family holdings_of_uid(uid_t uid) const;
+  /// @brief What objects whose owner uid (gid) is @p uid (@p gid) take, however many clients
+  /// hold them, and the uid's connections.
+  usage usage_of_uid(uid_t uid) const;
+  usage usage_of_gid(gid_t gid) const;
   std::size_t count(object_family family) const noexcept { return ids_[index(family)].size(); }
 
-  /// @brief One page of @p family's rows with ids above @p after, in id order, each turned
-  /// into a record by @p make(id, row).
-  template <class Record, class Make>
+  /// @brief One page of @p family's rows with ids above @p after for which @p keep(row) holds,
+  /// in id order, each turned into a record by @p make(id, row).
+  template <class Record, class Keep, class Make>
   proto::list_payload<proto::list_head, Record> page(object_family family, object_id after,
-                                                     std::size_t limit, Make&& make) const;
-  /// @brief Likewise for clients, by @p make(id, client_row).
-  template <class Record, class Make>
+                                                     std::size_t limit, Keep&& keep,
+                                                     Make&& make) const;
+  /// @brief Likewise for clients, by @p keep(client_row) and @p make(id, client_row).
+  template <class Record, class Keep, class Make>
   proto::list_payload<proto::list_head, Record> client_page(client_id after, std::size_t limit,
-                                                            Make&& make) const;
+                                                            Keep&& keep, Make&& make) const;
 
  private:
   static constexpr std::size_t index(object_family family) noexcept {
     return static_cast<std::size_t>(family);
   }
   void add_holdings(holdings_by_family& into, client_id client, const client_row& row) const;
+  /// Adds (sign +1) or takes off (-1) what @p row takes to or from @p into.
+  static void count(usage& into, const object_row& row, int sign) noexcept;
+  /// The owner client let go: what it owns no longer counts for it.
+  void disown(object_row& row) noexcept;
 
   std::map<object_id, object_row> objects_;
   /// Each family's ids in order, so that a page of one family never walks the others.
   std::array<std::set<object_id>, kFamilyCount> ids_;
   std::array<std::unordered_map<std::string, object_id>, kFamilyCount> names_;
   std::map<client_id, client_row> clients_;
+  std::unordered_map<uid_t, usage> by_uid_;
+  std::unordered_map<gid_t, usage> by_gid_;
   object_id next_object_id_ = 1;
   client_id next_client_id_ = 1;
 };
@@ -161,38 +209,46 @@ void ledger::remove_client(client_id client, LetGo&& let_go) noexcept {
   const auto found = clients_.find(client);
   if (found == clients_.end()) return;
   const std::set<object_id> held = std::move(found->second.holds);
-  clients_.erase(found);
+  --by_uid_[found->second.who.uid].connections;
+  --by_gid_[found->second.who.gid].connections;
   for (const object_id id : held) {
     object_row* row = find(id);
     if (row == nullptr) continue;
     row->holders.erase(client);
-    if (row->owner == client) row->owner = 0;
-    let_go(id, *row);
+    if (row->owner == client) disown(*row);
+  }
+  clients_.erase(found);
+  for (const object_id id : held) {
+    if (object_row* row = find(id)) let_go(id, *row);
   }
 }
 
-template <class Record, class Make>
+template <class Record, class Keep, class Make>
 proto::list_payload<proto::list_head, Record> ledger::page(object_family family, object_id after,
-                                                           std::size_t limit, Make&& make) const {
+                                                           std::size_t limit, Keep&& keep,
+                                                           Make&& make) const {
   proto::list_payload<proto::list_head, Record> reply;
   const std::set<object_id>& ids = ids_[index(family)];
   for (auto id = ids.upper_bound(after); id != ids.end(); ++id) {
+    const object_row& row = objects_.at(*id);
+    if (!keep(row)) continue;
     if (reply.records.size() == limit) {
       reply.head.more = 1;
       break;
     }
-    reply.records.push_back(make(*id, objects_.at(*id)));
+    reply.records.push_back(make(*id, row));
   }
   reply.head.count = static_cast<std::uint32_t>(reply.records.size());
   return reply;
 }
 
-template <class Record, class Make>
+template <class Record, class Keep, class Make>
 proto::list_payload<proto::list_head, Record> ledger::client_page(client_id after,
-                                                                  std::size_t limit,
+                                                                  std::size_t limit, Keep&& keep,
                                                                   Make&& make) const {
   proto::list_payload<proto::list_head, Record> reply;
   for (auto it = clients_.upper_bound(after); it != clients_.end(); ++it) {
+    if (!keep(it->second)) continue;
     if (reply.records.size() == limit) {
       reply.head.more = 1;
       break;

@@ -15,6 +15,7 @@ class host_pool final : public pool {
   host_pool(std::uint32_t id, pool_config config);
 
   int shareable_fd() const noexcept override { return memfd_.get(); }
+  int read_only_fd() const noexcept override { return read_only_.get(); }
   grant_details grant_of(const placement& where) const override { return {where.offset, {}}; }
 
  private:
@@ -23,6 +24,7 @@ class host_pool final : public pool {
   std::uint64_t largest_possible() const noexcept override { return ranges_.largest_free_block(); }
 
   unique_fd memfd_;
+  unique_fd read_only_;  ///< the memfd opened again O_RDONLY: mmap refuses PROT_WRITE on it
   range_allocator ranges_;
 };
 

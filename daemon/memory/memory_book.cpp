@@ -28,26 +28,45 @@ std::uint64_t whole_chunks(std::uint64_t bytes, std::uint64_t chunk) {
 }
 }  // namespace
 
-memory_book::memory_book(ledger& rows, const daemon_config& config,
-                         std::vector<std::unique_ptr<pool>> pools,
+memory_book::memory_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
+                         const daemon_config& config, pool_maker make_pool,
                          reservation_maker make_reservation)
     : rows_(rows),
-      open_across_users_(config.open_across_users),
-      pools_(std::move(pools)),
-      make_reservation_(std::move(make_reservation)) {}
+      access_(access),
+      quotas_(quotas),
+      make_pool_(std::move(make_pool)),
+      make_reservation_(std::move(make_reservation)) {
+  // The daemon's own instance of each pool is made now, so that a pool the machine cannot
+  // make stops the start with the pool's name instead of failing its first allocation.
+  const access_class daemons = class_of(::geteuid(), ::getegid(), 0600);
+  families_.reserve(config.pools.size());
+  for (const pool_config& each : config.pools) {
+    families_.push_back({each, {}, 0});
+    try {
+      instance(families_.back(), daemons, 0);
+    } catch (const std::exception& error) {
+      throw config_error("pool '" + each.name + "': " + error.what());
+    }
+  }
+}
 
-pool& memory_book::choose_pool(const proto::allocate_request& request) {
+memory_book::access_class memory_book::class_of(uid_t owner, gid_t group, mode_t mode) noexcept {
+  const mode_t shared = mode & 0066;
+  return {owner, (shared & 0060) != 0 ? std::optional<gid_t>(group) : std::nullopt, shared};
+}
+
+memory_book::pool_family& memory_book::choose_family(const proto::allocate_request& request) {
   const auto pool_name = request.pool.view();
-  for (const auto& candidate : pools_) {
-    if (pool_name.empty() ? candidate->config().device == request.device
-                          : candidate->config().name == pool_name) {
-      if (candidate->config().device != request.device) {
+  for (auto& candidate : families_) {
+    if (pool_name.empty() ? candidate.config.device == request.device
+                          : candidate.config.name == pool_name) {
+      if (candidate.config.device != request.device) {
         throw request_error(
             errc::invalid_argument,
             fmt::format("pool '{}' is on {}, not on {}", pool_name,
-                        device_text(candidate->config().device), device_text(request.device)));
+                        device_text(candidate.config.device), device_text(request.device)));
       }
-      return *candidate;
+      return candidate;
     }
   }
   if (!pool_name.empty()) {
@@ -57,20 +76,44 @@ pool& memory_book::choose_pool(const proto::allocate_request& request) {
                       fmt::format("no pool on {}", device_text(request.device)));
 }
 
-object_id memory_book::open_named(client_id client, object_family family, std::string_view name) {
+pool& memory_book::instance(pool_family& family, const access_class& tenant, std::uint64_t size) {
+  if (size > family.config.size - family.bytes_in_use) {
+    throw request_error(
+        errc::out_of_memory,
+        fmt::format("pool '{}' cannot fit {} bytes: {} of {} bytes in use by all "
+                    "its tenants",
+                    family.config.name, size, family.bytes_in_use, family.config.size));
+  }
+  if (const auto found = family.instances.find(tenant); found != family.instances.end()) {
+    return *found->second;
+  }
+  const auto id = static_cast<std::uint32_t>(pools_.size());
+  std::unique_ptr<pool> made;
+  try {
+    made = make_pool_(id, family.config);
+  } catch (const request_error&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw request_error(errc::internal,
+                        fmt::format("making an instance of pool '{}' for uid {}: {}",
+                                    family.config.name, tenant.owner, error.what()));
+  }
+  pools_.push_back(std::move(made));
+  pool_owner_.emplace_back(static_cast<std::size_t>(&family - families_.data()), tenant);
+  family.instances.emplace(tenant, pools_.back().get());
+  return *pools_.back();
+}
+
+object_id memory_book::open_named(client_id client, object_family family, std::string_view name,
+                                  proto::access_mode access) {
   const auto found = rows_.find_name(family, name);
   if (!found) {
     throw request_error(errc::not_found,
                         fmt::format("no {} named '{}'", family_name(family), name));
   }
-  const object_row& row = *rows_.find(*found);
-  const uid_t opener = rows_.client(client).who.uid;
-  if (!open_across_users_ && opener != 0 && opener != row.owner_uid) {
-    throw request_error(errc::permission_denied,
-                        fmt::format("'{}' belongs to uid {}; the daemon is not set to "
-                                    "open_across_users",
-                                    name, row.owner_uid));
-  }
+  access_.check_open(
+      rows_.client(client).who, *found, *rows_.find(*found),
+      access == proto::access_mode::read_only ? wanted_access::read : wanted_access::read_write);
   rows_.hold(*found, client);
   return *found;
 }
@@ -82,23 +125,31 @@ proto::allocation_reply memory_book::allocate(client_id client,
     throw request_error(errc::already_exists,
                         fmt::format("an allocation named '{}' already exists", name));
   }
-  pool& home = choose_pool(request);
+  pool_family& family = choose_family(request);
+  quotas_.check(rows_, client, charge::memory(request.device, request.size));
+  const credentials& who = rows_.client(client).who;
+  const mode_t mode = access_.mode_for(request.flags);
+  pool& home = instance(family, class_of(who.uid, who.gid, mode), request.size);
   const placement where = home.allocate(request.size);
+  family.bytes_in_use += request.size;
   object_id id = 0;
   try {
-    id = rows_.add(object_kind::allocation, std::move(name), client, request.size);
+    id = rows_.add(client,
+                   {object_kind::allocation, std::move(name), request.size, request.device, mode});
     allocations_.emplace(id, placed{&home, where});
     return grant(id, *rows_.find(id), proto::access_mode::read_write);
   } catch (...) {
     allocations_.erase(id);
     rows_.erase(id);
     home.free(where, request.size);
+    family.bytes_in_use -= request.size;
     throw;
   }
 }
 
 proto::allocation_reply memory_book::open(client_id client, const proto::open_request& request) {
-  const object_id id = open_named(client, object_family::allocation, request.name.view());
+  const object_id id =
+      open_named(client, object_family::allocation, request.name.view(), request.access);
   return grant(id, *rows_.find(id), request.access);
 }
 
@@ -127,10 +178,12 @@ proto::reservation_reply memory_book::reserve(client_id client,
     throw request_error(errc::already_exists,
                         fmt::format("a reservation named '{}' already exists", name));
   }
+  quotas_.check(rows_, client, charge::memory(request.device, request.initial_size));
   std::unique_ptr<reservation> backing = make_reservation_(request.device, request.max_size);
   backing->resize(whole_chunks(request.initial_size, backing->chunk_size()));
   const object_id id =
-      rows_.add(object_kind::reservation, std::move(name), client, backing->committed());
+      rows_.add(client, {object_kind::reservation, std::move(name), backing->committed(),
+                         request.device, access_.mode_for(request.flags)});
   try {
     const reservation& made = *reservations_.emplace(id, std::move(backing)).first->second;
     return grant(id, made, proto::access_mode::read_write);
@@ -143,7 +196,8 @@ proto::reservation_reply memory_book::reserve(client_id client,
 
 proto::reservation_reply memory_book::open_reservation(client_id client,
                                                        const proto::open_request& request) {
-  const object_id id = open_named(client, object_family::reservation, request.name.view());
+  const object_id id =
+      open_named(client, object_family::reservation, request.name.view(), request.access);
   return grant(id, *reservations_.at(id), request.access);
 }
 
@@ -161,8 +215,12 @@ proto::reservation_reply memory_book::resize_reservation(client_id client,
                         fmt::format("{} bytes exceed reservation {}'s {}", request.committed,
                                     request.reservation_id, backing.max_size()));
   }
+  if (request.committed > backing.committed()) {
+    quotas_.check(rows_, client,
+                  charge::memory(backing.device(), request.committed - backing.committed(), 0));
+  }
   backing.resize(whole_chunks(request.committed, backing.chunk_size()));
-  row.bytes = backing.committed();
+  rows_.set_bytes(request.reservation_id, backing.committed());
   return grant(request.reservation_id, backing, proto::access_mode::read_write);
 }
 
@@ -194,7 +252,9 @@ void memory_book::let_go(object_id id, const object_row& row) noexcept {
   if (!row.holders.empty()) return;
   if (row.kind == object_kind::allocation) {
     if (const auto found = allocations_.find(id); found != allocations_.end()) {
-      found->second.home->free(found->second.where, row.bytes);
+      pool& home = *found->second.home;
+      home.free(found->second.where, row.bytes);
+      families_[pool_owner_[home.id()].first].bytes_in_use -= row.bytes;
       allocations_.erase(found);
     }
   } else {
@@ -209,11 +269,25 @@ bool memory_book::needs_process_exit(object_id id, const object_row& row) const 
   return found != allocations_.end() && found->second.home->is_device_memory();
 }
 
-const pool& memory_book::find_pool(std::uint32_t pool_id) const {
-  if (pool_id >= pools_.size()) {
-    throw request_error(errc::not_found, fmt::format("no pool with id {}", pool_id));
+std::pair<const pool*, int> memory_book::pool_for(client_id client, std::uint32_t pool_id) const {
+  const auto refuse = [&] {
+    return request_error(errc::not_found,
+                         fmt::format("no pool with id {} that this client may reach", pool_id));
+  };
+  if (pool_id >= pools_.size()) throw refuse();
+  const access_class& tenant = pool_owner_[pool_id].second;
+  // The rights of a client on every object of the instance are the same: ask for one of them.
+  object_row sample{};
+  sample.owner_uid = tenant.owner;
+  sample.owner_gid = tenant.group.value_or(static_cast<gid_t>(-1));
+  sample.mode = 0600 | tenant.shared_bits;
+  const credentials& who = rows_.client(client).who;
+  const pool& found = *pools_[pool_id];
+  if (access_.may_open(who, sample, wanted_access::read_write)) {
+    return {&found, found.shareable_fd()};
   }
-  return *pools_[pool_id];
+  if (access_.may_open(who, sample, wanted_access::read)) return {&found, found.read_only_fd()};
+  throw refuse();
 }
 
 proto::allocation_reply memory_book::grant(object_id id, const object_row& row,
@@ -248,26 +322,42 @@ std::uint32_t memory_book::features() const noexcept {
 
 proto::stats_reply memory_book::stats() const {
   proto::stats_reply reply;
-  reply.head.count = static_cast<std::uint32_t>(pools_.size());
+  reply.head.count = static_cast<std::uint32_t>(families_.size());
   reply.head.daemon_pid = static_cast<std::uint32_t>(::getpid());
   reply.head.allocation_count = allocations_.size();
   reply.head.features = features();
-  for (const auto& candidate : pools_) {
-    const auto& usage = candidate->usage();
-    const driver_usage driver = candidate->driver_counters();
-    reply.head.ipc_events_live += candidate->ipc_events_live();
-    reply.records.push_back({to_wire(candidate->config().name), candidate->id(),
-                             candidate->config().device, candidate->config().size,
-                             usage.bytes_in_use, usage.bytes_reserved, usage.bytes_in_use_high,
-                             usage.allocations, driver.reserved_current, driver.reserved_high,
-                             driver.used_current, driver.used_high});
+  for (const pool_family& family : families_) {
+    // A configured pool's line is the sum of its instances; its id is its first instance's.
+    proto::pool_stats record{};
+    record.name = to_wire(family.config.name);
+    record.pool_id = static_cast<std::uint32_t>(pools_.size());
+    record.device = family.config.device;
+    record.size_limit = family.config.size;
+    for (const auto& [tenant, each] : family.instances) {
+      const pool_usage& usage = each->usage();
+      const driver_usage driver = each->driver_counters();
+      record.pool_id = std::min(record.pool_id, each->id());
+      record.bytes_in_use += usage.bytes_in_use;
+      record.bytes_reserved += usage.bytes_reserved;
+      record.bytes_in_use_high += usage.bytes_in_use_high;
+      record.allocations += usage.allocations;
+      record.driver_reserved_current += driver.reserved_current;
+      record.driver_reserved_high += driver.reserved_high;
+      record.driver_used_current += driver.used_current;
+      record.driver_used_high += driver.used_high;
+      reply.head.ipc_events_live += each->ipc_events_live();
+    }
+    reply.records.push_back(record);
   }
   return reply;
 }
 
-proto::allocation_list_reply memory_book::list_allocations(object_id after) const {
+proto::allocation_list_reply memory_book::list_allocations(client_id asker, object_id after) const {
+  const credentials& who = rows_.client(asker).who;
   return rows_.page<proto::allocation_record>(
-      object_family::allocation, after, kPageSize, [&](object_id id, const object_row& row) {
+      object_family::allocation, after, kPageSize,
+      [&](const object_row& row) { return access_.may_see(who, row); },
+      [&](object_id id, const object_row& row) {
         return proto::allocation_record{id,
                                         row.bytes,
                                         row.owner,
@@ -277,9 +367,13 @@ proto::allocation_list_reply memory_book::list_allocations(object_id after) cons
       });
 }
 
-proto::reservation_list_reply memory_book::list_reservations(object_id after) const {
+proto::reservation_list_reply memory_book::list_reservations(client_id asker,
+                                                             object_id after) const {
+  const credentials& who = rows_.client(asker).who;
   return rows_.page<proto::reservation_record>(
-      object_family::reservation, after, kPageSize, [&](object_id id, const object_row& row) {
+      object_family::reservation, after, kPageSize,
+      [&](const object_row& row) { return access_.may_see(who, row); },
+      [&](object_id id, const object_row& row) {
         const reservation& backing = *reservations_.at(id);
         return proto::reservation_record{id,
                                          backing.max_size(),

@@ -7,11 +7,20 @@
 /// each row needs in its backend (which pool and where, which reservation), and lets the
 /// backend go when the ledger says the last holder left. Backends return domain values; the
 /// book turns them into wire replies at its edge.
-/// May include: proto/ and shared/ headers, daemon/config/, daemon/ledger/,
+///
+/// Tenants: whoever holds a pool's descriptor can reach every allocation in it (a host pool is
+/// one memfd; a CUDA pool's pointer export data can be forged), so each configured pool has one
+/// instance per access class: objects of one owner uid with the same mode (and group, when its
+/// group bits give access) share an instance, and a client gets an instance's descriptor only if
+/// the policy lets it open what the instance holds (read-only descriptors for readers of host
+/// pools). The configured size bounds the sum of a pool's instances.
+/// May include: proto/ and shared/ headers, daemon/config/, daemon/ledger/, daemon/policy/,
 /// daemon/request_error.hpp. Not: daemon/net/, daemon/sync/, daemon/handlers/.
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -19,14 +28,20 @@
 #include "gpumem/proto/messages.hpp"
 #include "ledger/ledger.hpp"
 #include "memory/pool.hpp"
+#include "memory/pool_factory.hpp"
 #include "memory/reservation.hpp"
+#include "policy/access_policy.hpp"
+#include "policy/quota_policy.hpp"
 
 namespace gpumem::daemon {
 
 class memory_book {
  public:
+  /// @param config its pools are made (one instance each, for the daemon's uid) at once.
   /// @param make_reservation empty when reservations are not available (no CUDA).
-  memory_book(ledger& rows, const daemon_config& config, std::vector<std::unique_ptr<pool>> pools,
+  /// @throws config_error when a configured pool cannot be made.
+  memory_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
+              const daemon_config& config, pool_maker make_pool,
               reservation_maker make_reservation = {});
 
   /// @throws request_error for an unknown device or pool, a taken name, or a full pool.
@@ -56,16 +71,20 @@ class memory_book {
   /// is sure to end.
   bool needs_process_exit(object_id id, const object_row& row) const noexcept;
 
-  std::size_t pool_count() const noexcept { return pools_.size(); }
-  /// @throws request_error(not_found)
-  const pool& find_pool(std::uint32_t pool_id) const;
+  /// @brief Configured pools (each may have several instances).
+  std::size_t pool_count() const noexcept { return families_.size(); }
+  /// @brief The instance @p pool_id and the descriptor @p client may have of it.
+  /// @throws request_error(not_found) for no such instance, or one the client may not reach
+  /// (permission_denied would tell it that the instance exists).
+  std::pair<const pool*, int> pool_for(client_id client, std::uint32_t pool_id) const;
   /// @brief kFeature* bits for hello and stats.
   std::uint32_t features() const noexcept;
 
   /// @brief The pools' usage; the caller fills in the client count.
   proto::stats_reply stats() const;
-  proto::allocation_list_reply list_allocations(object_id after) const;
-  proto::reservation_list_reply list_reservations(object_id after) const;
+  /// @brief Pages of what @p asker may see (access_policy::may_see).
+  proto::allocation_list_reply list_allocations(client_id asker, object_id after) const;
+  proto::reservation_list_reply list_reservations(client_id asker, object_id after) const;
 
   static constexpr std::size_t kPageSize = 256;
 
@@ -74,19 +93,41 @@ class memory_book {
     pool* home;
     placement where;
   };
+  /// Who may reach an instance: one owner uid, its group when the mode's group bits give
+  /// access, and the mode's group and other bits.
+  struct access_class {
+    uid_t owner;
+    std::optional<gid_t> group;
+    mode_t shared_bits;
+    auto operator<=>(const access_class&) const = default;
+  };
+  static access_class class_of(uid_t owner, gid_t group, mode_t mode) noexcept;
+  /// A configured pool, its instances and their total use (bounded by the configured size).
+  struct pool_family {
+    pool_config config;
+    std::map<access_class, pool*> instances;
+    std::uint64_t bytes_in_use = 0;
+  };
 
-  pool& choose_pool(const proto::allocate_request& request);
+  pool_family& choose_family(const proto::allocate_request& request);
+  /// @throws request_error(out_of_memory) when the family has no room for @p size.
+  pool& instance(pool_family& family, const access_class& tenant, std::uint64_t size);
   /// The id of the object named @p name in @p family, held once more by @p client.
   /// @throws request_error not_found, permission_denied.
-  object_id open_named(client_id client, object_family family, std::string_view name);
+  object_id open_named(client_id client, object_family family, std::string_view name,
+                       proto::access_mode access);
   proto::allocation_reply grant(object_id id, const object_row& row,
                                 proto::access_mode access) const;
   proto::reservation_reply grant(object_id id, const reservation& backing,
                                  proto::access_mode access) const;
 
   ledger& rows_;
-  bool open_across_users_;
-  std::vector<std::unique_ptr<pool>> pools_;
+  const access_policy& access_;
+  const quota_policy& quotas_;
+  pool_maker make_pool_;
+  std::vector<pool_family> families_;
+  std::vector<std::unique_ptr<pool>> pools_;                      ///< every instance, by id
+  std::vector<std::pair<std::size_t, access_class>> pool_owner_;  ///< by id: family, class
   reservation_maker make_reservation_;
   std::unordered_map<object_id, placed> allocations_;
   std::unordered_map<object_id, std::unique_ptr<reservation>> reservations_;

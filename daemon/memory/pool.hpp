@@ -61,6 +61,9 @@ class pool {
   /// @brief The handle clients import the pool by (a memfd, or a CUDA pool's POSIX fd); owned
   /// by the pool.
   virtual int shareable_fd() const noexcept = 0;
+  /// @brief The handle for clients that may only read: host pools give a descriptor that
+  /// cannot be mapped writable; the CUDA driver has no such handle, so CUDA pools give theirs.
+  virtual int read_only_fd() const noexcept { return shareable_fd(); }
   /// @brief CUDA pools: the interprocess event that importers wait on after each grant.
   virtual std::optional<ipc_handle> ready_event() const { return std::nullopt; }
   virtual grant_details grant_of(const placement& where) const = 0;

@@ -20,60 +20,57 @@ bool names_cuda_pools(const daemon_config& config) {
 }
 
 #ifdef GPUMEM_WITH_CUDA
-void add_cuda_pools(const daemon_config& config, std::vector<std::unique_ptr<pool>>& pools) {
+void add_default_cuda_pools(std::vector<pool_config>& pools) {
   std::string why_not;
   const cuda::driver_api* driver = cuda::driver(&why_not);
-  std::vector<pool_config> wanted;
-  for (const auto& each : config.pools) {
-    if (each.device != proto::kHostDevice) wanted.push_back(each);
+  int devices = 0;
+  if (driver == nullptr || driver->cuDeviceGetCount(&devices) != CUDA_SUCCESS) {
+    spdlog::info("CUDA backend unavailable ({}): host pools only", why_not);
+    return;
   }
-  if (!names_cuda_pools(config)) {
-    // The embedded default: one pool per visible device, as large as the device allows.
-    int devices = 0;
-    if (driver == nullptr || driver->cuDeviceGetCount(&devices) != CUDA_SUCCESS) {
-      spdlog::info("CUDA backend unavailable ({}): host pools only", why_not);
-      return;
-    }
-    for (int device = 0; device < devices; ++device) {
-      CUdevice handle = 0;
-      std::size_t total = 0;
-      cuda::check(driver->cuDeviceGet(&handle, device), "cuDeviceGet");
-      cuda::check(driver->cuDeviceTotalMem(&total, handle), "cuDeviceTotalMem");
-      wanted.push_back(default_cuda_pool(device, total));
-    }
-  } else if (driver == nullptr) {
-    throw config_error("pool '" + wanted.front().name +
-                       "' needs CUDA, which is unavailable: " + why_not);
-  }
-  for (auto& each : wanted) {
-    try {
-      pools.push_back(
-          std::make_unique<cuda_pool>(static_cast<std::uint32_t>(pools.size()), each, *driver));
-    } catch (const cuda::cuda_error& error) {
-      throw config_error("pool '" + each.name + "': " + error.what());
-    }
+  for (int device = 0; device < devices; ++device) {
+    CUdevice handle = 0;
+    std::size_t total = 0;
+    cuda::check(driver->cuDeviceGet(&handle, device), "cuDeviceGet");
+    cuda::check(driver->cuDeviceTotalMem(&total, handle), "cuDeviceTotalMem");
+    pools.push_back(default_cuda_pool(device, total));
   }
 }
 #endif
 }  // namespace
 
-std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config) {
-  std::vector<std::unique_ptr<pool>> pools;
-  for (const auto& each : config.pools) {
-    if (each.device == proto::kHostDevice) {
-      pools.push_back(std::make_unique<host_pool>(static_cast<std::uint32_t>(pools.size()), each));
-    }
+std::vector<pool_config> resolve_pools(const daemon_config& config) {
+  std::vector<pool_config> pools = config.pools;
+  if (!names_cuda_pools(config)) {
+#ifdef GPUMEM_WITH_CUDA
+    add_default_cuda_pools(pools);
+#endif
+    return pools;
   }
 #ifdef GPUMEM_WITH_CUDA
-  add_cuda_pools(config, pools);
+  std::string why_not;
+  if (cuda::driver(&why_not) != nullptr) return pools;
+  const auto first = std::find_if(pools.begin(), pools.end(), [](const pool_config& p) {
+    return p.device != proto::kHostDevice;
+  });
+  throw config_error("pool '" + first->name + "' needs CUDA, which is unavailable: " + why_not);
 #else
-  if (names_cuda_pools(config)) {
-    throw config_error(
-        "this gpumemd was built without the CUDA backend (GPUMEM_CUDA=OFF or no "
-        "toolkit), so it cannot make CUDA pools");
-  }
+  throw config_error(
+      "this gpumemd was built without the CUDA backend (GPUMEM_CUDA=OFF or no "
+      "toolkit), so it cannot make CUDA pools");
 #endif
-  return pools;
+}
+
+pool_maker make_pool_maker() {
+  return [](std::uint32_t id, const pool_config& config) -> std::unique_ptr<pool> {
+    if (config.device == proto::kHostDevice) return std::make_unique<host_pool>(id, config);
+#ifdef GPUMEM_WITH_CUDA
+    if (const cuda::driver_api* driver = cuda::driver()) {
+      return std::make_unique<cuda_pool>(id, config, *driver);
+    }
+#endif
+    throw std::runtime_error("CUDA is unavailable for pool '" + config.name + "'");
+  };
 }
 
 reservation_maker make_reservation_maker() {

@@ -1,8 +1,10 @@
 #pragma once
 /// @file
-/// @brief Builds the pools a configuration describes, adding one CUDA pool per visible device
-/// when the configuration names none and the driver is there.
+/// @brief Makes pools: the list a configuration describes (adding one CUDA pool per visible
+/// device when it names none and the driver is there), and a maker of instances of them (the
+/// memory book makes one instance per tenant of each configured pool).
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -13,8 +15,16 @@
 
 namespace gpumem::daemon {
 
-/// @throws config_error when a pool cannot be made (with the pool's name and the cause).
-std::vector<std::unique_ptr<pool>> make_pools(const daemon_config& config);
+/// @brief Makes one instance of a configured pool under the id given.
+/// @throws what the backend throws (std::system_error, cuda::cuda_error).
+using pool_maker = std::function<std::unique_ptr<pool>(std::uint32_t id, const pool_config&)>;
+
+/// @brief The configured pools, with one CUDA pool per visible device added when the
+/// configuration names none. @throws config_error when a CUDA pool is named without CUDA.
+std::vector<pool_config> resolve_pools(const daemon_config& config);
+
+/// @brief Host pools always; CUDA pools where the driver is there.
+pool_maker make_pool_maker();
 
 /// @brief How VMM reservations are made here; empty when CUDA is unavailable.
 reservation_maker make_reservation_maker();

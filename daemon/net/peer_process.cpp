@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <system_error>
+#include <vector>
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77  // Linux 6.5
@@ -19,7 +20,21 @@ credentials peer_credentials(int socket) {
   if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &size) != 0) {
     throw std::system_error(errno, std::system_category(), "SO_PEERCRED");
   }
-  return {cred.pid, cred.uid, cred.gid};
+  credentials who{cred.pid, cred.uid, cred.gid, {}};
+  // Supplementary groups decide group access; a kernel without SO_PEERGROUPS (before 4.13)
+  // leaves only the primary group.
+  std::vector<gid_t> groups(64);
+  for (;;) {
+    socklen_t bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(socket, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+      groups.resize(bytes / sizeof(gid_t));
+      who.groups = std::move(groups);
+      break;
+    }
+    if (errno != ERANGE) break;
+    groups.resize(bytes / sizeof(gid_t) + 1);
+  }
+  return who;
 }
 
 unique_fd peer_pidfd(int socket, const credentials& who) {

@@ -158,6 +158,11 @@ bool session::handle_frames() {
     const reply_attachment attach = handler_.handle(state_, frame, out_);
     if (!attach.fds.empty()) queue_attachment(attach, frame_start, frame.head.request_id);
     consumed += frame.frame_size();
+    if (state_.refused) {
+      flush();
+      stop("refused by the access policy or its quotas");
+      return false;
+    }
   }
   if (consumed > 0) {
     std::memmove(in_.data(), in_.data() + consumed, in_filled_ - consumed);

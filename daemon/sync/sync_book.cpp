@@ -50,8 +50,11 @@ sync_kind wire_kind(object_kind kind) noexcept {
 
 }  // namespace
 
-sync_book::sync_book(ledger& rows, signal_page_maker make_signal_page)
+sync_book::sync_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
+                     signal_page_maker make_signal_page)
     : rows_(rows),
+      access_(access),
+      quotas_(quotas),
       make_signal_page_(std::move(make_signal_page)),
       page_fd_(os::make_sealed_memfd("gpumemd-sync", sync::kHostPageSize)),
       page_mapping_(
@@ -126,6 +129,7 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
           errc::already_exists,
           fmt::format("'{}' is a {}, not a {}", name, kind_name(existing.kind), kind_name(kind)));
     }
+    access_.check_open(rows_.client(client).who, id, existing, wanted_access::read_write);
     if (objects_.at(id).parties != request.parties) {
       throw request_error(errc::invalid_argument,
                           fmt::format("{} '{}' has {} parties, not {}", kind_name(kind), name,
@@ -133,7 +137,10 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
     }
     rows_.hold(id, client);
   } else {
-    id = rows_.add(kind, name, client, 0);
+    charge one_object;
+    one_object.sync_objects = 1;
+    quotas_.check(rows_, client, one_object);
+    id = rows_.add(client, {kind, name, 0, proto::kHostDevice, access_.mode_for(request.flags)});
     std::uint32_t cell = sync::kCellCount;
     try {
       cell = take_cell(id);
@@ -314,13 +321,16 @@ void sync_book::break_party(const cell_entry& entry, std::uint32_t party) {
   sync::break_party(cell, page_for(load(cell.domain)), entry.cell, party);
 }
 
-void sync_book::reset(const proto::sync_reset_request& request) {
+void sync_book::reset(client_id client, const proto::sync_reset_request& request) {
   const std::string name(request.name.view());
   const auto known = rows_.find_name(object_family::sync, name);
   if (!known) {
     throw request_error(errc::not_found, fmt::format("no lock, barrier or channel '{}'", name));
   }
   const object_row& row = *rows_.find(*known);
+  const client_row& asker = rows_.client(client);
+  access_.check_reset(asker.who, *known, row);
+  const std::string by = access_policy::describe(asker.who, asker.label);
   cell_entry& entry = objects_.at(*known);
   signal_page* page = gpu_page_of(row, entry);
   if (row.kind == object_kind::lock) {
@@ -330,7 +340,7 @@ void sync_book::reset(const proto::sync_reset_request& request) {
                                       "themselves after a death and it has nothing to reset",
                                       name));
     }
-    spdlog::info("lock '{}' reset by an operator", name);
+    spdlog::info("lock '{}' reset by {}", name, by);
     return;
   }
   std::uint32_t parties = request.parties;
@@ -348,12 +358,14 @@ void sync_book::reset(const proto::sync_reset_request& request) {
   entry.parties = parties;
   entry.party_clients.resize(parties, 0);
   sync::reset(cell_as<sync::counter_cell>(entry.cell), page, entry.cell, parties);
-  spdlog::info("{} '{}' reset by an operator: {} parties", kind_name(row.kind), name, parties);
+  spdlog::info("{} '{}' reset by {}: {} parties", kind_name(row.kind), name, by, parties);
 }
 
-proto::sync_list_reply sync_book::list(object_id after) const {
+proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
+  const credentials& who = rows_.client(asker).who;
   return rows_.page<proto::sync_record>(
       object_family::sync, after, proto::sync_list_reply::kMaxRecords,
+      [&](const object_row& row) { return access_.may_see(who, row); },
       [&](object_id id, const object_row& row) {
         const cell_entry& entry = objects_.at(id);
         proto::sync_record record{};

@@ -23,6 +23,8 @@
 #include "gpumem/shared/sync/layout.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "ledger/ledger.hpp"
+#include "policy/access_policy.hpp"
+#include "policy/quota_policy.hpp"
 #include "sync/signal_page.hpp"
 
 namespace gpumem::daemon {
@@ -30,7 +32,8 @@ namespace gpumem::daemon {
 class sync_book {
  public:
   /// @param make_signal_page empty when there is no CUDA: stream and device forms are refused.
-  explicit sync_book(ledger& rows, signal_page_maker make_signal_page = {});
+  sync_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
+            signal_page_maker make_signal_page = {});
   sync_book(const sync_book&) = delete;
   sync_book& operator=(const sync_book&) = delete;
 
@@ -42,9 +45,11 @@ class sync_book {
   /// that differs from the existing object's, no_party_left, out_of_memory.
   proto::sync_open_reply open(client_id client, const proto::sync_open_request& request);
   void close(client_id client, const proto::sync_close_request& request);
-  /// @throws request_error(not_found), not_supported for a stream-ordered lock.
-  void reset(const proto::sync_reset_request& request);
-  proto::sync_list_reply list(object_id after) const;
+  /// @throws request_error(not_found), not_supported for a stream-ordered lock,
+  /// permission_denied unless @p client's uid owns it or is an administrator.
+  void reset(client_id client, const proto::sync_reset_request& request);
+  /// @brief A page of what @p asker may see (access_policy::may_see).
+  proto::sync_list_reply list(client_id asker, object_id after) const;
   /// @throws request_error(not_supported) without CUDA, no_such_device.
   const signal_page& signal_page_of(std::int32_t device);
 
@@ -96,6 +101,8 @@ class sync_book {
   pid_t pid_of_slot(std::uint16_t slot) const noexcept;
 
   ledger& rows_;
+  const access_policy& access_;
+  const quota_policy& quotas_;
   signal_page_maker make_signal_page_;
   std::map<std::int32_t, std::unique_ptr<signal_page>> signal_pages_;
   unique_fd page_fd_;

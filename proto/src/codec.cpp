@@ -67,7 +67,7 @@ std::error_code validate(const pool_reply& m) noexcept {
 }
 
 std::error_code validate(const allocate_request& m) noexcept {
-  if (m.flags != 0 || m.device < kHostDevice) return bad();
+  if (!valid_creation_flags(m.flags) || m.device < kHostDevice) return bad();
   if (m.size == 0) return errc::invalid_argument;
   if (auto error = check_wire_name(m.name, true)) return error;
   return check_wire_name(m.pool, true);
@@ -124,7 +124,7 @@ std::error_code validate(const error_reply& m) noexcept {
 }
 
 std::error_code validate(const reserve_request& m) noexcept {
-  if (m.flags != 0 || m.device < 0) return bad();
+  if (!valid_creation_flags(m.flags) || m.device < 0) return bad();
   if (m.max_size == 0 || m.initial_size > m.max_size) return errc::invalid_argument;
   return check_wire_name(m.name, true);
 }
@@ -173,7 +173,7 @@ std::error_code validate(const sync_attach_reply& m) noexcept {
 }
 
 std::error_code validate(const sync_open_request& m) noexcept {
-  if (m.reserved != 0 || !is_known_kind(m.kind)) return bad();
+  if (!valid_creation_flags(m.flags) || !is_known_kind(m.kind)) return bad();
   if (static_cast<std::uint32_t>(m.role) > static_cast<std::uint32_t>(sync_role::consumer)) {
     return bad();
   }

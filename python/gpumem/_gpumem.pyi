@@ -48,6 +48,7 @@ class errc(_Enum):
     not_recoverable: ClassVar[errc]
     wrong_domain: ClassVar[errc]
     no_party_left: ClassVar[errc]
+    quota_exceeded: ClassVar[errc]
     __members__: ClassVar[dict[str, errc]]
 
 class Error(OSError):

@@ -37,7 +37,8 @@ typedef enum gpumem_status {
   GPUMEM_NOT_LOCK_OWNER = 17,
   GPUMEM_NOT_RECOVERABLE = 18,
   GPUMEM_WRONG_DOMAIN = 19,
-  GPUMEM_NO_PARTY_LEFT = 20
+  GPUMEM_NO_PARTY_LEFT = 20,
+  GPUMEM_QUOTA_EXCEEDED = 21
 } gpumem_status;
 
 #define GPUMEM_HOST (-1)

@@ -23,6 +23,19 @@ inline constexpr std::uint32_t kFeatureMps = 1u << 1;
 
 enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
 
+/// Creation flags of allocate, reserve and open_sync: with kFlagModeGiven, the low nine bits
+/// are the new object's permission bits (rw for owner, group and others, as for a file; the x
+/// bits are ignored). Without it the daemon's configured default mode applies.
+inline constexpr std::uint32_t kFlagModeGiven = 1u << 31;
+inline constexpr std::uint32_t kFlagModeBits = 0777;
+constexpr std::uint32_t mode_flags(std::uint32_t mode) noexcept {
+  return kFlagModeGiven | (mode & kFlagModeBits);
+}
+constexpr bool valid_creation_flags(std::uint32_t flags) noexcept {
+  return (flags & ~(kFlagModeGiven | kFlagModeBits)) == 0 &&
+         ((flags & kFlagModeGiven) != 0 || flags == 0);
+}
+
 struct empty_payload {};
 
 struct hello_request {
@@ -65,7 +78,7 @@ static_assert(sizeof(pool_reply) == 144);
 struct allocate_request {
   std::uint64_t size;
   std::int32_t device;
-  std::uint32_t flags;  ///< zero in version 1
+  std::uint32_t flags;  ///< creation flags (kFlagModeGiven), or zero
   wire_name name;       ///< empty for an anonymous allocation
   wire_name pool;       ///< empty for the device's default pool
 };
@@ -182,7 +195,7 @@ struct reserve_request {
   std::uint64_t max_size;      ///< the virtual range; rounded up to the chunk size
   std::uint64_t initial_size;  ///< committed at once; rounded up to the chunk size
   std::int32_t device;
-  std::uint32_t flags;  ///< zero in version 1
+  std::uint32_t flags;  ///< creation flags (kFlagModeGiven), or zero
   wire_name name;       ///< empty for an anonymous reservation
 };
 static_assert(sizeof(reserve_request) == 88);
@@ -260,7 +273,7 @@ struct sync_open_request {
   sync_kind kind;
   std::uint32_t parties;  ///< barrier: parties; channel: consumers + 1; lock: 0
   sync_role role;
-  std::uint32_t reserved;
+  std::uint32_t flags;  ///< creation flags (kFlagModeGiven), or zero; used when it creates
 };
 static_assert(sizeof(sync_open_request) == 80);
 

@@ -1,0 +1,99 @@
+#include "policy/access_policy.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+
+using proto::errc;
+
+namespace {
+constexpr unsigned kRead = 2;
+constexpr unsigned kWrite = 1;
+}  // namespace
+
+std::string describe_object(object_id id, const object_row& row) {
+  const std::string name = row.name.empty() ? "" : fmt::format("'{}' ", row.name);
+  return fmt::format("{} {}(id {}, owner uid {}, group {}, mode {:04o})", kind_name(row.kind), name,
+                     id, row.owner_uid, row.owner_gid, row.mode);
+}
+
+access_policy::access_policy(access_config config, uid_t daemon_uid,
+                             std::optional<gid_t> socket_group)
+    : config_(std::move(config)), daemon_uid_(daemon_uid), socket_group_(socket_group) {}
+
+std::string access_policy::describe(const credentials& who, const std::string& label) {
+  return label.empty() ? fmt::format("pid {} uid {}", who.pid, who.uid)
+                       : fmt::format("pid {} uid {} ({})", who.pid, who.uid, label);
+}
+
+void access_policy::check_connect(const credentials& who) const {
+  if (who.uid == 0 || who.uid == daemon_uid_ || is_admin(who)) return;
+  if (socket_group_ && who.in_group(*socket_group_)) return;
+  if (std::ranges::find(config_.connect_users, who.uid) != config_.connect_users.end()) return;
+  if (std::ranges::any_of(config_.connect_groups, [&](gid_t g) { return who.in_group(g); })) {
+    return;
+  }
+  throw request_error(errc::permission_denied,
+                      fmt::format("{} may not connect: it is neither root, the daemon's user, in "
+                                  "the socket's group, nor listed in access.connect_users or "
+                                  "access.connect_groups",
+                                  describe(who)));
+}
+
+bool access_policy::is_admin(const credentials& who) const noexcept {
+  return who.uid == 0 || who.uid == daemon_uid_ ||
+         (config_.admin_group && who.in_group(*config_.admin_group));
+}
+
+mode_t access_policy::mode_for(std::uint32_t creation_flags) const noexcept {
+  if ((creation_flags & proto::kFlagModeGiven) == 0) return config_.default_mode;
+  return static_cast<mode_t>(creation_flags & proto::kFlagModeBits);
+}
+
+unsigned access_policy::bits_for(const credentials& who, const object_row& row) const noexcept {
+  // Like a file: the first class the client falls in decides, even if a later one gives more.
+  const auto rw = [](mode_t bits) { return static_cast<unsigned>(bits >> 1) & 3u; };
+  if (who.uid == row.owner_uid) return rw(row.mode >> 6) | kRead | kWrite;
+  if (who.in_group(row.owner_gid)) return rw(row.mode >> 3);
+  return rw(row.mode);
+}
+
+bool access_policy::may_open(const credentials& who, const object_row& row,
+                             wanted_access wanted) const noexcept {
+  const unsigned needed = wanted == wanted_access::read ? kRead : kRead | kWrite;
+  return is_admin(who) || (bits_for(who, row) & needed) == needed;
+}
+
+void access_policy::check_open(const credentials& who, object_id id, const object_row& row,
+                               wanted_access wanted) const {
+  if (may_open(who, row, wanted)) return;
+  const char* whose = who.in_group(row.owner_gid) ? "group" : "other";
+  throw request_error(
+      errc::permission_denied,
+      fmt::format("{} may not open {} {}: its mode gives {} users no {} access", describe(who),
+                  describe_object(id, row), wanted == wanted_access::read ? "to read" : "to write",
+                  whose, wanted == wanted_access::read ? "read" : "read-write"));
+}
+
+bool access_policy::may_see(const credentials& who, const object_row& row) const noexcept {
+  return is_admin(who) || (bits_for(who, row) & kRead) != 0;
+}
+
+bool access_policy::may_see_client(const credentials& who,
+                                   const credentials& other) const noexcept {
+  return is_admin(who) || who.uid == other.uid;
+}
+
+void access_policy::check_reset(const credentials& who, object_id id, const object_row& row) const {
+  if (is_admin(who) || who.uid == row.owner_uid) return;
+  throw request_error(errc::permission_denied,
+                      fmt::format("{} may not reset {}: only its owner uid and administrators "
+                                  "(root, access.admin_group) may",
+                                  describe(who), describe_object(id, row)));
+}
+
+}  // namespace gpumem::daemon
