@@ -27,8 +27,10 @@ BarrierStatus to_status(sync::wait_status status) noexcept {
 }  // namespace
 
 struct Barrier::state {
-  state(std::shared_ptr<detail::connection> link, std::string_view name, std::uint32_t parties)
-      : object(std::move(link), name, proto::sync_kind::barrier, parties, proto::sync_role::party),
+  state(std::shared_ptr<detail::connection> link, std::string_view name, std::uint32_t parties,
+        Mode mode)
+      : object(std::move(link), name, mode, proto::sync_kind::barrier, parties,
+               proto::sync_role::party),
         counters(object.cell<sync::counter_cell>()) {}
 
   /// The next round's token; starts over when an operator reset the barrier.
@@ -119,8 +121,8 @@ std::uint32_t Barrier::party() const noexcept {
   return state_ ? state_->object.party() : 0;
 }
 
-Barrier Client::barrier(std::string_view name, std::uint32_t parties) {
-  return Barrier(std::make_unique<Barrier::state>(connection_, name, parties));
+Barrier Client::barrier(std::string_view name, std::uint32_t parties, const SyncOptions& options) {
+  return Barrier(std::make_unique<Barrier::state>(connection_, name, parties, options.mode));
 }
 
 const std::string& Barrier::name() const noexcept {

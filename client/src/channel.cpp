@@ -19,7 +19,8 @@ constexpr std::uint32_t kProducer = 0;
 struct Channel::state {
   state(std::shared_ptr<detail::connection> link, std::string_view name, bool producing,
         const ChannelOptions& options, Buffer slots_buffer)
-      : object(std::move(link), name, proto::sync_kind::channel, options.consumers + 1,
+      : object(std::move(link), name, options.mode, proto::sync_kind::channel,
+               options.consumers + 1,
                producing ? proto::sync_role::producer : proto::sync_role::consumer),
         counters(object.cell<sync::counter_cell>()),
         buffer(std::move(slots_buffer)),
@@ -194,7 +195,7 @@ Channel Client::channel(std::string_view name, ChannelRole role, const ChannelOp
   const std::string data_name = std::string(name) + ".slots";
   Buffer slots;
   try {
-    slots = allocate(bytes, {.device = options.device, .name = data_name});
+    slots = allocate(bytes, {.device = options.device, .name = data_name, .mode = options.mode});
   } catch (const Error& error) {
     if (error.status() != errc::already_exists) throw;
     slots = open(data_name);

@@ -201,6 +201,7 @@ Buffer Client::allocate(std::size_t bytes, const AllocateOptions& options) {
   proto::allocate_request request{};
   request.size = bytes;
   request.device = options.device;
+  request.flags = detail::creation_flags(options.mode);
   if (!options.name.empty()) request.name = checked_name(options.name, "allocation name");
   if (!options.pool.empty()) request.pool = checked_name(options.pool, "pool name");
   return connection_->adopt(

@@ -28,6 +28,17 @@
 
 namespace gpumem::detail {
 
+/// @brief The creation flags of a request that may make a named object with @p mode.
+/// @throws Error(invalid_argument) for bits beyond rwxrwxrwx.
+inline std::uint32_t creation_flags(const Mode& mode) {
+  if (!mode) return 0;
+  if ((*mode & ~proto::kFlagModeBits) != 0) {
+    throw Error(errc::invalid_argument, "mode " + std::to_string(*mode) +
+                                            " is not a permission mode (0 to 0777, in octal)");
+  }
+  return proto::mode_flags(*mode);
+}
+
 class sync_pages;
 
 class connection : public std::enable_shared_from_this<connection> {

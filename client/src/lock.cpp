@@ -13,8 +13,8 @@ namespace gpumem {
 using detail::cuda_sync::wait_kind;
 
 struct Lock::state {
-  explicit state(std::shared_ptr<detail::connection> link, std::string_view name)
-      : object(std::move(link), name, proto::sync_kind::lock, 0, proto::sync_role::party),
+  state(std::shared_ptr<detail::connection> link, std::string_view name, Mode mode)
+      : object(std::move(link), name, mode, proto::sync_kind::lock, 0, proto::sync_role::party),
         algorithm(object.cell<sync::lock_cell>(), object.slot()) {}
 
   detail::sync_object object;
@@ -181,8 +181,8 @@ device::lock_ref Lock::device(int device) {
           address(offsetof(sync::signal_cell, owner_died)), state_->object.slot()};
 }
 
-Lock Client::lock(std::string_view name) {
-  return Lock(std::make_unique<Lock::state>(connection_, name));
+Lock Client::lock(std::string_view name, const SyncOptions& options) {
+  return Lock(std::make_unique<Lock::state>(connection_, name, options.mode));
 }
 
 const std::string& Lock::name() const noexcept {

@@ -112,7 +112,8 @@ Reservation Reservation::create(Client& client, std::size_t max_bytes,
     throw Error(errc::invalid_argument, "a reservation needs 0 < initial <= max_bytes");
   }
   detail::cuda_driver();  // fail before asking the daemon when this process has no CUDA
-  proto::reserve_request request{max_bytes, options.initial, options.device, 0, {}};
+  proto::reserve_request request{
+      max_bytes, options.initial, options.device, detail::creation_flags(options.mode), {}};
   if (proto::make_wire_name(options.name, request.name)) {
     throw Error(errc::invalid_name, "reservation name '" + std::string(options.name) +
                                         "' is not 0-63 characters of [A-Za-z0-9._:/@+-]");

@@ -27,7 +27,7 @@ std::string domain_text(std::uint32_t word) {
 
 }  // namespace
 
-sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name,
+sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name, Mode mode,
                          proto::sync_kind kind, std::uint32_t parties, proto::sync_role role)
     : link_(std::move(link)), pages_(link_->sync()), name_(name), kind_(kind) {
   proto::sync_open_request request{};
@@ -37,6 +37,7 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
   request.kind = kind;
   request.parties = parties;
   request.role = role;
+  request.flags = creation_flags(mode);
   const auto reply = link_->call<proto::sync_open_reply>(message_type::open_sync, request);
   cell_index_ = reply.cell;
   party_ = reply.party;

@@ -24,8 +24,9 @@ inline void check_open(const void* state, const char* type) {
 class sync_object {
  public:
   /// @throws Error from the daemon: invalid_name, invalid_argument, no_party_left, ...
-  sync_object(std::shared_ptr<connection> link, std::string_view name, proto::sync_kind kind,
-              std::uint32_t parties, proto::sync_role role);
+  /// @param mode of the object when this call creates it.
+  sync_object(std::shared_ptr<connection> link, std::string_view name, Mode mode,
+              proto::sync_kind kind, std::uint32_t parties, proto::sync_role role);
   ~sync_object();
   sync_object(const sync_object&) = delete;
   sync_object& operator=(const sync_object&) = delete;

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -69,6 +70,12 @@ struct ConnectOptions {
   std::string label{};        ///< shown by `gpumemctl clients`; empty: the program's name
 };
 
+/// @brief Who else may open a named object that a call creates: rw permission bits for its
+/// owner uid, its group (the creator's primary group) and others, as for a file (0600, 0640,
+/// 0666; x bits are ignored). nullopt: the daemon's `access.default_mode` (0600 unless
+/// configured). Opening needs r, and w too for read-write (and for any lock, barrier, channel).
+using Mode = std::optional<unsigned>;
+
 struct AllocateOptions {
   int device = kHost;
   std::string_view name{};  ///< empty: anonymous; else other processes can open() it
@@ -76,6 +83,12 @@ struct AllocateOptions {
   /// CUDA buffers: the stream that uses the buffer first. It is made to wait for the
   /// allocation (no host synchronisation), and the destructor releases in its order.
   Stream stream = nullptr;
+  Mode mode{};
+};
+
+/// How a lock or barrier is made when this call creates it.
+struct SyncOptions {
+  Mode mode{};
 };
 
 struct OpenOptions {
@@ -242,10 +255,10 @@ class Client {
 
   /// @brief The lock named @p name, made on first use (gpumem/sync.hpp).
   /// @throws Error: invalid_name, already_exists (the name is a barrier or channel).
-  Lock lock(std::string_view name);
+  Lock lock(std::string_view name, const SyncOptions& options = {});
   /// @brief Joins the barrier named @p name as one of its @p parties parties.
   /// @throws Error: invalid_argument (it exists with another party count), no_party_left.
-  Barrier barrier(std::string_view name, std::uint32_t parties);
+  Barrier barrier(std::string_view name, std::uint32_t parties, const SyncOptions& options = {});
   /// @brief Joins the channel named @p name as its producer or as one of its consumers; its
   /// slots are a buffer named "<name>.slots" made by whoever comes first.
   Channel channel(std::string_view name, ChannelRole role, const ChannelOptions& options);

@@ -29,6 +29,7 @@ struct ReserveOptions {
   int device = 0;
   std::string_view name{};  ///< empty: anonymous
   std::size_t initial = 0;  ///< bytes committed at once, rounded up to whole chunks
+  Mode mode{};              ///< who else may open it (see gpumem::Mode)
 };
 
 struct OpenReservationOptions {

@@ -140,6 +140,7 @@ struct ChannelOptions {
   std::size_t slot_bytes = 0;   ///< bytes per item
   std::uint32_t consumers = 1;  ///< each consumer sees every item
   int device = kHost;           ///< where the slots live
+  Mode mode{};                  ///< of the channel and its slots, when this call creates them
 };
 
 /// @brief A ring of slots over a shared buffer, from one producer to consumers that each see
