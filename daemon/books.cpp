@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <set>
+
 namespace gpumem::daemon {
 
 namespace {
@@ -36,14 +38,22 @@ void books::remove_client(client_id client) noexcept {
   sync.detach(client);
 }
 
-bool books::holds_process_state(client_id client) const {
-  for (const object_id id : rows.client(client).holds) {
+bool books::end_connection(client_id client) noexcept {
+  const auto found = rows.clients().find(client);
+  if (found == rows.clients().end()) return false;
+  const std::set<object_id> held = found->second.holds;
+  bool kept = false;
+  for (const object_id id : held) {
     const object_row& row = *rows.find(id);
     if (family_of(row.kind) == object_family::sync || memory.needs_process_exit(id, row)) {
-      return true;
+      kept = true;
+      continue;
     }
+    bool last_reference = false;
+    while (!last_reference) last_reference = rows.drop_reference(id, client);
+    memory.let_go(id, row);
   }
-  return false;
+  return kept;
 }
 
 proto::stats_reply books::stats() const {

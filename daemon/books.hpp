@@ -31,9 +31,12 @@ class books {
   void check_connection(client_id client) const;
   /// @brief Lets go of everything the client held; what others still hold survives.
   void remove_client(client_id client) noexcept;
-  /// @brief Whether the client holds what must outlive its connection while its process
-  /// lives: memory its GPU work may still use, a lock, a barrier party.
-  bool holds_process_state(client_id client) const;
+  /// @brief The client's connection closed while its process lives: lets go at once of what
+  /// nothing of the process can still use (host memory), and keeps what must wait for its
+  /// exit: CUDA memory its GPU work may still use, and its locks, barrier and channel parties
+  /// (it may still be inside a critical section, and its streams may still write its turns).
+  /// @return true when something was kept: remove_client() must wait for the process to exit.
+  bool end_connection(client_id client) noexcept;
 
   proto::stats_reply stats() const;
   /// @brief The clients @p asker may see: its own uid's, or all for an administrator.

@@ -3,8 +3,11 @@
 #include "gpumem/shared/sync/host_lock.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -18,6 +21,15 @@ using namespace std::chrono_literals;
 std::unique_ptr<lock_cell> fresh_lock() {
   return std::make_unique<lock_cell>();
 }
+
+/// The daemon's side of a cell at epoch 0 whose clients have @p attached slots.
+struct daemon_side {
+  explicit daemon_side(std::initializer_list<std::uint16_t> attached) {
+    for (const std::uint16_t slot : attached) slots.set(slot);
+  }
+  lock_facts facts(std::uint16_t epoch = 0) const { return {epoch, slots}; }
+  slot_set slots;
+};
 
 lock_word word_of(const lock_cell& cell) {
   return lock_word::decode(
@@ -92,7 +104,7 @@ TEST(HostLock, ReclaimHandsADeadHoldersLockToTheNextWaiter) {
   acquire_result got{};
   std::thread waiter([&] { got = host_lock(*cell, 4).acquire(); });
   while (word_of(*cell).queued() < 2) std::this_thread::yield();
-  EXPECT_TRUE(reclaim_lock(*cell, 3));
+  EXPECT_EQ(reclaim_lock(*cell, 3, daemon_side({3, 4}).facts()).status, repair_status::done);
   waiter.join();
   EXPECT_EQ(got.status, acquire_status::acquired_owner_died);
   EXPECT_EQ(cell->owner_deaths, 1u);
@@ -116,7 +128,7 @@ TEST(HostLock, ReclaimSkipsADeadWaiter) {
   acquire_result behind{};
   std::thread next([&] { behind = host_lock(*cell, 3).acquire(); });
   while (word_of(*cell).queued() < 3) std::this_thread::yield();
-  EXPECT_TRUE(reclaim_lock(*cell, 2));
+  EXPECT_EQ(reclaim_lock(*cell, 2, daemon_side({1, 2, 3}).facts()).status, repair_status::done);
   EXPECT_EQ(holder.release(held->hold), release_status::released);
   next.join();
   EXPECT_EQ(behind.status, acquire_status::acquired);
@@ -128,16 +140,134 @@ TEST(HostLock, ReclaimSkipsADeadWaiter) {
 TEST(HostLock, NotRecoverableUntilReset) {
   auto cell = fresh_lock();
   ASSERT_TRUE(host_lock(*cell, 1).try_acquire().has_value());
-  EXPECT_TRUE(reclaim_lock(*cell, 1));
+  const daemon_side daemon({1, 2});
+  EXPECT_EQ(reclaim_lock(*cell, 1, daemon.facts()).status, repair_status::done);
   host_lock heir(*cell, 2);
   const auto got = heir.acquire();
   ASSERT_EQ(got.status, acquire_status::acquired_owner_died);
   EXPECT_EQ(heir.release(got.hold), release_status::released);  // without repair
   EXPECT_EQ(heir.acquire().status, acquire_status::not_recoverable);
-  reset_lock(*cell);
+  EXPECT_EQ(reset_lock(*cell, daemon.facts()), nullptr);
+  EXPECT_EQ(word_of(*cell).epoch, 1u);
   const auto after = heir.acquire();
   EXPECT_EQ(after.status, acquire_status::acquired);
   EXPECT_EQ(heir.release(after.hold), release_status::released);
+}
+
+/// Fails the test run (SIGALRM) instead of letting a daemon-side loop that regressed into a
+/// wait hang ctest.
+class watchdog {
+ public:
+  explicit watchdog(unsigned seconds) { ::alarm(seconds); }
+  watchdog(const watchdog&) = delete;
+  watchdog& operator=(const watchdog&) = delete;
+  ~watchdog() { ::alarm(0); }
+};
+
+/// The attack of issue 11: a word naming a live slot as holder, a ticket queued behind it,
+/// and no queue entry for that ticket. host_lock::release waits for the entry forever.
+void write_hang_attack(lock_cell& cell, std::uint16_t slot) {
+  lock_word word;
+  word.owner = slot;
+  word.serving = 7;
+  word.next = 9;
+  cell.word = word.encode();
+}
+
+TEST(HostLockDaemonSide, TheHangAttackIsReportedNotSpunOn) {
+  const watchdog limit(10);
+  auto cell = fresh_lock();
+  write_hang_attack(*cell, 5);
+  const daemon_side daemon({5});
+  const auto started = std::chrono::steady_clock::now();
+  const lock_repair reclaimed = reclaim_lock(*cell, 5, daemon.facts());
+  EXPECT_EQ(reclaimed.status, repair_status::corrupt);
+  EXPECT_STREQ(reclaimed.broken_rule, "a queued ticket has no queue entry");
+
+  write_hang_attack(*cell, 5);
+  EXPECT_STREQ(reset_lock(*cell, daemon.facts()), "a queued ticket has no queue entry");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 100ms);
+  EXPECT_EQ(check_lock_cell(*cell, daemon.facts(1)), nullptr) << "rewritten at the next epoch";
+  host_lock user(*cell, 5);
+  const auto held = user.try_acquire_clean();
+  ASSERT_TRUE(held.has_value());
+  EXPECT_TRUE(user.release_alone(*held));
+}
+
+TEST(HostLockDaemonSide, WordsThatNoLockWritesAreNamed) {
+  const daemon_side daemon({1, 2});
+  auto cell = fresh_lock();
+  EXPECT_EQ(check_lock_cell(*cell, daemon.facts()), nullptr);
+  EXPECT_STREQ(check_lock_cell(*cell, daemon.facts(3)),
+               "the lock word's epoch is not the daemon's");
+
+  lock_word stranger;
+  stranger.owner = 9;
+  stranger.next = 1;
+  cell->word = stranger.encode();
+  EXPECT_STREQ(check_lock_cell(*cell, daemon.facts()), "the holder's slot belongs to no client");
+
+  lock_word flooded;
+  flooded.owner = 1;
+  flooded.next = kLockQueueLength + 2;
+  cell->word = flooded.encode();
+  EXPECT_STREQ(check_lock_cell(*cell, daemon.facts()),
+               "more tickets are taken than the queue holds");
+
+  cell->word = 0;
+  cell->queue[3] = queue_entry{4, 1, false, queue_entry::waiting}.encode();
+  EXPECT_STREQ(check_lock_cell(*cell, daemon.facts()),
+               "a queue entry sits at another ticket's place");
+  cell->queue[3] = 0;
+  cell->domain = 0x0107;
+  EXPECT_STREQ(check_lock_cell(*cell, daemon.facts()), "the domain word names no domain");
+}
+
+/// A lock cell of random words, half of them shaped like real ones so that the daemon's
+/// loops get past the first checks.
+void randomise(lock_cell& cell, std::mt19937_64& random) {
+  const bool shaped = (random() & 1) != 0;
+  cell.domain =
+      shaped ? static_cast<std::uint32_t>(random() % 2) : static_cast<std::uint32_t>(random());
+  cell.owner_deaths = static_cast<std::uint32_t>(random());
+  if (!shaped) {
+    cell.word = random();
+    for (auto& entry : cell.queue)
+      entry = (random() & 3) == 0 ? static_cast<std::uint32_t>(random()) : 0;
+    return;
+  }
+  lock_word word;
+  word.serving = static_cast<std::uint16_t>(random());
+  word.next = static_cast<std::uint16_t>(word.serving + random() % (kLockQueueLength + 4));
+  word.owner = word.free() ? 0 : static_cast<std::uint16_t>(1 + random() % 8);
+  word.flags = static_cast<std::uint8_t>(random() % 4);
+  cell.word = word.encode();
+  for (std::uint32_t index = 0; index < kLockQueueLength; ++index) {
+    const auto ticket = static_cast<std::uint16_t>(index + kLockQueueLength * (random() % 128));
+    const auto state = static_cast<queue_entry::state_type>(random() % 4);
+    cell.queue[index] =
+        (random() % 3) == 0
+            ? 0
+            : queue_entry{ticket, static_cast<std::uint16_t>(1 + random() % 8), false, state}
+                  .encode();
+  }
+}
+
+TEST(HostLockDaemonSide, TenThousandRandomCellsAreRepairedOrReportedPromptly) {
+  const watchdog limit(60);
+  const daemon_side daemon({1, 2, 3, 4, 5, 6, 7, 8});
+  std::mt19937_64 random(11);
+  auto cell = fresh_lock();
+  unsigned corrupt = 0;
+  for (int round = 0; round < 10000; ++round) {
+    randomise(*cell, random);
+    const auto dead = static_cast<std::uint16_t>(1 + random() % 8);
+    if (reclaim_lock(*cell, dead, daemon.facts()).status == repair_status::corrupt) ++corrupt;
+    reset_lock(*cell, daemon.facts());
+    ASSERT_EQ(check_lock_cell(*cell, daemon.facts(1)), nullptr)
+        << "a reset leaves a consistent lock, round " << round;
+  }
+  EXPECT_GT(corrupt, 0u);
 }
 
 TEST(HostCounters, BreakWakesSleepersAndResetStartsOver) {
@@ -150,7 +280,7 @@ TEST(HostCounters, BreakWakesSleepersAndResetStartsOver) {
   break_counters(*cell);
   sleeper.join();
   EXPECT_EQ(seen, wait_status::broken);
-  reset_counters(*cell, 2);
+  reset_counters(*cell, 2, 1);
   EXPECT_FALSE(counters.broken());
   EXPECT_EQ(counters.count(1), 0u);
   EXPECT_EQ(counters.wait_for(1, 1, host_counters::clock::now() + 10ms), wait_status::timeout);
@@ -163,6 +293,55 @@ TEST(HostCounters, ComparisonIsCyclic) {
   EXPECT_FALSE(reached(4, 5));
   EXPECT_TRUE(reached(2, 0xfffffffeu)) << "a counter that wrapped is ahead";
   EXPECT_TRUE(reached(7 + kBrokenLead, 1000)) << "a dead party's GPU counter satisfies any wait";
+}
+
+TEST(HostCountersDaemonSide, CountsThatNoPartyWritesAreNamed) {
+  auto cell = std::make_unique<counter_cell>();
+  cell->domain = domain_word(domain::host);
+  cell->parties = 3;
+  const counter_facts barrier{3, 0, false};
+  host_counters counters(*cell);
+  counters.arrive(0, 1);
+  counters.arrive(1, 1);
+  EXPECT_EQ(check_counter_cell(*cell, barrier), nullptr);
+  cell->counts[2] = 1;  // stored, not yet counted: an arrival in between
+  EXPECT_EQ(check_counter_cell(*cell, barrier), nullptr);
+  cell->counts[2] = 1000;
+  EXPECT_STREQ(check_counter_cell(*cell, barrier), "the arrivals do not add up to the rounds");
+  cell->counts[2] = 0;
+  EXPECT_STREQ(check_counter_cell(*cell, {4, 0, false}), "the party count is not the daemon's");
+  EXPECT_STREQ(check_counter_cell(*cell, {3, 1, false}), "the epoch is not the daemon's");
+
+  const counter_facts channel{3, 0, true};
+  reset_counters(*cell, 3, 0);
+  counters.publish(0, 5);
+  counters.publish(2, 5);
+  EXPECT_EQ(check_counter_cell(*cell, channel), nullptr);
+  counters.publish(1, 6);
+  EXPECT_STREQ(check_counter_cell(*cell, channel),
+               "a consumer released items the producer never published");
+  cell->state = 0x10;
+  EXPECT_STREQ(check_counter_cell(*cell, channel), "the state word has bits nobody sets");
+}
+
+TEST(HostCountersDaemonSide, RandomCellsAreCheckedBrokenAndResetPromptly) {
+  const watchdog limit(60);
+  std::mt19937_64 random(12);
+  auto cell = std::make_unique<counter_cell>();
+  for (int round = 0; round < 10000; ++round) {
+    auto* words = reinterpret_cast<std::uint32_t*>(cell.get());
+    for (std::size_t word = 0; word < sizeof(counter_cell) / sizeof(std::uint32_t); ++word) {
+      words[word] = static_cast<std::uint32_t>(random());
+    }
+    const counter_facts facts{static_cast<std::uint32_t>(1 + random() % kMaxParties),
+                              static_cast<std::uint32_t>(round), (random() & 1) != 0};
+    (void)check_counter_cell(*cell, facts);
+    break_counters(*cell);
+    reset_counters(*cell, facts.parties, facts.epoch + 1);
+    cell->domain = domain_word(domain::host);
+    ASSERT_EQ(check_counter_cell(*cell, {facts.parties, facts.epoch + 1, facts.channel}), nullptr)
+        << "a reset leaves consistent counters, round " << round;
+  }
 }
 
 }  // namespace

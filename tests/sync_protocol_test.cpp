@@ -43,6 +43,16 @@ constexpr std::uint32_t kIndex = 2;
 constexpr std::uint16_t kDead = 7;
 constexpr std::uint16_t kAlive = 8;
 
+/// The daemon's side of a cell at epoch 0 with both clients attached.
+struct daemon_side {
+  daemon_side() {
+    slots.set(kDead);
+    slots.set(kAlive);
+  }
+  lock_facts facts() const { return {0, slots}; }
+  slot_set slots;
+};
+
 TEST(LockProtocol, AStreamReleaseWritesTheTurnBeforeClearingItsEntry) {
   const auto writes = stream_release_writes(41);
   EXPECT_EQ(writes[0].word, stream_write::word_type::serving);
@@ -63,8 +73,8 @@ TEST(LockProtocol, ADeadStreamHoldersTurnsArePassedOnOldestFirst) {
   ASSERT_EQ(alive.take_stream_ticket(), 1);
   ASSERT_EQ(dead.take_stream_ticket(), 2);
 
-  const reclaim_result result = reclaim(*cell, &page, kIndex, kDead);
-  EXPECT_TRUE(result.settled);
+  const reclaim_result result = reclaim(*cell, &page, kIndex, kDead, daemon_side().facts());
+  EXPECT_EQ(result.repair.status, repair_status::done);
   EXPECT_EQ(result.turns_passed, 2u);
   EXPECT_EQ(page.passed, (std::vector<std::uint32_t>{0, 2}));
   EXPECT_EQ(page.at(kIndex).serving, 1u) << "the living holder's turn came";
@@ -80,16 +90,19 @@ TEST(LockProtocol, ADeadDeviceHolderIsReleasedWithOwnerDiedAndOthersAreLeftAlone
   cell->domain = domain_word(domain::device, 0);
   host_signal_words page;
   page.at(kIndex).device_lock = kAlive;
-  EXPECT_FALSE(reclaim(*cell, &page, kIndex, kDead).device_lock_released);
+  const daemon_side daemon;
+  EXPECT_FALSE(reclaim(*cell, &page, kIndex, kDead, daemon.facts()).device_lock_released);
   EXPECT_EQ(page.at(kIndex).device_lock, kAlive);
 
   page.at(kIndex).device_lock = kDead;
-  EXPECT_TRUE(reclaim(*cell, &page, kIndex, kDead).device_lock_released);
+  EXPECT_TRUE(reclaim(*cell, &page, kIndex, kDead, daemon.facts()).device_lock_released);
   EXPECT_EQ(page.at(kIndex).device_lock, 0u);
   EXPECT_EQ(page.at(kIndex).owner_died, 1u);
   EXPECT_EQ(cell->owner_deaths, 1u);
 
-  EXPECT_TRUE(reset(*cell, &page, kIndex));
+  const reset_result done = reset(*cell, &page, kIndex, daemon.facts());
+  EXPECT_TRUE(done.supported);
+  EXPECT_EQ(done.rewritten_because, nullptr);
   EXPECT_EQ(page.at(kIndex).owner_died, 0u);
 }
 
@@ -97,7 +110,8 @@ TEST(LockProtocol, ADeadHostHolderHandsTheLockOnWithOwnerDied) {
   auto cell = std::make_unique<lock_cell>();
   cell->domain = domain_word(domain::host);
   ASSERT_TRUE(host_lock(*cell, kDead).try_acquire_clean());
-  EXPECT_TRUE(reclaim(*cell, nullptr, kIndex, kDead).settled);
+  EXPECT_EQ(reclaim(*cell, nullptr, kIndex, kDead, daemon_side().facts()).repair.status,
+            repair_status::done);
   const auto next = host_lock(*cell, kAlive).try_acquire();
   ASSERT_TRUE(next);
   EXPECT_EQ(next->status, acquire_status::acquired_owner_died);
@@ -107,7 +121,7 @@ TEST(LockProtocol, AStreamOrderedLockHasNothingToReset) {
   auto cell = std::make_unique<lock_cell>();
   cell->domain = domain_word(domain::stream, 0);
   host_signal_words page;
-  EXPECT_FALSE(reset(*cell, &page, kIndex));
+  EXPECT_FALSE(reset(*cell, &page, kIndex, daemon_side().facts()).supported);
 }
 
 TEST(CounterProtocol, ABrokenPartysCountJumpsAheadOnTheSignalPage) {
@@ -121,7 +135,7 @@ TEST(CounterProtocol, ABrokenPartysCountJumpsAheadOnTheSignalPage) {
   EXPECT_EQ(page.at(kIndex).counts[1], 5u + kBrokenLead);
   EXPECT_EQ(page.at(kIndex).counts[0], 0u);
 
-  reset(*cell, &page, kIndex, 2);
+  reset(*cell, &page, kIndex, 2, 1);
   EXPECT_EQ(cell->state, 0u);
   EXPECT_EQ(cell->parties, 2u);
   EXPECT_EQ(cell->epoch, 1u);

@@ -146,6 +146,52 @@ TEST(Lock, RepairedLockStaysUsable) {
   lock.unlock();
 }
 
+TEST(Lock, AKilledHoldersLockKeepsItsStateWithNobodyHoldingIt) {
+  // As a robust mutex in shared memory: the name stays with its owner-died state until the
+  // lock is made consistent and let go, or reset.
+  daemon_process daemon;
+  auto holder = peer(daemon, {"lock-hold", "orphan"});
+  expect_line(holder, "held");
+  holder.signal(SIGKILL);
+  ASSERT_TRUE(holder.wait());
+  auto client = daemon.connect();
+  const auto deadline = clock_type::now() + 2s;
+  const auto shows_owner_died = [&] {
+    const auto listed = client.sync_objects();
+    return listed.size() == 1 && listed[0].owner_died && listed[0].attached == 0;
+  };
+  while (!shows_owner_died() && clock_type::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(shows_owner_died()) << "the lock went with its dead holder";
+  const auto [shown, shown_code] = run_gpumemctl(daemon, {"locks", "--json"});
+  EXPECT_NE(shown.find("\"owner died\""), std::string::npos) << shown;
+  {
+    auto lock = client.lock("orphan");
+    EXPECT_EQ(lock.acquire(), LockStatus::acquired_owner_died);
+    lock.unlock();  // without repair: not recoverable, and still kept once closed
+  }
+  const auto kept = client.sync_objects();
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_TRUE(kept[0].not_recoverable);
+  EXPECT_EQ(kept[0].attached, 0u);
+  EXPECT_THROW(client.lock("orphan").lock(), Error);
+  client.reset("orphan");
+  EXPECT_TRUE(client.sync_objects().empty()) << "a reset lock nobody holds is gone";
+
+  auto second = peer(daemon, {"lock-hold", "repaired.orphan"});
+  expect_line(second, "held");
+  second.signal(SIGKILL);
+  ASSERT_TRUE(second.wait());
+  {
+    auto lock = client.lock("repaired.orphan");
+    EXPECT_EQ(lock.acquire(), LockStatus::acquired_owner_died);
+    lock.mark_consistent();
+    lock.unlock();
+  }
+  EXPECT_TRUE(client.sync_objects().empty()) << "a consistent lock nobody holds is gone";
+}
+
 TEST(Lock, AResetRevokesTheHolderWhoseUnlockIsThenStale) {
   daemon_process daemon;
   auto first = daemon.connect("first");

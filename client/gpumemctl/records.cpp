@@ -19,6 +19,7 @@ std::string kind_name(gpumem::SyncKind kind) {
 }
 
 std::string sync_state(const SyncInfo& sync) {
+  if (sync.corrupt) return "corrupt";
   if (sync.not_recoverable) return "not recoverable";
   if (sync.owner_died) return "owner died";
   if (sync.broken) return "broken";

@@ -30,7 +30,7 @@ struct listed_client : ClientInfo {
 /// @brief "host" or "cuda:N".
 std::string device_name(int device);
 std::string kind_name(gpumem::SyncKind kind);
-/// @brief "not recoverable", "owner died", "broken", "held", "free" or "ok".
+/// @brief "corrupt", "not recoverable", "owner died", "broken", "held", "free" or "ok".
 std::string sync_state(const SyncInfo& sync);
 
 template <auto device_member, class Record>

@@ -113,7 +113,8 @@ SyncInfo to_info(const proto::sync_record& r) {
           .epoch = r.epoch,
           .owner_died = lock && (r.flags & sync::lock_word::kOwnerDied) != 0,
           .not_recoverable = lock && (r.flags & sync::lock_word::kNotRecoverable) != 0,
-          .broken = !lock && (r.flags & sync::counter_cell::kBroken) != 0};
+          .broken = !lock && (r.flags & sync::counter_cell::kBroken) != 0,
+          .corrupt = (r.flags & proto::sync_record::kCorrupt) != 0};
 }
 
 /// Every record of a list request, page by page, as public Info structs.

@@ -70,12 +70,12 @@ void session::wait_for_process_exit() {
 }
 
 void session::end_of_stream() {
-  if (process_watch_.is_open() && books_.holds_process_state(state_.client)) {
+  if (process_watch_.is_open() && books_.end_connection(state_.client)) {
     // The process lives on, and its GPU work may still use what it holds, or it may still hold
-    // a lock: the ledger is kept until the process exits.
+    // a lock: the rest of the ledger is kept until the process exits.
     spdlog::info(
-        "client {} closed the connection holding device memory or locks: kept until its "
-        "process exits",
+        "client {} closed the connection holding device memory or locks: its host memory is "
+        "let go, the rest kept until its process exits",
         state_.client);
     boost::system::error_code ignored;
     socket_.close(ignored);

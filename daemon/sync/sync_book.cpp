@@ -67,8 +67,8 @@ std::uint16_t sync_book::attach(client_id client) {
   }
   const pid_t pid = rows_.client(client).who.pid;
   for (std::uint16_t slot = 1; slot <= sync::kMaxSlots; ++slot) {
-    if (slot_taken_[slot]) continue;
-    slot_taken_[slot] = true;
+    if (slot_taken_.test(slot)) continue;
+    slot_taken_.set(slot);
     attached_.emplace(client, attached_client{slot, pid});
     return slot;
   }
@@ -79,16 +79,65 @@ std::uint16_t sync_book::attach(client_id client) {
 std::uint32_t sync_book::take_cell(object_id id) {
   // Round robin, so that a freed cell is reused as late as possible: a repair queued on a
   // signal page for its old object may still be waiting its turn.
-  for (std::uint32_t tried = 0; tried < sync::kCellCount; ++tried) {
-    const std::uint32_t cell = (next_cell_ + tried) % sync::kCellCount;
-    if (cell_objects_[cell] != 0) continue;
-    cell_objects_[cell] = id;
-    next_cell_ = cell + 1;
-    std::memset(page_ + cell * sync::kCellSize, 0, sync::kCellSize);
-    return cell;
-  }
+  do {
+    for (std::uint32_t tried = 0; tried < sync::kCellCount; ++tried) {
+      const std::uint32_t cell = (next_cell_ + tried) % sync::kCellCount;
+      if (cell_objects_[cell] != 0) continue;
+      cell_objects_[cell] = id;
+      next_cell_ = cell + 1;
+      std::memset(page_ + cell * sync::kCellSize, 0, sync::kCellSize);
+      return cell;
+    }
+  } while (evict_kept());
   throw request_error(errc::out_of_memory,
                       fmt::format("all {} lock and barrier cells are taken", sync::kCellCount));
+}
+
+bool sync_book::evict_kept() noexcept {
+  // Kept locks are bounded by the cells: the oldest gives way to an object someone uses.
+  const auto oldest = std::find_if(objects_.begin(), objects_.end(),
+                                   [](const auto& each) { return each.second.kept; });
+  if (oldest == objects_.end()) return false;
+  const object_id id = oldest->first;
+  if (const object_row* row = rows_.find(id)) {
+    spdlog::warn(
+        "lock '{}' (id {}): nobody held it since its holder died; its cell is needed, so "
+        "it is forgotten",
+        row->name, id);
+  }
+  forget(id);
+  return true;
+}
+
+sync::lock_facts sync_book::lock_facts_of(const cell_entry& entry) const noexcept {
+  return {static_cast<std::uint16_t>(entry.epoch), slot_taken_};
+}
+
+sync::counter_facts sync_book::counter_facts_of(const object_row& row,
+                                                const cell_entry& entry) const noexcept {
+  return {entry.parties, entry.epoch, row.kind == object_kind::channel};
+}
+
+const char* sync_book::check(const object_row& row, const cell_entry& entry) const noexcept {
+  if (row.kind == object_kind::lock) {
+    return sync::check_lock_cell(cell_as<sync::lock_cell>(entry.cell), lock_facts_of(entry));
+  }
+  return sync::check_counter_cell(cell_as<sync::counter_cell>(entry.cell),
+                                  counter_facts_of(row, entry));
+}
+
+void sync_book::mark_corrupt(object_id id, const object_row& row, cell_entry& entry,
+                             const char* rule) noexcept {
+  if (entry.corrupt_rule != nullptr) return;
+  entry.corrupt_rule = rule;
+  spdlog::warn("{} '{}' (id {}) found corrupt: {}; refused until `gpumemctl reset {}`",
+               kind_name(row.kind), row.name, id, rule, row.name);
+  // Its users go on with the page without asking the daemon: tell them there.
+  if (row.kind == object_kind::lock) {
+    sync::mark_lock_not_recoverable(cell_as<sync::lock_cell>(entry.cell));
+  } else {
+    sync::break_counters(cell_as<sync::counter_cell>(entry.cell));
+  }
 }
 
 std::uint32_t sync_book::take_party(cell_entry& entry, const object_row& row, client_id client,
@@ -130,11 +179,22 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
           fmt::format("'{}' is a {}, not a {}", name, kind_name(existing.kind), kind_name(kind)));
     }
     access_.check_open(rows_.client(client).who, id, existing, wanted_access::read_write);
-    if (objects_.at(id).parties != request.parties) {
+    cell_entry& known_entry = objects_.at(id);
+    if (known_entry.parties != request.parties) {
       throw request_error(errc::invalid_argument,
                           fmt::format("{} '{}' has {} parties, not {}", kind_name(kind), name,
-                                      objects_.at(id).parties, request.parties));
+                                      known_entry.parties, request.parties));
     }
+    if (const char* rule = check(existing, known_entry)) {
+      mark_corrupt(id, existing, known_entry, rule);
+    }
+    if (known_entry.corrupt_rule != nullptr) {
+      throw request_error(errc::not_recoverable,
+                          fmt::format("{} '{}' was found corrupt ({}): `gpumemctl reset {}` "
+                                      "re-initialises it",
+                                      kind_name(kind), name, known_entry.corrupt_rule, name));
+    }
+    known_entry.kept = false;
     rows_.hold(id, client);
   } else {
     charge one_object;
@@ -179,7 +239,7 @@ void sync_book::close(client_id client, const proto::sync_close_request& request
     }
     entry.party_clients[request.party] = 0;
     // Whoever waits for a round or an item this party will never reach would wait forever.
-    break_party(entry, request.party);
+    break_party(id, *row, entry, request.party);
   }
   rows_.drop_reference(id, client);
   forget_if_unused(id);
@@ -192,6 +252,19 @@ void sync_book::forget_if_unused(object_id id) noexcept {
                   [&](const pending_reclaim& each) { return each.id == id; })) {
     return;
   }
+  const auto found = objects_.find(id);
+  if (found != objects_.end() && row->kind == object_kind::lock &&
+      (found->second.kept || worth_keeping(*row, found->second))) {
+    // Like a robust mutex in shared memory: whoever opens it next learns the owner died.
+    found->second.kept = true;
+    return;
+  }
+  forget(id);
+}
+
+void sync_book::forget(object_id id) noexcept {
+  const object_row* row = rows_.find(id);
+  if (row == nullptr) return;
   const auto found = objects_.find(id);
   if (found != objects_.end()) {
     if (signal_page* page = gpu_page_of(*row, found->second)) {
@@ -206,6 +279,26 @@ void sync_book::forget_if_unused(object_id id) noexcept {
     objects_.erase(found);
   }
   rows_.erase(id);
+}
+
+bool sync_book::worth_keeping(const object_row& row, const cell_entry& entry) noexcept {
+  if (entry.corrupt_rule != nullptr) return true;
+  auto& cell = cell_as<sync::lock_cell>(entry.cell);
+  const auto word = sync::lock_word::decode(
+      std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
+  if ((word.flags & (sync::lock_word::kOwnerDied | sync::lock_word::kNotRecoverable)) != 0) {
+    return true;
+  }
+  signal_page* page = gpu_page_of(row, entry);
+  if (page == nullptr || sync::domain_of(domain_word(row, entry)) != sync::domain::device) {
+    return false;
+  }
+  try {
+    return page->read(entry.cell, offsetof(sync::signal_cell, owner_died)) != 0;
+  } catch (const std::exception& error) {
+    spdlog::error("lock '{}': reading its signal cell: {}", row.name, error.what());
+    return false;
+  }
 }
 
 std::uint32_t sync_book::domain_word(const object_row& row,
@@ -246,7 +339,9 @@ pid_t sync_book::pid_of_slot(std::uint16_t slot) const noexcept {
 
 void sync_book::let_go(object_id id, const object_row& row, client_id client) noexcept {
   if (const auto found = attached_.find(client); found != attached_.end()) {
-    if (!reclaim(id, row, found->second.slot, client)) pending_.push_back({found->second.slot, id});
+    if (reclaim(id, row, found->second.slot, client) == sync::repair_status::in_flight) {
+      pending_.push_back({found->second.slot, id});
+    }
   }
   forget_if_unused(id);
 }
@@ -259,16 +354,23 @@ void sync_book::detach(client_id client) noexcept {
   const bool slot_pending =
       std::any_of(pending_.begin(), pending_.end(),
                   [&](const pending_reclaim& each) { return each.slot == slot; });
-  if (!slot_pending) slot_taken_[slot] = false;
+  if (!slot_pending) slot_taken_.reset(slot);
 }
 
 bool sync_book::settle() noexcept {
+  // A hand-off between live processes takes microseconds; one that stays in flight this many
+  // rounds of settle() (ten seconds at the server's pace) is a cell written to look so.
+  constexpr unsigned kMaxAttempts = 1000;
   std::vector<pending_reclaim> still;
   std::vector<object_id> finished;
-  for (const pending_reclaim& each : pending_) {
+  for (pending_reclaim each : pending_) {
     const object_row* row = rows_.find(each.id);
     if (row == nullptr) continue;
-    if (reclaim(each.id, *row, each.slot, 0)) {
+    if (reclaim(each.id, *row, each.slot, 0) != sync::repair_status::in_flight) {
+      finished.push_back(each.id);
+    } else if (++each.attempts == kMaxAttempts) {
+      mark_corrupt(each.id, *row, objects_.at(each.id),
+                   "a hand-off to or from a dead client stayed in flight");
       finished.push_back(each.id);
     } else {
       still.push_back(each);
@@ -282,17 +384,22 @@ bool sync_book::settle() noexcept {
   }
   pending_ = std::move(still);
   for (const object_id id : finished) forget_if_unused(id);
-  for (const std::uint16_t slot : freed) slot_taken_[slot] = false;
+  for (const std::uint16_t slot : freed) slot_taken_.reset(slot);
   return pending_.empty();
 }
 
-bool sync_book::reclaim(object_id id, const object_row& row, std::uint16_t dead_slot,
-                        client_id dead_client) noexcept {
+sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std::uint16_t dead_slot,
+                                       client_id dead_client) noexcept {
   try {
     cell_entry& entry = objects_.at(id);
     if (row.kind == object_kind::lock) {
+      // A corrupt cell is left as it is until an operator rewrites it.
+      if (entry.corrupt_rule != nullptr) return sync::repair_status::done;
       const auto done = sync::reclaim(cell_as<sync::lock_cell>(entry.cell), gpu_page_of(row, entry),
-                                      entry.cell, dead_slot);
+                                      entry.cell, dead_slot, lock_facts_of(entry));
+      if (done.repair.status == sync::repair_status::corrupt) {
+        mark_corrupt(id, row, entry, done.repair.broken_rule);
+      }
       if (done.turns_passed > 0) {
         spdlog::warn("lock '{}': passed on {} turn(s) of a dead client", row.name,
                      done.turns_passed);
@@ -300,24 +407,29 @@ bool sync_book::reclaim(object_id id, const object_row& row, std::uint16_t dead_
       if (done.device_lock_released) {
         spdlog::warn("lock '{}': released the device lock of a dead client", row.name);
       }
-      return done.settled;
+      return done.repair.status;
     }
     for (std::uint32_t party = 0; dead_client != 0 && party < entry.parties; ++party) {
       if (entry.party_clients[party] != dead_client) continue;
       entry.party_clients[party] = 0;
       spdlog::warn("{} '{}' broken: party {} died", kind_name(row.kind), row.name, party);
-      break_party(entry, party);
+      break_party(id, row, entry, party);
     }
-    return true;
+    return sync::repair_status::done;
   } catch (const std::exception& error) {
     spdlog::error("{} '{}': cleaning up after a dead client: {}", kind_name(row.kind), row.name,
                   error.what());
-    return true;
+    return sync::repair_status::done;
   }
 }
 
-void sync_book::break_party(const cell_entry& entry, std::uint32_t party) {
+void sync_book::break_party(object_id id, const object_row& row, cell_entry& entry,
+                            std::uint32_t party) {
   auto& cell = cell_as<sync::counter_cell>(entry.cell);
+  if (const char* rule = sync::check_counter_cell(cell, counter_facts_of(row, entry))) {
+    mark_corrupt(id, row, entry, rule);
+  }
+  // Breaking is safe on any words: it sets a flag, wakes, and moves the party's own count.
   sync::break_party(cell, page_for(load(cell.domain)), entry.cell, party);
 }
 
@@ -327,38 +439,68 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
   if (!known) {
     throw request_error(errc::not_found, fmt::format("no lock, barrier or channel '{}'", name));
   }
-  const object_row& row = *rows_.find(*known);
+  const object_id id = *known;
+  const object_row& row = *rows_.find(id);
   const client_row& asker = rows_.client(client);
-  access_.check_reset(asker.who, *known, row);
+  access_.check_reset(asker.who, id, row);
   const std::string by = access_policy::describe(asker.who, asker.label);
-  cell_entry& entry = objects_.at(*known);
+  cell_entry& entry = objects_.at(id);
   signal_page* page = gpu_page_of(row, entry);
+  const char* rewritten_because = entry.corrupt_rule;
   if (row.kind == object_kind::lock) {
-    if (!sync::reset(cell_as<sync::lock_cell>(entry.cell), page, entry.cell)) {
-      throw request_error(errc::not_supported,
-                          fmt::format("lock '{}' is stream-ordered: its turns pass on by "
-                                      "themselves after a death and it has nothing to reset",
-                                      name));
+    auto& cell = cell_as<sync::lock_cell>(entry.cell);
+    const auto new_epoch = static_cast<std::uint16_t>(entry.epoch + 1);
+    if (rewritten_because != nullptr) {
+      sync::rewrite(cell, page, entry.cell, new_epoch);
+    } else {
+      const sync::reset_result done = sync::reset(cell, page, entry.cell, lock_facts_of(entry));
+      if (!done.supported) {
+        throw request_error(errc::not_supported,
+                            fmt::format("lock '{}' is stream-ordered: its turns pass on by "
+                                        "themselves after a death and it has nothing to reset",
+                                        name));
+      }
+      rewritten_because = done.rewritten_because;
     }
+    entry.epoch = new_epoch;
+  } else {
+    std::uint32_t parties = request.parties;
+    std::uint32_t highest_taken = 0;
+    for (std::uint32_t party = 0; party < entry.parties; ++party) {
+      if (entry.party_clients[party] != 0) highest_taken = party + 1;
+    }
+    if (parties == 0) parties = highest_taken;
+    if (parties < highest_taken || parties > sync::kMaxParties ||
+        (row.kind == object_kind::channel && parties < 2)) {
+      throw request_error(errc::invalid_argument,
+                          fmt::format("{} '{}': {} parties cannot hold the {} attached",
+                                      kind_name(row.kind), name, parties, highest_taken));
+    }
+    auto& cell = cell_as<sync::counter_cell>(entry.cell);
+    if (rewritten_because == nullptr) rewritten_because = check(row, entry);
+    entry.parties = parties;
+    entry.party_clients.resize(parties, 0);
+    entry.epoch += 1;
+    if (rewritten_because != nullptr) {
+      sync::rewrite(cell, page, entry.cell, parties, entry.epoch);
+    } else {
+      sync::reset(cell, page, entry.cell, parties, entry.epoch);
+    }
+  }
+  entry.corrupt_rule = nullptr;
+  if (rewritten_because != nullptr) {
+    spdlog::warn(
+        "{} '{}' (id {}) reset by {}: it was corrupt ({}), rewritten from "
+        "scratch",
+        kind_name(row.kind), name, id, by, rewritten_because);
+  } else if (row.kind == object_kind::lock) {
     spdlog::info("lock '{}' reset by {}", name, by);
-    return;
+  } else {
+    spdlog::info("{} '{}' reset by {}: {} parties", kind_name(row.kind), name, by, entry.parties);
   }
-  std::uint32_t parties = request.parties;
-  std::uint32_t highest_taken = 0;
-  for (std::uint32_t party = 0; party < entry.parties; ++party) {
-    if (entry.party_clients[party] != 0) highest_taken = party + 1;
-  }
-  if (parties == 0) parties = highest_taken;
-  if (parties < highest_taken || parties > sync::kMaxParties ||
-      (row.kind == object_kind::channel && parties < 2)) {
-    throw request_error(errc::invalid_argument,
-                        fmt::format("{} '{}': {} parties cannot hold the {} attached",
-                                    kind_name(row.kind), name, parties, highest_taken));
-  }
-  entry.parties = parties;
-  entry.party_clients.resize(parties, 0);
-  sync::reset(cell_as<sync::counter_cell>(entry.cell), page, entry.cell, parties);
-  spdlog::info("{} '{}' reset by {}: {} parties", kind_name(row.kind), name, by, parties);
+  // A kept lock was kept for the state the reset just cleared.
+  entry.kept = false;
+  forget_if_unused(id);
 }
 
 proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
@@ -393,6 +535,7 @@ proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
           record.flags = load(cell.state);
           record.epoch = load(cell.epoch);
         }
+        if (entry.corrupt_rule != nullptr) record.flags |= proto::sync_record::kCorrupt;
         return record;
       });
 }

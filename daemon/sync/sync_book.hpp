@@ -7,6 +7,13 @@
 /// device's signal page) and repairs after a death: the sync book keeps, beside each object's
 /// ledger row, its cell and parties, and calls the objects' protocols (gpumem/shared/sync/) to
 /// clean up. A lock's whole protocol lives in gpumem/shared/sync/lock.hpp.
+///
+/// The daemon never trusts or waits on the shared pages: every repair checks the cell against
+/// what the book knows (epoch, parties, slots) and is bounded. A cell found corrupt is marked
+/// here, where no client can write: opening it is refused (not_recoverable) until an operator's
+/// reset rewrites it from scratch. A lock left owner-died, not recoverable or corrupt keeps its
+/// name and cell with nobody holding it, until a reset, until it is made consistent and closed,
+/// or until its cell is the last one a new object can get.
 /// May include: proto/ and shared/ headers, daemon/ledger/, daemon/request_error.hpp. Not:
 /// daemon/net/, daemon/memory/, daemon/handlers/.
 
@@ -20,6 +27,8 @@
 #include "gpumem/proto/messages.hpp"
 #include "gpumem/shared/os/mapping.hpp"
 #include "gpumem/shared/os/memfd.hpp"
+#include "gpumem/shared/sync/host_counters.hpp"
+#include "gpumem/shared/sync/host_lock.hpp"
 #include "gpumem/shared/sync/layout.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "ledger/ledger.hpp"
@@ -70,6 +79,9 @@ class sync_book {
     std::uint32_t cell;
     std::uint32_t parties = 0;
     std::vector<client_id> party_clients;  ///< party -> client; 0 when free
+    std::uint32_t epoch = 0;               ///< the cell's epoch: only a reset moves it
+    const char* corrupt_rule = nullptr;    ///< set when found corrupt: the rule it broke
+    bool kept = false;                     ///< a lock nobody holds, kept for its state
   };
   struct attached_client {
     std::uint16_t slot;
@@ -78,6 +90,7 @@ class sync_book {
   struct pending_reclaim {
     std::uint16_t slot;
     object_id id;
+    unsigned attempts = 0;
   };
 
   template <class Cell>
@@ -87,17 +100,32 @@ class sync_book {
   std::uint32_t take_cell(object_id id);
   std::uint32_t take_party(cell_entry& entry, const object_row& row, client_id client,
                            proto::sync_role role);
-  /// @return false while a hand-off is in flight.
-  bool reclaim(object_id id, const object_row& row, std::uint16_t dead_slot,
-               client_id dead_client) noexcept;
+  /// @return in_flight while a hand-off is in flight; a corrupt cell is marked.
+  sync::repair_status reclaim(object_id id, const object_row& row, std::uint16_t dead_slot,
+                              client_id dead_client) noexcept;
   /// Breaks a barrier or channel whose @p party died or left.
-  void break_party(const cell_entry& entry, std::uint32_t party);
+  void break_party(object_id id, const object_row& row, cell_entry& entry, std::uint32_t party);
+  sync::lock_facts lock_facts_of(const cell_entry& entry) const noexcept;
+  sync::counter_facts counter_facts_of(const object_row& row,
+                                       const cell_entry& entry) const noexcept;
+  /// @return the rule @p entry's cell breaks, nullptr when consistent.
+  const char* check(const object_row& row, const cell_entry& entry) const noexcept;
+  /// Marks the object broken in the book, says so once, and tells its users on the page.
+  void mark_corrupt(object_id id, const object_row& row, cell_entry& entry,
+                    const char* rule) noexcept;
+  /// Whether a lock nobody holds has a state worth keeping its name for.
+  bool worth_keeping(const object_row& row, const cell_entry& entry) noexcept;
+  /// Frees the cell of the oldest kept lock; false when there is none.
+  bool evict_kept() noexcept;
   /// The signal page a stream or device object's words are on; nullptr for host objects and
   /// for devices whose page was never made.
   signal_page* page_for(std::uint32_t domain_word) noexcept;
   signal_page* gpu_page_of(const object_row& row, const cell_entry& entry) noexcept;
   std::uint32_t domain_word(const object_row& row, const cell_entry& entry) const noexcept;
+  /// Frees the object once nobody holds it and nothing of it is pending, unless it is a lock
+  /// whose state is kept (see the file comment).
   void forget_if_unused(object_id id) noexcept;
+  void forget(object_id id) noexcept;
   pid_t pid_of_slot(std::uint16_t slot) const noexcept;
 
   ledger& rows_;
@@ -112,7 +140,7 @@ class sync_book {
   std::vector<object_id> cell_objects_ = std::vector<object_id>(sync::kCellCount, 0);
   std::uint32_t next_cell_ = 0;
   std::map<client_id, attached_client> attached_;
-  std::vector<bool> slot_taken_ = std::vector<bool>(sync::kMaxSlots + 1, false);
+  sync::slot_set slot_taken_;
   std::vector<pending_reclaim> pending_;
 };
 

@@ -236,6 +236,8 @@ struct SyncInfo {
   bool owner_died = false;  ///< lock: the last holder died, not yet made consistent
   bool not_recoverable = false;
   bool broken = false;  ///< barrier, channel: a party died
+  /// The daemon found its shared state corrupt: refused until `gpumemctl reset NAME`.
+  bool corrupt = false;
 };
 
 /// @brief A session with gpumemd. Move-only; Buffers keep the session open after the Client

@@ -1,5 +1,6 @@
 #include "gpumem/shared/sync/counters.hpp"
 
+#include <atomic>
 #include <cstddef>
 
 namespace gpumem::sync {
@@ -13,9 +14,16 @@ void break_party(counter_cell& cell, signal_words* page, std::uint32_t index, st
   page->write(index, count_at, count + kBrokenLead);
 }
 
-void reset(counter_cell& cell, signal_words* page, std::uint32_t index, std::uint32_t parties) {
+void reset(counter_cell& cell, signal_words* page, std::uint32_t index, std::uint32_t parties,
+           std::uint32_t epoch) {
   if (page != nullptr) page->clear(index);
-  reset_counters(cell, parties);
+  reset_counters(cell, parties, epoch);
+}
+
+void rewrite(counter_cell& cell, signal_words* page, std::uint32_t index, std::uint32_t parties,
+             std::uint32_t epoch) {
+  std::atomic_ref<std::uint32_t>(cell.domain).store(0, std::memory_order_relaxed);
+  reset(cell, page, index, parties, epoch);
 }
 
 }  // namespace gpumem::sync

@@ -88,6 +88,43 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
   }
 }
 
+const char* check_counter_cell(const counter_cell& cell, const counter_facts& facts) noexcept {
+  auto& shared = const_cast<counter_cell&>(cell);
+  const std::uint32_t where = ref(shared.domain).load(std::memory_order_acquire);
+  if (!is_domain_word(where)) return "the domain word names no domain";
+  if (ref(shared.parties).load(std::memory_order_acquire) != facts.parties) {
+    return "the party count is not the daemon's";
+  }
+  if (ref(shared.epoch).load(std::memory_order_acquire) != facts.epoch) {
+    return "the epoch is not the daemon's";
+  }
+  const std::uint32_t state = ref(shared.state).load(std::memory_order_acquire);
+  if ((state & ~counter_cell::kBroken) != 0) return "the state word has bits nobody sets";
+  // Counts on the host page move only for host objects; a broken one's counts are left as
+  // its parties stopped.
+  if (domain_of(where) != domain::host || state != 0 || facts.parties > kMaxParties) {
+    return nullptr;
+  }
+  if (facts.channel) {
+    const std::uint32_t published = ref(shared.counts[0]).load(std::memory_order_acquire);
+    for (std::uint32_t consumer = 1; consumer < facts.parties; ++consumer) {
+      if (!reached(published, ref(shared.counts[consumer]).load(std::memory_order_acquire))) {
+        return "a consumer released items the producer never published";
+      }
+    }
+    return nullptr;
+  }
+  // A party stores its round, then counts it among the arrivals: the rounds add up to the
+  // arrivals, plus at most one arrival per party in between.
+  const std::uint32_t arrivals = ref(shared.arrivals).load(std::memory_order_acquire);
+  std::uint32_t rounds = 0;
+  for (std::uint32_t party = 0; party < facts.parties; ++party) {
+    rounds += ref(shared.counts[party]).load(std::memory_order_acquire);
+  }
+  if (rounds - arrivals > facts.parties) return "the arrivals do not add up to the rounds";
+  return nullptr;
+}
+
 void break_counters(counter_cell& cell) noexcept {
   ref(cell.state).fetch_or(counter_cell::kBroken, std::memory_order_acq_rel);
   const std::uint32_t parties = ref(cell.parties).load(std::memory_order_acquire);
@@ -97,12 +134,12 @@ void break_counters(counter_cell& cell) noexcept {
   futex_wake(&cell.arrivals);
 }
 
-void reset_counters(counter_cell& cell, std::uint32_t parties) noexcept {
+void reset_counters(counter_cell& cell, std::uint32_t parties, std::uint32_t epoch) noexcept {
   for (auto& count : cell.counts) ref(count).store(0, std::memory_order_relaxed);
   ref(cell.parties).store(parties, std::memory_order_relaxed);
   ref(cell.arrivals).store(0, std::memory_order_relaxed);
   ref(cell.state).store(0, std::memory_order_relaxed);
-  ref(cell.epoch).fetch_add(1, std::memory_order_release);
+  ref(cell.epoch).store(epoch, std::memory_order_release);
   for (auto& count : cell.counts) futex_wake(&count);
   futex_wake(&cell.arrivals);
 }

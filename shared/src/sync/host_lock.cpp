@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <array>
 #include <atomic>
 #include <thread>
 
@@ -110,7 +111,13 @@ acquire_result host_lock::acquire(std::optional<clock::time_point> deadline) noe
     lock_word queued = current;
     queued.next = static_cast<std::uint16_t>(current.next + 1);
     if (word.compare_exchange_strong(raw, queued.encode(), std::memory_order_acq_rel)) {
-      return wait_turn(mine, deadline);
+      const acquire_result waited = wait_turn(mine, deadline);
+      // A timeout before the deadline is a turn the daemon abandoned (a reset rewrote the
+      // cell): queue again.
+      if (waited.status != acquire_status::timeout || (deadline && clock::now() >= *deadline)) {
+        return waited;
+      }
+      continue;
     }
     entry.store(0, std::memory_order_release);
   }
@@ -166,6 +173,7 @@ acquire_result host_lock::wait_turn(queue_entry mine,
   }
   // Granted: the releaser moves the word to our ticket next (or the daemon, if it died).
   auto word = word_of(cell_);
+  const std::uint32_t granted = mine.with(queue_entry::granted).encode();
   backoff handing_over;
   for (;;) {
     const std::uint64_t raw = word.load(std::memory_order_acquire);
@@ -174,6 +182,7 @@ acquire_result host_lock::wait_turn(queue_entry mine,
       entry.store(0, std::memory_order_release);
       return held_result(raw);
     }
+    if (entry.load(std::memory_order_acquire) != granted) return {acquire_status::timeout, {}};
     handing_over.pause();
   }
 }
@@ -253,7 +262,134 @@ bool host_lock::mark_consistent(lock_hold hold) noexcept {
   }
 }
 
-bool reclaim_lock(lock_cell& cell, std::uint16_t dead) noexcept {
+namespace {
+
+/// Attempts a daemon-side loop makes before it gives up on a cell: enough to skip a queue full
+/// of abandoned tickets and to ride out clients racing on the word, never enough to wait.
+constexpr unsigned kDaemonAttempts = 4 * kLockQueueLength;
+/// Looks at a queued ticket's empty entry before the cell counts as corrupt: during a reset a
+/// live holder may be releasing too, and it empties the entries it skips just before it moves
+/// the word.
+constexpr unsigned kEmptyEntryLooks = 256;
+constexpr std::uint8_t kKnownFlags = lock_word::kOwnerDied | lock_word::kNotRecoverable;
+
+bool in_use(const lock_facts& facts, std::uint16_t slot) noexcept {
+  return slot != 0 && facts.slots.test(slot);
+}
+
+struct daemon_release {
+  bool released = false;
+  const char* broken_rule = nullptr;
+};
+
+/// host_lock::release for a holder that died (owner_died) or is revoked (reset), on words
+/// that any client may have written: bounded, checked, never waiting.
+daemon_release release_for(lock_cell& cell, std::uint16_t holder, lock_hold hold, release_mode mode,
+                           const lock_facts& facts) noexcept {
+  auto word = word_of(cell);
+  std::uint64_t raw = word.load(std::memory_order_acquire);
+  auto candidate = static_cast<std::uint16_t>(hold.ticket + 1);
+  unsigned empty_looks = 0;
+  for (unsigned attempt = 0; attempt < kDaemonAttempts; ++attempt) {
+    const lock_word current = lock_word::decode(raw);
+    if (!is_holder(current, holder, hold)) return {};
+    if (current.queued() > kLockQueueLength + 1) {
+      return {false, "more tickets are taken than the queue holds"};
+    }
+    lock_word after = current;
+    if (mode == release_mode::reset) {
+      after.flags = 0;
+      after.epoch = static_cast<std::uint16_t>(facts.epoch + 1);
+    } else {
+      after.flags |= lock_word::kOwnerDied;
+    }
+    after.serving = candidate;
+    if (candidate == current.next) {
+      after.owner = 0;
+      if (word.compare_exchange_strong(raw, after.encode(), std::memory_order_release,
+                                       std::memory_order_acquire)) {
+        return {true, nullptr};
+      }
+      continue;
+    }
+    if (!is_queued(current, candidate)) return {false, "the next ticket went behind the holder"};
+    auto entry = entry_ref(cell, candidate);
+    std::uint32_t entry_raw = entry.load(std::memory_order_acquire);
+    const queue_entry waiter = queue_entry::decode(entry_raw);
+    if (waiter.ticket != candidate || waiter.state == queue_entry::empty) {
+      if (++empty_looks > kEmptyEntryLooks) return {false, "a queued ticket has no queue entry"};
+      cpu_relax();
+      raw = word.load(std::memory_order_acquire);
+      continue;
+    }
+    if (waiter.state == queue_entry::abandoned) {
+      entry.compare_exchange_strong(entry_raw, 0, std::memory_order_acq_rel);
+      candidate = static_cast<std::uint16_t>(candidate + 1);
+      continue;
+    }
+    if (!in_use(facts, waiter.slot)) return {false, "a waiter's slot belongs to no client"};
+    if (waiter.state == queue_entry::waiting &&
+        !entry.compare_exchange_strong(entry_raw, waiter.with(queue_entry::granted).encode(),
+                                       std::memory_order_acq_rel)) {
+      continue;
+    }
+    after.owner = waiter.slot;
+    for (; attempt < kDaemonAttempts; ++attempt) {
+      if (word.compare_exchange_strong(raw, after.encode(), std::memory_order_release,
+                                       std::memory_order_acquire)) {
+        futex_wake(&entry_of(cell, candidate), 1);
+        return {true, nullptr};
+      }
+      const lock_word now = lock_word::decode(raw);
+      if (!is_holder(now, holder, hold)) return {};
+      after.next = now.next;  // only waiters queueing can have changed it
+    }
+  }
+  return {false, "the lock word kept changing"};
+}
+
+}  // namespace
+
+const char* check_lock_cell(const lock_cell& cell, const lock_facts& facts) noexcept {
+  auto& shared = const_cast<lock_cell&>(cell);
+  const std::uint32_t where_word =
+      std::atomic_ref<std::uint32_t>(shared.domain).load(std::memory_order_acquire);
+  if (!is_domain_word(where_word)) return "the domain word names no domain";
+  const bool stream = domain_of(where_word) == domain::stream;
+  const lock_word word = lock_word::decode(word_of(shared).load(std::memory_order_acquire));
+  if ((word.flags & ~kKnownFlags) != 0) return "the lock word has flags no lock sets";
+  if (word.epoch != facts.epoch) return "the lock word's epoch is not the daemon's";
+  if (stream) {
+    // Stream holders take tickets on the host but are served on the signal page.
+    if (word.owner != 0) return "a stream-ordered lock's word names a host holder";
+  } else {
+    if (word.queued() > kLockQueueLength + 1) return "more tickets are taken than the queue holds";
+    if (word.free() != (word.owner == 0)) return "the lock word's holder and tickets disagree";
+    if (word.owner != 0 && !in_use(facts, word.owner)) {
+      return "the holder's slot belongs to no client";
+    }
+  }
+  for (std::uint32_t index = 0; index < kLockQueueLength; ++index) {
+    const std::uint32_t raw =
+        std::atomic_ref<std::uint32_t>(shared.queue[index]).load(std::memory_order_acquire);
+    if (raw == 0) continue;
+    const queue_entry entry = queue_entry::decode(raw);
+    if (entry.state == queue_entry::empty) return "a queue entry has bits but no state";
+    if (entry.ticket % kLockQueueLength != index) {
+      return "a queue entry sits at another ticket's place";
+    }
+    if (entry.slot == 0) return "a queue entry names no slot";
+    // An abandoned entry may outlive its client: the next release skips it.
+    if (entry.state != queue_entry::abandoned && !in_use(facts, entry.slot)) {
+      return "a queue entry's slot belongs to no client";
+    }
+    if (entry.stream != stream) return "a queue entry's form is not the lock's domain";
+  }
+  return nullptr;
+}
+
+lock_repair reclaim_lock(lock_cell& cell, std::uint16_t dead, const lock_facts& facts) noexcept {
+  if (const char* rule = check_lock_cell(cell, facts)) return {repair_status::corrupt, rule};
   auto word = word_of(cell);
   bool settled = true;
   for (std::uint32_t index = 0; index < kLockQueueLength; ++index) {
@@ -282,28 +418,59 @@ bool reclaim_lock(lock_cell& cell, std::uint16_t dead) noexcept {
   const lock_word current = lock_word::decode(word.load(std::memory_order_acquire));
   if (current.owner == dead) {
     std::atomic_ref<std::uint32_t>(cell.owner_deaths).fetch_add(1, std::memory_order_relaxed);
-    host_lock(cell, dead).release({current.serving, current.epoch}, release_mode::owner_died);
+    const daemon_release outcome =
+        release_for(cell, dead, {current.serving, current.epoch}, release_mode::owner_died, facts);
+    if (outcome.broken_rule != nullptr) return {repair_status::corrupt, outcome.broken_rule};
   }
-  return settled;
+  return {settled ? repair_status::done : repair_status::in_flight, nullptr};
 }
 
-void reset_lock(lock_cell& cell) noexcept {
+const char* reset_lock(lock_cell& cell, const lock_facts& facts) noexcept {
+  const char* rule = check_lock_cell(cell, facts);
   auto word = word_of(cell);
-  std::uint64_t raw = word.load(std::memory_order_acquire);
-  for (;;) {
+  for (unsigned attempt = 0; rule == nullptr && attempt < kDaemonAttempts; ++attempt) {
+    std::uint64_t raw = word.load(std::memory_order_acquire);
     const lock_word current = lock_word::decode(raw);
     if (current.owner != 0) {
-      const auto outcome = host_lock(cell, current.owner)
-                               .release({current.serving, current.epoch}, release_mode::reset);
-      if (outcome == release_status::released) return;
-      raw = word.load(std::memory_order_acquire);
+      const daemon_release outcome = release_for(
+          cell, current.owner, {current.serving, current.epoch}, release_mode::reset, facts);
+      if (outcome.released) return nullptr;
+      rule = outcome.broken_rule;  // else the holder released it meanwhile: look again
       continue;
     }
     lock_word cleared = current;
     cleared.flags = 0;
-    cleared.epoch = static_cast<std::uint16_t>(current.epoch + 1);
-    if (word.compare_exchange_weak(raw, cleared.encode(), std::memory_order_acq_rel)) return;
+    cleared.epoch = static_cast<std::uint16_t>(facts.epoch + 1);
+    if (word.compare_exchange_strong(raw, cleared.encode(), std::memory_order_acq_rel)) {
+      return nullptr;
+    }
   }
+  if (rule == nullptr) rule = "the lock word kept changing";
+  rewrite_lock(cell, static_cast<std::uint16_t>(facts.epoch + 1));
+  return rule;
+}
+
+void rewrite_lock(lock_cell& cell, std::uint16_t epoch) noexcept {
+  lock_word fresh;
+  fresh.epoch = epoch;
+  std::atomic_ref<std::uint32_t>(cell.domain).store(0, std::memory_order_relaxed);
+  std::atomic_ref<std::uint32_t>(cell.owner_deaths).store(0, std::memory_order_relaxed);
+  std::array<bool, kLockQueueLength> had_waiter{};
+  for (std::uint32_t index = 0; index < kLockQueueLength; ++index) {
+    const std::uint32_t was =
+        std::atomic_ref<std::uint32_t>(cell.queue[index]).exchange(0, std::memory_order_relaxed);
+    had_waiter[index] = queue_entry::decode(was).state == queue_entry::waiting;
+  }
+  word_of(cell).store(fresh.encode(), std::memory_order_release);
+  // Waiters find their entry emptied, not granted, and queue again.
+  for (std::uint32_t index = 0; index < kLockQueueLength; ++index) {
+    if (had_waiter[index]) futex_wake(&cell.queue[index]);
+  }
+}
+
+void mark_lock_not_recoverable(lock_cell& cell) noexcept {
+  word_of(cell).fetch_or(std::uint64_t{lock_word::kNotRecoverable} << 28,
+                         std::memory_order_acq_rel);
 }
 
 }  // namespace gpumem::sync

@@ -59,30 +59,39 @@ bool release_device_lock(lock_cell& cell, signal_words* page, std::uint32_t inde
 }  // namespace
 
 reclaim_result reclaim(lock_cell& cell, signal_words* page, std::uint32_t index,
-                       std::uint16_t dead_slot) {
+                       std::uint16_t dead_slot, const lock_facts& facts) {
   reclaim_result result;
-  switch (domain_of(load(cell.domain))) {
-    case domain::stream:
-      result.turns_passed = reclaim_stream_turns(cell, page, index, dead_slot);
-      break;
-    case domain::device:
-      result.device_lock_released = release_device_lock(cell, page, index, dead_slot);
-      break;
-    default:
-      result.settled = reclaim_lock(cell, dead_slot);
+  const domain where = domain_of(load(cell.domain));
+  if (where != domain::stream && where != domain::device) {
+    result.repair = reclaim_lock(cell, dead_slot, facts);
+  } else if (const char* rule = check_lock_cell(cell, facts)) {
+    result.repair = {repair_status::corrupt, rule};
+  } else if (where == domain::stream) {
+    result.turns_passed = reclaim_stream_turns(cell, page, index, dead_slot);
+  } else {
+    result.device_lock_released = release_device_lock(cell, page, index, dead_slot);
   }
   return result;
 }
 
-bool reset(lock_cell& cell, signal_words* page, std::uint32_t index) {
+reset_result reset(lock_cell& cell, signal_words* page, std::uint32_t index,
+                   const lock_facts& facts) {
+  if (const char* rule = check_lock_cell(cell, facts)) {
+    rewrite(cell, page, index, static_cast<std::uint16_t>(facts.epoch + 1));
+    return {true, rule};
+  }
   const domain where = domain_of(load(cell.domain));
-  if (where == domain::stream) return false;
+  if (where == domain::stream) return {false, nullptr};
   if (where == domain::device && page != nullptr) {
     page->write(index, offsetof(signal_cell, owner_died), 0);
     page->write(index, offsetof(signal_cell, device_lock), 0);
   }
-  reset_lock(cell);
-  return true;
+  return {true, reset_lock(cell, facts)};
+}
+
+void rewrite(lock_cell& cell, signal_words* page, std::uint32_t index, std::uint16_t epoch) {
+  if (page != nullptr) page->clear(index);
+  rewrite_lock(cell, epoch);
 }
 
 }  // namespace gpumem::sync

@@ -301,13 +301,16 @@ struct sync_reset_request {
 static_assert(sizeof(sync_reset_request) == 72);
 
 struct sync_record {
+  /// In flags: the daemon found the object's cell corrupt and refuses it until a reset.
+  static constexpr std::uint32_t kCorrupt = 1u << 31;
+
   std::uint64_t sync_id;
   sync_kind kind;
   std::uint32_t cell;
   std::uint32_t domain;     ///< gpumem::sync::domain
   std::uint32_t parties;    ///< barriers and channels
   std::uint32_t attached;   ///< clients holding it open (lock) or parties taken
-  std::uint32_t flags;      ///< lock: lock_word flags; counters: counter_cell state
+  std::uint32_t flags;      ///< lock: lock_word flags; counters: counter_cell state; kCorrupt
   std::uint32_t owner_pid;  ///< lock holder's process, 0 when free
   std::uint32_t queued;     ///< lock: tickets waiting behind the holder
   std::uint32_t owner_deaths;

@@ -8,7 +8,7 @@
 ///   (cuStreamWriteValue32) and waits with cuStreamWaitValue32(GEQ) on the others'.
 /// - Device: kernels read and write the same words (client/include/gpumem/device.cuh).
 /// When a party dies or leaves, the daemon calls break_party(); an operator's reset calls
-/// reset().
+/// reset(), or rewrite() for a cell found corrupt (check_counter_cell()).
 
 #include <cstdint>
 
@@ -24,7 +24,14 @@ namespace gpumem::sync {
 /// @throws what @p page throws.
 void break_party(counter_cell& cell, signal_words* page, std::uint32_t index, std::uint32_t party);
 
-/// @brief Starts over with @p parties parties, on the host page and on @p page.
-void reset(counter_cell& cell, signal_words* page, std::uint32_t index, std::uint32_t parties);
+/// @brief Starts over with @p parties parties and epoch @p epoch, on the host page and on
+/// @p page; the domain stays.
+void reset(counter_cell& cell, signal_words* page, std::uint32_t index, std::uint32_t parties,
+           std::uint32_t epoch);
+
+/// @brief Like reset(), and the domain is cleared too: for a cell the daemon found corrupt
+/// and no longer trusts any word of.
+void rewrite(counter_cell& cell, signal_words* page, std::uint32_t index, std::uint32_t parties,
+             std::uint32_t epoch);
 
 }  // namespace gpumem::sync

@@ -47,13 +47,27 @@ class host_counters {
   counter_cell& cell_;
 };
 
-/// @brief Daemon side, when a party died or left: marks the cell broken and wakes every
-/// sleeper. A wait for what the party had already reached still succeeds; any other wait
-/// returns broken.
+// Daemon side: bounded, and never trusting the cell, which every client can write.
+
+/// What the daemon knows of a barrier or channel from memory that no client can write.
+struct counter_facts {
+  std::uint32_t parties = 0;
+  std::uint32_t epoch = 0;  ///< only the daemon changes it (a reset)
+  bool channel = false;     ///< party 0 the producer, the others consumers
+};
+
+/// @brief Checks the words of @p cell against @p facts and against each other, as they can
+/// be in any state live parties leave them in.
+/// @return nullptr when consistent, else the rule the cell breaks.
+const char* check_counter_cell(const counter_cell& cell, const counter_facts& facts) noexcept;
+
+/// @brief When a party died or left: marks the cell broken and wakes every sleeper. A wait for
+/// what the party had already reached still succeeds; any other wait returns broken.
 void break_counters(counter_cell& cell) noexcept;
 
-/// @brief Starts over with @p parties parties: counters to zero, not broken, a new epoch.
-void reset_counters(counter_cell& cell, std::uint32_t parties) noexcept;
+/// @brief Starts over with @p parties parties: counters to zero, not broken, epoch @p epoch;
+/// the domain stays.
+void reset_counters(counter_cell& cell, std::uint32_t parties, std::uint32_t epoch) noexcept;
 
 /// How far the daemon moves a dead party's counter on a signal page, where streams wait and
 /// cannot look at a broken flag: past any target a live party can have, and still "ahead"

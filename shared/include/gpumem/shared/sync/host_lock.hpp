@@ -89,13 +89,50 @@ class host_lock {
   std::uint16_t slot_;
 };
 
-/// @brief Daemon side, after the process behind @p dead exited: abandons its queued tickets
-/// and releases what it held, telling the next holder the owner died.
-/// @return false while a hand-off to or from @p dead is still in flight: call again later.
-bool reclaim_lock(lock_cell& cell, std::uint16_t dead) noexcept;
+// Daemon side. Every client can write the cell, so the daemon never trusts it: each function
+// below checks the words against what the daemon knows from its own memory (lock_facts), makes
+// a bounded number of attempts, never sleeps and never waits for another process. A cell that
+// breaks a rule is reported (by the rule's text), not spun on.
+
+/// What the daemon knows of a lock from memory that no client can write.
+struct lock_facts {
+  std::uint16_t epoch = 0;  ///< the cell's epoch: only the daemon changes it (a reset)
+  const slot_set& slots;    ///< slots of attached clients (and of dead ones still cleaned up)
+};
+
+enum class repair_status {
+  done,       ///< the cell is consistent and repaired
+  in_flight,  ///< a hand-off to or from the dead client was in flight: call again later
+  corrupt,    ///< the cell broke broken_rule and was left as it was
+};
+
+struct lock_repair {
+  repair_status status = repair_status::done;
+  const char* broken_rule = nullptr;  ///< for corrupt: which rule the cell broke
+};
+
+/// @brief Checks the words of @p cell against @p facts and against each other, as they can
+/// be in any state a live client leaves them in.
+/// @return nullptr when consistent, else the rule the cell breaks.
+const char* check_lock_cell(const lock_cell& cell, const lock_facts& facts) noexcept;
+
+/// @brief After the process behind @p dead exited: abandons its queued tickets and releases
+/// what it held, telling the next holder the owner died.
+lock_repair reclaim_lock(lock_cell& cell, std::uint16_t dead, const lock_facts& facts) noexcept;
 
 /// @brief Operator reset: releases a holder (whose later release is refused as stale), clears
-/// owner-died and not-recoverable.
-void reset_lock(lock_cell& cell) noexcept;
+/// owner-died and not-recoverable, and moves the epoch to facts.epoch + 1. A cell that breaks a
+/// rule, or that does not settle within the attempts, is rewritten from scratch instead
+/// (rewrite_lock()), and waiters then see their turn abandoned.
+/// @return nullptr when reset in place, else the rule that made it rewrite the cell.
+const char* reset_lock(lock_cell& cell, const lock_facts& facts) noexcept;
+
+/// @brief Rewrites every word of @p cell as a fresh lock of epoch @p epoch, in no domain yet,
+/// and wakes every sleeper. For a cell the daemon no longer trusts any word of.
+void rewrite_lock(lock_cell& cell, std::uint16_t epoch) noexcept;
+
+/// @brief Marks the shared word not recoverable (one atomic operation), so that clients using
+/// a lock the daemon found corrupt learn it on their next acquire.
+void mark_lock_not_recoverable(lock_cell& cell) noexcept;
 
 }  // namespace gpumem::sync

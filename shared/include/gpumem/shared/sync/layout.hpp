@@ -8,6 +8,7 @@
 /// and sleep on with futexes. The signal page is one 2 MiB VMM chunk per device holding the
 /// words that streams (cuStreamWaitValue32) and kernels use; its cells have the same indices.
 
+#include <bitset>
 #include <cstddef>
 #include <cstdint>
 
@@ -19,6 +20,8 @@ inline constexpr std::size_t kHostPageSize = kCellSize * kCellCount;
 
 /// Client slots are 12 bits in a lock word; 0 means nobody.
 inline constexpr std::uint32_t kMaxSlots = 4095;
+/// Which slots are in use, indexed by slot.
+using slot_set = std::bitset<kMaxSlots + 1>;
 /// Tickets of one lock that may be taken and not yet served at once.
 inline constexpr std::uint32_t kLockQueueLength = 512;
 /// Parties of one barrier (producer and consumers of one channel).
@@ -38,6 +41,13 @@ constexpr domain domain_of(std::uint32_t word) noexcept {
 }
 constexpr int device_of(std::uint32_t word) noexcept {
   return static_cast<int>(word >> 8);
+}
+/// Whether @p word is one that domain_word() makes: a known domain, and a device only for the
+/// device forms.
+constexpr bool is_domain_word(std::uint32_t word) noexcept {
+  const auto where = static_cast<domain>(word & 0xff);
+  if (where == domain::stream || where == domain::device) return true;
+  return (where == domain::unset || where == domain::host) && (word >> 8) == 0;
 }
 
 /// A lock's state word: everything a hand-off changes, changed by one compare-and-swap.

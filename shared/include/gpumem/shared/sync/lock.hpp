@@ -10,7 +10,8 @@
 /// - Device: kernels spin on the signal cell's `device_lock` word (client/include/gpumem/
 ///   device.cuh), with `owner_died` set by the daemon when a holder's process died holding it.
 /// After a death the daemon calls reclaim() once per lock the dead client had opened; an
-/// operator's reset calls reset().
+/// operator's reset calls reset(), or rewrite() for a lock the daemon found corrupt. None of
+/// them trusts the cell: see the daemon side of host_lock.hpp.
 
 #include <array>
 #include <cstddef>
@@ -38,23 +39,35 @@ constexpr std::array<stream_write, 2> stream_release_writes(std::uint16_t ticket
 }
 
 struct reclaim_result {
-  bool settled = true;             ///< false: a hand-off to or from the dead client was in flight
-  std::uint32_t turns_passed = 0;  ///< stream-ordered: the dead client's turns passed on
+  lock_repair repair;                 ///< in_flight: call again later; corrupt: nothing was done
+  std::uint32_t turns_passed = 0;     ///< stream-ordered: the dead client's turns passed on
   bool device_lock_released = false;  ///< device: it died holding the lock
 };
 
 /// @brief After the process of @p dead_slot exited: its host holds and queued tickets are
 /// released or abandoned (the next holder is told the owner died), its stream turns are passed
-/// on in stream order on @p page, its device lock is released with owner_died set.
+/// on in stream order on @p page, its device lock is released with owner_died set. A cell that
+/// breaks a rule of check_lock_cell() is left alone and reported.
 /// @param page the signal page of the lock's device; nullptr when it has none (host lock, or
 /// no stream or kernel ever used it). @throws what @p page throws.
 reclaim_result reclaim(lock_cell& cell, signal_words* page, std::uint32_t index,
-                       std::uint16_t dead_slot);
+                       std::uint16_t dead_slot, const lock_facts& facts);
+
+struct reset_result {
+  /// false for a consistent stream-ordered lock: its turns pass on by themselves after a
+  /// death and there is nothing to reset.
+  bool supported = true;
+  const char* rewritten_because = nullptr;  ///< the rule that made it rewrite the cell
+};
 
 /// @brief Operator reset: a holder is released (its later release is refused as stale), the
-/// owner-died and not-recoverable flags are cleared, a device lock is freed.
-/// @return false for a stream-ordered lock: its turns pass on by themselves after a death and
-/// there is nothing to reset.
-bool reset(lock_cell& cell, signal_words* page, std::uint32_t index);
+/// owner-died and not-recoverable flags are cleared, a device lock is freed, and the epoch
+/// becomes facts.epoch + 1. A cell that is not consistent is rewritten (rewrite()).
+reset_result reset(lock_cell& cell, signal_words* page, std::uint32_t index,
+                   const lock_facts& facts);
+
+/// @brief Rewrites the cell and its signal cell on @p page from scratch as a fresh lock of
+/// epoch @p epoch: for a lock the daemon found corrupt and no longer trusts any word of.
+void rewrite(lock_cell& cell, signal_words* page, std::uint32_t index, std::uint16_t epoch);
 
 }  // namespace gpumem::sync
