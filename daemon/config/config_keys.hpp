@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,6 +30,8 @@ enum class value_type {
   device,        ///< std::int32_t: host (proto::kHostDevice) or a CUDA device number
   cuda_devices,  ///< std::vector<std::int32_t>: a list of CUDA device numbers
   pools,         ///< std::vector<pool_config>: a list of maps with the keys of kPoolKeys
+  count,         ///< std::uint64_t: a whole number above 0
+  duration,      ///< std::chrono::milliseconds: a number and a unit (250ms, 10s, 2min), above 0
 };
 
 /// Where a key's value lands in Config: a member, or a setter where one key sets two members.
@@ -37,7 +40,8 @@ template <class Config>
 using config_landing =
     std::variant<std::string Config::*, mode_t Config::*, bool Config::*, std::uint64_t Config::*,
                  std::int32_t Config::*, std::vector<std::int32_t> Config::*,
-                 std::vector<pool_config> Config::*, void (*)(Config&, std::uint64_t)>;
+                 std::vector<pool_config> Config::*, std::chrono::milliseconds Config::*,
+                 void (*)(Config&, std::uint64_t)>;
 
 template <class Config>
 struct config_key {
@@ -116,8 +120,8 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
     {.key = "max_output_bytes",
      .type = value_type::size,
      .default_value = "4MiB",
-     .description =
-         "Replies queued for a client that does not read them, before it is disconnected",
+     .description = "Unread replies (in the daemon and the client's full socket) before a "
+                    "client is disconnected",
      .lands_in = &daemon_config::max_output_bytes},
     {.key = "pools",
      .type = value_type::pools,
@@ -125,6 +129,17 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .description = "The pools. With no CUDA pool listed, gpumemd adds one per visible device: "
                     "cuda0, cuda1, ...",
      .lands_in = &daemon_config::pools},
+    {.key = "max_connections",
+     .type = value_type::count,
+     .default_value = "4096",
+     .description = "Connections open at once, all clients together; more are closed at once",
+     .lands_in = &daemon_config::max_connections},
+    {.key = "frame_deadline",
+     .type = value_type::duration,
+     .default_value = "10s",
+     .description = "A request still arriving this long after its first byte closes its "
+                    "connection; idle ones stay open",
+     .lands_in = &daemon_config::frame_deadline},
 };
 
 }  // namespace gpumem::daemon
