@@ -75,7 +75,8 @@ server::server(asio::io_context& io, const daemon_config& config, books& state)
       signals_(io, SIGINT, SIGTERM, SIGQUIT),
       settle_timer_(io),
       accept_pause_(io),
-      accept_log_(kAcceptLogInterval) {
+      accept_log_(kAcceptLogInterval),
+      refusal_log_(kAcceptLogInterval) {
   signals_.add(SIGHUP);
   signals_.add(SIGUSR1);
   if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
@@ -170,8 +171,8 @@ asio::awaitable<void> server::accept_loop() {
 
 void server::admit(stream::socket socket) {
   if (sessions_.size() >= config_.max_connections) {
-    accept_log_.warn("{} connections are open (max_connections): closing a new one",
-                     sessions_.size());
+    refusal_log_.warn("{} connections are open (max_connections): closing a new one",
+                      sessions_.size());
     return;  // the socket closes here
   }
   auto client = std::make_shared<session>(std::move(socket), books_, handler_, config_,

@@ -60,6 +60,7 @@ class server {
   /// Accepting pauses on it when the process is out of descriptors.
   boost::asio::steady_timer accept_pause_;
   rate_limited_log accept_log_;
+  rate_limited_log refusal_log_;  ///< connections beyond max_connections
   bool settling_ = false;
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
 };
