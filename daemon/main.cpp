@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  // Replies go out with MSG_NOSIGNAL; this covers any other write to a closed pipe (a log on a
+  // pipe whose reader went away), which must not kill the daemon and lose every client.
+  std::signal(SIGPIPE, SIG_IGN);
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpumemd"));
   try {
     daemon_config config =

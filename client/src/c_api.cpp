@@ -13,7 +13,7 @@ struct gpumem_buffer {
 namespace {
 thread_local std::string last_error;
 
-static_assert(GPUMEM_QUOTA_EXCEEDED == static_cast<int>(gpumem::errc::quota_exceeded),
+static_assert(GPUMEM_TIMED_OUT == static_cast<int>(gpumem::errc::timed_out),
               "gpumem.h and the protocol's status table disagree");
 
 template <class Work>
@@ -48,6 +48,20 @@ gpumem_status gpumem_connect(const char* socket_path, gpumem_client** client) {
     gpumem::ConnectOptions options;
     if (socket_path != nullptr) options.socket_path = socket_path;
     *client = new gpumem_client{gpumem::Client::connect(options)};
+  });
+}
+
+gpumem_status gpumem_connect_with(const gpumem_connect_options* options, gpumem_client** client) {
+  if (client == nullptr) return refuse_null("client");
+  return guarded([&] {
+    gpumem::ConnectOptions chosen;
+    if (options != nullptr) {
+      if (options->socket_path != nullptr) chosen.socket_path = options->socket_path;
+      if (options->label != nullptr) chosen.label = options->label;
+      chosen.timeout = std::chrono::milliseconds(options->timeout_ms);
+      if (options->has_daemon_uid) chosen.daemon_uid = options->daemon_uid;
+    }
+    *client = new gpumem_client{gpumem::Client::connect(chosen)};
   });
 }
 

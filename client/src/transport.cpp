@@ -1,5 +1,6 @@
 #include "transport.hpp"
 
+#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -8,7 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/socket_path.hpp"
@@ -45,34 +48,91 @@ proto::wire_name label_for(const std::string& wanted) {
   return label;
 }
 
-unique_fd connect_to(const std::string& path) {
+constexpr auto kDefaultTimeout = std::chrono::seconds(60);
+/// How often a connect to a daemon whose backlog is full is tried again.
+constexpr auto kConnectRetryInterval = std::chrono::milliseconds(5);
+
+std::chrono::milliseconds timeout_from(std::chrono::milliseconds configured) {
+  if (configured.count() > 0) return configured;
+  if (const char* text = std::getenv("GPUMEM_TIMEOUT_MS"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    const long long milliseconds = std::strtoll(text, &end, 10);
+    if (*end != '\0' || milliseconds <= 0) {
+      throw Error(errc::invalid_argument,
+                  std::string("$GPUMEM_TIMEOUT_MS is '") + text + "', not a positive number");
+    }
+    return std::chrono::milliseconds(milliseconds);
+  }
+  return kDefaultTimeout;
+}
+
+std::vector<uid_t> trusted_uids(std::int64_t configured) {
+  try {
+    return trusted_daemon_uids(configured);
+  } catch (const std::invalid_argument& error) {
+    throw Error(errc::invalid_argument, error.what());
+  }
+}
+
+// The socket file and its folder say who set the socket up; the listening process's
+// credentials say who answers, whatever happened to the file since.
+void check_listener(int socket, const std::string& path, std::span<const uid_t> trusted) {
+  ucred peer{};
+  socklen_t size = sizeof peer;
+  if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
+    throw_io("SO_PEERCRED on " + path, {errno, std::system_category()});
+  }
+  if (std::ranges::find(trusted, peer.uid) == trusted.end()) {
+    throw Error(errc::permission_denied,
+                "refusing the gpumemd socket " + path + ": the process listening on it runs as " +
+                    describe_uids(std::span(&peer.uid, 1)) + ", and gpumemd must run as " +
+                    describe_uids(trusted) + " (set $" + kDaemonUidEnv +
+                    " or the daemon_uid connect option when gpumemd runs as another user)");
+  }
+}
+
+unique_fd connect_to(const std::string& path, std::span<const uid_t> trusted,
+                     std::chrono::steady_clock::time_point deadline) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.size() >= sizeof address.sun_path) {
     throw Error(errc::invalid_argument, "socket path too long: " + path);
   }
-  std::memcpy(address.sun_path, path.data(), path.size());
-  unique_fd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!socket) throw_io("socket", {errno, std::system_category()});
-  int result;
-  do {
-    result = ::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
-  } while (result != 0 && errno == EINTR);
-  if (result != 0) {
-    throw_io(
-        "cannot reach gpumemd at " + path + " (is it running? set GPUMEM_SOCKET to its socket)",
-        {errno, std::system_category()});
+  if (const std::string problem = untrusted_socket(path, trusted); !problem.empty()) {
+    throw Error(errc::permission_denied, problem);
   }
+  std::memcpy(address.sun_path, path.data(), path.size());
+  // Non-blocking: a Unix socket's connect would otherwise wait without limit while the
+  // daemon's backlog is full.
+  unique_fd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!socket) throw_io("socket", {errno, std::system_category()});
+  for (;;) {
+    if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) {
+      throw_io(
+          "cannot reach gpumemd at " + path + " (is it running? set GPUMEM_SOCKET to its socket)",
+          {errno, std::system_category()});
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw Error(errc::timed_out, "gpumemd at " + path + " did not accept the connection in time");
+    }
+    std::this_thread::sleep_for(kConnectRetryInterval);
+  }
+  check_listener(socket.get(), path, trusted);
   return socket;
 }
 }  // namespace
 
 transport::transport(const ConnectOptions& options)
     : path_(options.socket_path.empty() ? default_client_socket_path() : options.socket_path),
+      timeout_(timeout_from(options.timeout)),
       owner_pid_(::getpid()),
       fork_generation_(fork_generation.load()) {
   (void)fork_watch_installed;
-  socket_ = connect_to(path_);
+  socket_ = connect_to(path_, trusted_uids(options.daemon_uid), clock::now() + timeout_);
   in_.resize(sizeof(proto::header) + proto::kMaxPayloadSize);
   client_id_ = call<proto::hello_reply>(
                    message_type::hello,
@@ -92,20 +152,51 @@ void transport::check_owner_process() const {
   }
 }
 
+void transport::check_in_step() const {
+  if (timed_out_) {
+    throw Error(errc::timed_out, "an earlier request to gpumemd at " + path_ +
+                                     " timed out, so this connection is out of step: connect "
+                                     "again");
+  }
+}
+
+void transport::wait_for(short events, clock::time_point deadline, const char* doing) {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
+    pollfd ready{socket_.get(), events, 0};
+    const int result = left > 0 ? ::poll(&ready, 1, static_cast<int>(left)) : 0;
+    if (result > 0) return;  // ready, or an error or hang-up the next call reports
+    if (result < 0 && errno == EINTR) continue;
+    if (result < 0) throw_io("poll", {errno, std::system_category()});
+    timed_out_ = true;
+    throw Error(errc::timed_out, std::string("gpumemd at ") + path_ + " did not " + doing +
+                                     " within " + std::to_string(timeout_.count()) +
+                                     " ms (ConnectOptions::timeout, $GPUMEM_TIMEOUT_MS)");
+  }
+}
+
 proto::frame_view transport::exchange(message_type type, std::vector<unique_fd>& fds) {
   check_owner_process();
+  check_in_step();
+  const auto deadline = clock::now() + timeout_;
   std::size_t sent = 0;
   while (sent < out_.size()) {
     std::error_code error;
     sent += send_with_fds(socket_.get(), std::span(out_).subspan(sent), {}, error);
-    if (error) throw_io("sending to gpumemd", error);
+    if (error == std::errc::resource_unavailable_try_again) {
+      wait_for(POLLOUT, deadline, "take the request");
+    } else if (error) {
+      throw_io("sending to gpumemd", error);
+    }
   }
   std::size_t filled = 0;
   proto::frame_view frame;
   for (;;) {
+    wait_for(POLLIN, deadline, "answer");
     std::error_code error;
     const std::size_t received =
         recv_with_fds(socket_.get(), std::span(in_).subspan(filled), fds, error);
+    if (error == std::errc::resource_unavailable_try_again) continue;
     if (error) {
       throw Error(error == std::errc::protocol_error ? errc::unexpected_handle : errc::io_error,
                   "receiving from gpumemd: " + error.message());

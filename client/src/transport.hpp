@@ -1,10 +1,13 @@
 #pragma once
 /// @file
 /// @brief The socket to gpumemd: request/reply round trips, one at a time, and the rule that
-/// a process forked from the one that connected never talks on its parent's socket.
+/// a process forked from the one that connected never talks on its parent's socket, a daemon
+/// that stops answering fails the call after the timeout, and a socket of an untrusted uid is
+/// never spoken to.
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -19,13 +22,17 @@ namespace gpumem::detail {
 class transport {
  public:
   /// @brief Connects and says hello.
-  /// @throws Error(io_error) naming the path when nobody answers there.
+  /// @throws Error(io_error) naming the path when nobody answers there; Error(permission_denied)
+  /// when the socket, its folder or the listening process belong to an untrusted uid;
+  /// Error(timed_out) when the daemon does not accept or answer in time.
   explicit transport(const ConnectOptions& options);
   transport(const transport&) = delete;
   transport& operator=(const transport&) = delete;
 
-  /// @brief One round trip. Throws Error with the daemon's code and text when it refuses, and
-  /// Error(bad_message) or Error(unexpected_handle) when its reply breaks the protocol.
+  /// @brief One round trip. Throws Error with the daemon's code and text when it refuses,
+  /// Error(bad_message) or Error(unexpected_handle) when its reply breaks the protocol, and
+  /// Error(timed_out) when it does not answer within the timeout (and on every later call: the
+  /// late reply would answer the wrong request).
   template <class Reply, class Request>
   Reply call(proto::message_type type, const Request& request,
              std::vector<unique_fd>* fds = nullptr) {
@@ -51,11 +58,17 @@ class transport {
   const std::string& path() const noexcept { return path_; }
 
  private:
+  using clock = std::chrono::steady_clock;
   proto::frame_view exchange(proto::message_type type, std::vector<unique_fd>& fds);
   void check_owner_process() const;
+  void check_in_step() const;
+  /// Waits until the socket is ready for @p events or throws Error(timed_out) at @p deadline.
+  void wait_for(short events, clock::time_point deadline, const char* doing);
 
   unique_fd socket_;
   std::string path_;
+  std::chrono::milliseconds timeout_;
+  bool timed_out_ = false;  ///< a reply is missing: the stream is out of step for good
   pid_t owner_pid_;
   std::uint64_t fork_generation_;
   std::uint64_t client_id_ = 0;

@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <set>
 #include <span>
@@ -26,6 +27,9 @@ struct unit {
 constexpr unit kUnits[] = {{"TiB", kGiB << 10}, {"GiB", kGiB},         {"MiB", 1 << 20},
                            {"KiB", 1 << 10},    {"TB", 1000000000000}, {"GB", 1000000000},
                            {"MB", 1000000},     {"KB", 1000},          {"B", 1}};
+// Milliseconds per unit; "ms" before "s", which it ends with.
+constexpr unit kDurationUnits[] = {{"ms", 1}, {"min", 60000}, {"s", 1000}};
+constexpr std::uint64_t kLongestDuration = std::uint64_t{1} << 40;  // about 35 years of ms
 
 // The C++ type a value_type reads as must be the one its row's landing takes.
 template <class Value>
@@ -41,7 +45,10 @@ constexpr bool reads_as(value_type type) {
       return std::is_same_v<Value, bool>;
     case value_type::size:
     case value_type::nonzero_size:
+    case value_type::count:
       return std::is_same_v<Value, std::uint64_t>;
+    case value_type::duration:
+      return std::is_same_v<Value, std::chrono::milliseconds>;
     case value_type::device:
       return std::is_same_v<Value, std::int32_t>;
     case value_type::cuda_devices:
@@ -149,7 +156,35 @@ bool read_boolean(const YAML::Node& node, const location& where) {
   }
 }
 
+std::uint64_t read_count(const YAML::Node& node, const location& where) {
+  const auto text = read_scalar(node, where);
+  std::uint64_t count = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), count);
+  if (error != std::errc{} || end != text.data() + text.size() || count == 0) {
+    fail(where, "'" + text + "' is not a whole number above 0");
+  }
+  return count;
+}
+
+std::chrono::milliseconds read_duration(const YAML::Node& node, const location& where) {
+  const auto text = read_scalar(node, where);
+  for (const auto& [suffix, factor] : kDurationUnits) {
+    const std::string_view s(suffix);
+    if (text.size() <= s.size() || text.compare(text.size() - s.size(), s.size(), s) != 0) {
+      continue;
+    }
+    const auto number = std::string_view(text).substr(0, text.size() - s.size());
+    std::uint64_t amount = 0;
+    const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), amount);
+    if (error != std::errc{} || end != number.data() + number.size()) break;
+    if (amount == 0 || amount > kLongestDuration / factor) break;
+    return std::chrono::milliseconds(amount * factor);
+  }
+  fail(where, "'" + text + "' is not a duration above 0 (a whole number and ms, s or min)");
+}
+
 std::uint64_t read_size(value_type type, const YAML::Node& node, const location& where) {
+  if (type == value_type::count) return read_count(node, where);
   std::uint64_t bytes = 0;
   try {
     bytes = parse_size(read_scalar(node, where));
@@ -257,6 +292,8 @@ Value read_value(value_type type, const YAML::Node& node, const location& where)
     return read_access(node, where);
   } else if constexpr (std::is_same_v<Value, quota_config>) {
     return read_quotas(node, where);
+  } else if constexpr (std::is_same_v<Value, std::chrono::milliseconds>) {
+    return read_duration(node, where);
   } else {
     static_assert(std::is_same_v<Value, std::vector<pool_config>>);
     return read_pools(node, where);

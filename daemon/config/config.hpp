@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -75,9 +76,13 @@ struct daemon_config {
   std::string log_level;
   access_config access;
   quota_config quotas;
-  /// Replies queued for a client that does not read them, before it is disconnected.
+  /// Unread replies, in the daemon and the client's full socket, before it is disconnected.
   std::uint64_t max_output_bytes = 0;
   std::vector<pool_config> pools;
+  /// Connections open at once; the daemon closes more as soon as it accepts them.
+  std::uint64_t max_connections = 0;
+  /// How long a request may take to arrive once its first byte has.
+  std::chrono::milliseconds frame_deadline{0};
 
   friend bool operator==(const daemon_config&, const daemon_config&) = default;
 };

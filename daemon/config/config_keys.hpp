@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -38,18 +39,19 @@ enum class value_type {
   access,        ///< access_config: a map with the keys of kAccessKeys
   quotas,        ///< quota_config: entries (default, client, uid:N, user:NAME, group:NAME,
                  ///< gid:N), each a map with the keys of kQuotaKeys
+  count,         ///< std::uint64_t: a whole number above 0
+  duration,      ///< std::chrono::milliseconds: a number and a unit (250ms, 10s, 2min), above 0
 };
 
 /// Where a key's value lands in Config: a member, or a setter where one key sets two members.
 /// config.cpp checks at compile time that each row's landing takes what its type reads.
 template <class Config>
-using config_landing =
-    std::variant<std::string Config::*, mode_t Config::*, bool Config::*, std::uint64_t Config::*,
-                 std::int32_t Config::*, std::vector<std::int32_t> Config::*,
-                 std::vector<pool_config> Config::*, std::vector<uid_t> Config::*,
-                 std::optional<gid_t> Config::*, std::optional<std::uint64_t> Config::*,
-                 access_config Config::*, quota_config Config::*, void (*)(Config&, std::uint64_t),
-                 void (*)(Config&, bool)>;
+using config_landing = std::variant<
+    std::string Config::*, mode_t Config::*, bool Config::*, std::uint64_t Config::*,
+    std::int32_t Config::*, std::vector<std::int32_t> Config::*, std::vector<pool_config> Config::*,
+    std::vector<uid_t> Config::*, std::optional<gid_t> Config::*,
+    std::optional<std::uint64_t> Config::*, access_config Config::*, quota_config Config::*,
+    std::chrono::milliseconds Config::*, void (*)(Config&, std::uint64_t), void (*)(Config&, bool)>;
 
 template <class Config>
 struct config_key {
@@ -179,15 +181,15 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
          }},
     {.key = "quotas",
      .type = value_type::quotas,
-     .default_value = "default:\n  allocations: 100000\n  sync_objects: 256\n  connections: 256",
+     .default_value = "default:\n  allocations: 100000\n  sync_objects: 256\n  connections: 1024",
      .description = "Limits per uid (default, uid:N, user:NAME), per primary group of the owners "
                     "(group:NAME, gid:N) and per connection (client); a limit left out is none",
      .lands_in = &daemon_config::quotas},
     {.key = "max_output_bytes",
      .type = value_type::size,
      .default_value = "4MiB",
-     .description =
-         "Replies queued for a client that does not read them, before it is disconnected",
+     .description = "Unread replies (in the daemon and the client's full socket) before a "
+                    "client is disconnected",
      .lands_in = &daemon_config::max_output_bytes},
     {.key = "pools",
      .type = value_type::pools,
@@ -195,6 +197,17 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .description = "The pools. With no CUDA pool listed, gpumemd adds one per visible device: "
                     "cuda0, cuda1, ...",
      .lands_in = &daemon_config::pools},
+    {.key = "max_connections",
+     .type = value_type::count,
+     .default_value = "4096",
+     .description = "Connections open at once, all clients together; more are closed at once",
+     .lands_in = &daemon_config::max_connections},
+    {.key = "frame_deadline",
+     .type = value_type::duration,
+     .default_value = "10s",
+     .description = "A request still arriving this long after its first byte closes its "
+                    "connection; idle ones stay open",
+     .lands_in = &daemon_config::frame_deadline},
 };
 
 }  // namespace gpumem::daemon

@@ -1,5 +1,4 @@
 // Handlers of the session itself, statistics and the client list.
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include "handlers/request_handler.hpp"
@@ -16,12 +15,8 @@ proto::hello_reply request_handler::on_hello(client_state& client,
   books_.rows.set_label(client.client, std::string(message.client_label.view()));
   try {
     books_.check_connection(client.client);
-  } catch (const request_error& refusal) {
-    client.refused = true;
-    spdlog::warn("refused {}: {}",
-                 access_policy::describe(books_.rows.client(client.client).who,
-                                         std::string(message.client_label.view())),
-                 refusal.what());
+  } catch (const request_error&) {
+    client.refused = true;  // the dispatch logs the refusal
     throw;
   }
   client.greeted = true;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "policy/access_policy.hpp"
+#include "rate_limited_log.hpp"
 #include "request_error.hpp"
 #ifdef GPUMEM_WITH_CUDA
 #include "gpumem/shared/cuda/driver.hpp"
@@ -12,6 +14,14 @@ namespace gpumem::daemon {
 
 using proto::errc;
 using proto::message_type;
+
+namespace {
+/// Refusals name their client in the log; a client hammering at a refusal gets one line a second.
+rate_limited_log& refusal_log() {
+  static rate_limited_log log(std::chrono::seconds(1));
+  return log;
+}
+}  // namespace
 
 void append_error(std::vector<std::byte>& out, std::uint32_t request_id, errc code,
                   std::string_view text) {
@@ -54,7 +64,14 @@ reply_attachment request_handler::handle(client_state& client, const proto::fram
                             fmt::format("message type {:#x} is not a request", frame.head.type));
     }
   } catch (const request_error& error) {
-    spdlog::debug("client {}: request {} failed: {}", client.client, id, error.what());
+    if (error.code() == errc::permission_denied || error.code() == errc::quota_exceeded) {
+      const client_row& row = books_.rows.client(client.client);
+      const proto::message_info* info = proto::find_request(frame.head.type);
+      refusal_log().warn("refused {} of client {} ({}): {}", info ? info->name : "a request",
+                         client.client, access_policy::describe(row.who, row.label), error.what());
+    } else {
+      spdlog::debug("client {}: request {} failed: {}", client.client, id, error.what());
+    }
     out.resize(rollback);
     append_error(out, id, error.code(), error.what());
 #ifdef GPUMEM_WITH_CUDA

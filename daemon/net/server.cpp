@@ -21,6 +21,18 @@ namespace {
 constexpr int kListenBacklog = 512;
 /// How soon a lock clean-up that found a hand-off in flight is tried again.
 constexpr auto kSettleInterval = std::chrono::milliseconds(10);
+/// How long accepting pauses when the process or the system is out of descriptors or memory:
+/// the pending connection stays in the backlog, and retrying at once would only spin.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+/// At most one line per interval about refused or failed connections.
+constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
+
+bool out_of_resources(const boost::system::error_code& error) {
+  return error == boost::system::errc::too_many_files_open ||
+         error == boost::system::errc::too_many_files_open_in_system ||
+         error == boost::system::errc::no_buffer_space ||
+         error == boost::system::errc::not_enough_memory;
+}
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw std::runtime_error("socket " + path + ": " + what);
@@ -36,14 +48,19 @@ bool someone_answers(const std::string& path) {
 
 void prepare_folder(const std::string& path) {
   const auto folder = std::filesystem::path(path).parent_path();
-  if (folder.empty()) return;
-  std::error_code error;
-  if (std::filesystem::create_directories(folder, error)) {
-    // A per-user folder under /tmp must not be readable by others; the system folder is
-    // made by systemd (RuntimeDirectory=) with the operator's mode.
-    ::chmod(folder.c_str(), 0700);
-  } else if (error) {
-    fail(path, "cannot create folder " + folder.string() + ": " + error.message());
+  if (!folder.empty()) {
+    std::error_code error;
+    if (std::filesystem::create_directories(folder, error)) {
+      // A per-user folder under /tmp must not be readable by others; the system folder is
+      // made by systemd (RuntimeDirectory=) with the operator's mode.
+      ::chmod(folder.c_str(), 0700);
+    } else if (error) {
+      fail(path, "cannot create folder " + folder.string() + ": " + error.message());
+    }
+  }
+  // Whoever owns or may write to the folder could replace the socket and pose as gpumemd.
+  if (const std::string problem = unsafe_socket_folder(path, ::geteuid()); !problem.empty()) {
+    fail(path, problem);
   }
 }
 }  // namespace
@@ -55,8 +72,13 @@ server::server(asio::io_context& io, const daemon_config& config, books& state)
       handler_(state),
       socket_path_(config.socket_path.empty() ? default_daemon_socket_path() : config.socket_path),
       acceptor_(io),
-      signals_(io, SIGINT, SIGTERM),
-      settle_timer_(io) {
+      signals_(io, SIGINT, SIGTERM, SIGQUIT),
+      settle_timer_(io),
+      accept_pause_(io),
+      accept_log_(kAcceptLogInterval),
+      refusal_log_(kAcceptLogInterval) {
+  signals_.add(SIGHUP);
+  signals_.add(SIGUSR1);
   if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
     fail(socket_path_, "path longer than the " + std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
                            " bytes a Unix socket address holds");
@@ -83,14 +105,45 @@ server::~server() {
 }
 
 void server::run() {
-  signals_.async_wait([this](const boost::system::error_code& error, int signal) {
-    if (!error) shut_down(signal == SIGINT ? "SIGINT" : "SIGTERM");
-  });
+  wait_for_signal();
   asio::co_spawn(io_, accept_loop(), asio::detached);
   spdlog::info("gpumemd {} listening on {} with {} pool(s)", ::getpid(), socket_path_,
                books_.memory.pool_count());
   notify_systemd("READY=1\nSTATUS=accepting clients");
   io_.run();
+}
+
+void server::wait_for_signal() {
+  signals_.async_wait([this](const boost::system::error_code& error, int signal) {
+    if (!error) on_signal(signal);
+  });
+}
+
+void server::on_signal(int signal) {
+  switch (signal) {
+    case SIGHUP:
+      spdlog::info("SIGHUP: reloading the configuration is not implemented yet; nothing changed");
+      break;
+    case SIGUSR1:
+      log_stats();
+      break;
+    default:
+      shut_down(signal == SIGINT ? "SIGINT" : signal == SIGQUIT ? "SIGQUIT" : "SIGTERM");
+      return;
+  }
+  wait_for_signal();
+}
+
+void server::log_stats() const {
+  const proto::stats_reply stats = books_.stats();
+  std::string pools;
+  for (const auto& pool : stats.records) {
+    pools += fmt::format(", pool {} {} of {} bytes in use", pool.name.view(), pool.bytes_in_use,
+                         pool.size_limit);
+  }
+  spdlog::info("SIGUSR1: {} connection(s), {} client(s), {} allocation(s){}, up {} s",
+               sessions_.size(), stats.head.client_count, stats.head.allocation_count, pools,
+               stats.head.uptime_ms / 1000);
 }
 
 asio::awaitable<void> server::accept_loop() {
@@ -99,23 +152,40 @@ asio::awaitable<void> server::accept_loop() {
     stream::socket socket =
         co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, error));
     if (error == asio::error::operation_aborted) break;
-    if (error) {
-      // EMFILE and friends: say so and keep serving the clients we have.
-      spdlog::warn("accept failed: {}", error.message());
+    if (out_of_resources(error)) {
+      // Keep serving the clients we have; those waiting stay in the backlog until a
+      // descriptor comes free.
+      accept_log_.warn("accept failed: {}; pausing accepts for {} ms", error.message(),
+                       kAcceptPause.count());
+      accept_pause_.expires_after(kAcceptPause);
+      co_await accept_pause_.async_wait(asio::redirect_error(asio::use_awaitable, error));
       continue;
     }
-    auto client = std::make_shared<session>(std::move(socket), books_, handler_,
-                                            config_.max_output_bytes, [this](session& ended) {
-                                              sessions_.erase(&ended);
-                                              settle_pending();
-                                            });
-    sessions_.emplace(client.get(), client);
-    try {
-      client->start();
-    } catch (const std::exception& failure) {
-      spdlog::warn("could not start a session: {}", failure.what());
-      client->stop("could not be set up");
+    if (error) {
+      accept_log_.warn("accept failed: {}", error.message());
+      continue;
     }
+    admit(std::move(socket));
+  }
+}
+
+void server::admit(stream::socket socket) {
+  if (sessions_.size() >= config_.max_connections) {
+    refusal_log_.warn("{} connections are open (max_connections): closing a new one",
+                      sessions_.size());
+    return;  // the socket closes here
+  }
+  auto client = std::make_shared<session>(std::move(socket), books_, handler_, config_,
+                                          [this](session& ended) {
+                                            sessions_.erase(&ended);
+                                            settle_pending();
+                                          });
+  sessions_.emplace(client.get(), client);
+  try {
+    client->start();
+  } catch (const std::exception& failure) {
+    accept_log_.warn("could not start a session: {}", failure.what());
+    client->stop("could not be set up");
   }
 }
 
@@ -141,6 +211,7 @@ void server::shut_down(const char* why) {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   settle_timer_.cancel();
+  accept_pause_.cancel();
   ::unlink(socket_path_.c_str());
   const auto live = sessions_;  // stop() removes each from sessions_
   for (const auto& [key, each] : live) each->stop("daemon shutting down");

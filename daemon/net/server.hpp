@@ -16,24 +16,33 @@
 #include "handlers/request_handler.hpp"
 #include "net/asio.hpp"
 #include "net/session.hpp"
+#include "rate_limited_log.hpp"
 
 namespace gpumem::daemon {
 
 class server {
  public:
   /// @brief Binds the socket (creating its folder) and refuses to start if another daemon
-  /// answers on it; a stale socket file is replaced.
-  /// @throws std::runtime_error naming the path and the cause.
+  /// answers on it, or if the folder belongs to another uid or others may write to it; a
+  /// stale socket file is replaced.
+  /// @throws std::runtime_error naming the path, the cause and the fix.
   server(boost::asio::io_context& io, const daemon_config& config, books& state);
   ~server();
 
-  /// @brief Accepts clients until SIGINT or SIGTERM, then ends every session and returns.
+  /// @brief Accepts clients until SIGINT, SIGTERM or SIGQUIT, then ends every session and
+  /// returns. SIGHUP and SIGUSR1 are answered in the log (reload is not implemented; a stats
+  /// line); SIGPIPE is ignored by the caller (main).
   void run();
 
   const std::string& socket_path() const noexcept { return socket_path_; }
 
  private:
   boost::asio::awaitable<void> accept_loop();
+  /// Starts a session for @p socket, or closes it at once when max_connections are open.
+  void admit(boost::asio::local::stream_protocol::socket socket);
+  void wait_for_signal();
+  void on_signal(int signal);
+  void log_stats() const;
   /// After a session ended: retries, until none is left, the clean-ups after deaths that found
   /// a lock hand-off in flight. Runs only while there are some.
   void settle_pending();
@@ -48,6 +57,10 @@ class server {
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer settle_timer_;
+  /// Accepting pauses on it when the process is out of descriptors.
+  boost::asio::steady_timer accept_pause_;
+  rate_limited_log accept_log_;
+  rate_limited_log refusal_log_;  ///< connections beyond max_connections
   bool settling_ = false;
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
 };

@@ -1,14 +1,17 @@
 #include "net/session.hpp"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "gpumem/shared/fd_passing.hpp"
 #include "net/peer_process.hpp"
+#include "rate_limited_log.hpp"
 
 namespace gpumem::daemon {
 
@@ -17,30 +20,41 @@ using proto::errc;
 
 namespace {
 constexpr std::size_t kMaxFrameSize = sizeof(proto::header) + proto::kMaxPayloadSize;
+/// Room for requests while none is large: an idle connection costs little more than this.
+constexpr std::size_t kInitialInputSize = 1024;
+/// Reply buffer capacity kept after everything was sent; more is given back.
+constexpr std::size_t kKeptOutputCapacity = 4096;
 
 bool would_block(const std::error_code& error) {
   return error == std::errc::resource_unavailable_try_again ||
          error == std::errc::operation_would_block;
 }
+
+// One line per second at most, whatever a flood of misbehaving clients does.
+rate_limited_log& misbehaviour_log() {
+  static rate_limited_log log(std::chrono::seconds(1));
+  return log;
+}
 }  // namespace
 
 session::session(socket_type socket, books& state, request_handler& handler,
-                 std::uint64_t max_output_bytes, on_end ended)
+                 const daemon_config& config, on_end ended)
     : socket_(std::move(socket)),
       process_watch_(socket_.get_executor()),
+      frame_timer_(socket_.get_executor()),
       books_(state),
       handler_(handler),
-      max_output_bytes_(max_output_bytes),
+      config_(config),
       ended_(std::move(ended)),
-      in_(kMaxFrameSize) {}
+      in_(kInitialInputSize) {}
 
 void session::start() {
   socket_.non_blocking(true);
-  const credentials who = peer_credentials(socket_.native_handle());
-  state_.client = books_.add_client(who);
-  unique_fd pidfd = peer_pidfd(socket_.native_handle(), who);
-  spdlog::info("client {} connected: pid {} uid {} gid {}{}", state_.client, who.pid, who.uid,
-               who.gid, pidfd ? "" : " (process not visible: watching the socket only)");
+  who_ = peer_credentials(socket_.native_handle());
+  state_.client = books_.add_client(who_);
+  unique_fd pidfd = peer_pidfd(socket_.native_handle(), who_);
+  spdlog::debug("client {} connected: pid {} uid {} gid {}{}", state_.client, who_.pid, who_.uid,
+                who_.gid, pidfd ? "" : " (process not visible: watching the socket only)");
   if (pidfd) watch_process_exit(std::move(pidfd));
   asio::co_spawn(
       socket_.get_executor(), [self = shared_from_this()] { return self->read_loop(); },
@@ -79,18 +93,26 @@ void session::end_of_stream() {
         state_.client);
     boost::system::error_code ignored;
     socket_.close(ignored);
+    frame_timer_.cancel();
     return;
   }
   stop("closed the connection");
 }
 
+void session::stop_for(const char* problem) {
+  misbehaviour_log().warn("client {} (pid {} uid {}) disconnected: {}", state_.client, who_.pid,
+                          who_.uid, problem);
+  stop(problem);
+}
+
 void session::stop(const char* reason) {
   if (stopped_) return;
   stopped_ = true;
-  spdlog::info("client {} gone: {}", state_.client, reason);
+  spdlog::debug("client {} gone: {}", state_.client, reason);
   boost::system::error_code ignored;
   socket_.close(ignored);
   process_watch_.close(ignored);
+  frame_timer_.cancel();
   books_.remove_client(state_.client);
   out_fds_.clear();
   ended_(*this);
@@ -101,12 +123,6 @@ asio::awaitable<void> session::read_loop() {
   std::vector<unique_fd> fds;
   bool drained = false;
   while (!stopped_) {
-    if (drained) {
-      boost::system::error_code wait_error;
-      co_await socket_.async_wait(socket_type::wait_read,
-                                  asio::redirect_error(asio::use_awaitable, wait_error));
-      if (wait_error) break;
-    }
     const std::size_t space = in_.size() - in_filled_;
     std::error_code error;
     const std::size_t received =
@@ -115,14 +131,14 @@ asio::awaitable<void> session::read_loop() {
     // A read shorter than the room offered took everything queued (as Asio's own speculative
     // reads assume), which saves a recv that would only say EAGAIN.
     drained = would_block(error) || (!error && received < space);
-    if (would_block(error)) continue;
-    if (error) {
-      stop(error == std::errc::protocol_error ? "sent a truncated control message"
-                                              : "socket error");
+    // A client that closes with replies unread resets the connection: an ordinary end too.
+    if (error == std::errc::connection_reset || (!error && received == 0)) {
+      end_of_stream();
       break;
     }
-    if (received == 0) {
-      end_of_stream();
+    if (error && !would_block(error)) {
+      stop_for(error == std::errc::protocol_error ? "sent a truncated control message"
+                                                  : "socket error");
       break;
     }
     if (!fds.empty()) {
@@ -130,29 +146,60 @@ asio::awaitable<void> session::read_loop() {
       fds.clear();
       append_error(out_, 0, errc::unexpected_handle, "clients may not send file descriptors");
       flush();
-      stop("sent a file descriptor");
+      stop_for("sent a file descriptor");
       break;
     }
     in_filled_ += received;
-    if (!handle_frames() || !flush()) break;
+    for (;;) {
+      const std::size_t before = in_filled_;
+      const input_state state = handle_frames();
+      if (state == input_state::stopped || !flush()) co_return;
+      watch_frame_deadline(state, in_filled_ != before);
+      if (state != input_state::held) break;
+      // Backpressure: the client's next requests wait, in its socket, until it has read
+      // enough of its replies; nothing more is built for it meanwhile.
+      while (pending_output() >= kBackpressureBytes) {
+        if (stopped_for_not_reading()) co_return;
+        boost::system::error_code wait_error;
+        co_await socket_.async_wait(socket_type::wait_write,
+                                    asio::redirect_error(asio::use_awaitable, wait_error));
+        if (wait_error || stopped_ || !flush()) co_return;
+      }
+    }
+    size_input();
+    if (drained) {
+      boost::system::error_code wait_error;
+      co_await socket_.async_wait(socket_type::wait_read,
+                                  asio::redirect_error(asio::use_awaitable, wait_error));
+      if (wait_error) break;
+    }
   }
 }
 
-bool session::handle_frames() {
+session::input_state session::handle_frames() {
   std::size_t consumed = 0;
+  input_state state = input_state::empty;
   for (;;) {
+    if (consumed == in_filled_) break;
+    if (pending_output() >= kBackpressureBytes) {
+      state = input_state::held;
+      break;
+    }
     proto::frame_view frame;
     std::error_code error;
     const auto status =
         proto::parse_frame(std::span(in_).first(in_filled_).subspan(consumed), frame, error);
-    if (status == proto::parse_status::incomplete) break;
+    if (status == proto::parse_status::incomplete) {
+      state = input_state::partial;
+      break;
+    }
     if (status == proto::parse_status::invalid) {
       // The stream cannot be resynchronised after a bad header: answer, then hang up.
       append_error(out_, 0, static_cast<errc>(error.value()),
                    "bad frame header: " + error.message());
       flush();
-      stop("sent a bad frame header");
-      return false;
+      stop_for("sent a bad frame header");
+      return input_state::stopped;
     }
     const std::size_t frame_start = out_.size();
     const reply_attachment attach = handler_.handle(state_, frame, out_);
@@ -160,15 +207,44 @@ bool session::handle_frames() {
     consumed += frame.frame_size();
     if (state_.refused) {
       flush();
-      stop("refused by the access policy or its quotas");
-      return false;
+      stop_for("refused by the access policy or its quotas");
+      return input_state::stopped;
     }
   }
   if (consumed > 0) {
     std::memmove(in_.data(), in_.data() + consumed, in_filled_ - consumed);
     in_filled_ -= consumed;
   }
-  return true;
+  return state;
+}
+
+void session::size_input() {
+  if (in_filled_ == in_.size() && in_.size() < kMaxFrameSize) {
+    in_.resize(kMaxFrameSize);
+  } else if (in_filled_ <= kInitialInputSize && in_.size() > kInitialInputSize) {
+    std::vector<std::byte> smaller(in_.begin(), in_.begin() + kInitialInputSize);
+    in_.swap(smaller);
+  }
+}
+
+void session::watch_frame_deadline(input_state state, bool consumed) {
+  if (state != input_state::partial) {
+    partial_ = false;
+    return;
+  }
+  if (partial_ && !consumed) return;  // the same request, still arriving
+  partial_ = true;
+  partial_since_ = std::chrono::steady_clock::now();
+  frame_timer_.expires_at(partial_since_ + config_.frame_deadline);
+  frame_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& error) {
+    const auto self = weak.lock();
+    // A wait that completed just before its request did is told apart by the clock.
+    if (!self || error || self->stopped_ || !self->partial_ ||
+        std::chrono::steady_clock::now() < self->partial_since_ + self->config_.frame_deadline) {
+      return;
+    }
+    self->stop_for("a request stalled halfway for longer than frame_deadline");
+  });
 }
 
 void session::queue_attachment(const reply_attachment& attach, std::size_t frame_start,
@@ -186,11 +262,17 @@ void session::queue_attachment(const reply_attachment& attach, std::size_t frame
   for (auto& copy : copies) out_fds_.push_back({frame_start, std::move(copy)});
 }
 
-bool session::flush() {
-  if (out_.size() - out_sent_ > max_output_bytes_) {
-    stop("not reading its replies");
+bool session::stopped_for_not_reading() {
+  int unread = 0;
+  if (::ioctl(socket_.native_handle(), SIOCOUTQ, &unread) != 0) unread = 0;
+  if (pending_output() + static_cast<std::size_t>(unread) <= config_.max_output_bytes) {
     return false;
   }
+  stop_for("not reading its replies");
+  return true;
+}
+
+bool session::flush() {
   if (waiting_to_write_) return true;
   while (out_sent_ < out_.size()) {
     std::size_t end = out_.size();
@@ -203,6 +285,7 @@ bool session::flush() {
     const std::size_t sent = send_with_fds(
         socket_.native_handle(), std::span(out_).subspan(out_sent_, end - out_sent_), fds, error);
     if (would_block(error)) {
+      if (stopped_for_not_reading()) return false;
       waiting_to_write_ = true;
       socket_.async_wait(socket_type::wait_write,
                          [self = shared_from_this()](const boost::system::error_code& wait_error) {
@@ -211,8 +294,12 @@ bool session::flush() {
                          });
       return true;
     }
+    if (error == std::errc::broken_pipe || error == std::errc::connection_reset) {
+      stop("closed the connection");
+      return false;
+    }
     if (error) {
-      stop("socket error while replying");
+      stop_for("socket error while replying");
       return false;
     }
     out_fds_.erase(out_fds_.begin(), next);
@@ -220,6 +307,7 @@ bool session::flush() {
   }
   out_.clear();
   out_sent_ = 0;
+  if (out_.capacity() > kKeptOutputCapacity) std::vector<std::byte>().swap(out_);
   return true;
 }
 

@@ -1,6 +1,5 @@
 #include "daemon_process.hpp"
 
-#include <signal.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -61,9 +60,9 @@ gpumem::Client daemon_process::connect(const std::string& label) const {
   return gpumem::Client::connect({.socket_path = socket_path_, .label = label});
 }
 
-int daemon_process::stop() {
+int daemon_process::stop(int signal) {
   if (process_.pid() <= 0) return -1;
-  process_.signal(SIGTERM);
+  process_.signal(signal);
   const auto status = process_.wait(std::chrono::seconds(20));
   return status ? exit_code(*status) : -1;
 }

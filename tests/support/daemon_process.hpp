@@ -1,6 +1,8 @@
 #pragma once
 // A real gpumemd on a socket in a fresh temporary folder, for black-box tests.
 
+#include <signal.h>
+
 #include <chrono>
 #include <string>
 #include <vector>
@@ -23,8 +25,8 @@ class daemon_process {
   /// @brief The environment entry that points a child at this daemon.
   std::string socket_env() const { return "GPUMEM_SOCKET=" + socket_path_; }
 
-  /// @brief SIGTERM and wait; the exit status.
-  int stop();
+  /// @brief Sends @p signal and waits; the exit status.
+  int stop(int signal = SIGTERM);
   /// @brief Open descriptors of the daemon process right now.
   std::size_t open_fd_count() const;
   /// @brief Polls the daemon until bytes_in_use of pool 0 equals @p expected or time is up.

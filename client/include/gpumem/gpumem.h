@@ -38,7 +38,8 @@ typedef enum gpumem_status {
   GPUMEM_NOT_RECOVERABLE = 18,
   GPUMEM_WRONG_DOMAIN = 19,
   GPUMEM_NO_PARTY_LEFT = 20,
-  GPUMEM_QUOTA_EXCEEDED = 21
+  GPUMEM_QUOTA_EXCEEDED = 21,
+  GPUMEM_TIMED_OUT = 22
 } gpumem_status;
 
 #define GPUMEM_HOST (-1)
@@ -48,6 +49,22 @@ typedef struct gpumem_buffer gpumem_buffer;
 
 /** @param socket_path NULL for the default locations. */
 gpumem_status gpumem_connect(const char* socket_path, gpumem_client** client);
+
+/** What gpumem_connect_with() takes; zero-initialise it, then set what you need. */
+typedef struct gpumem_connect_options {
+  const char* socket_path; /**< NULL or "": the default locations */
+  const char* label;       /**< NULL or "": the program's name */
+  /** Longest wait for one reply before a call fails with GPUMEM_TIMED_OUT (the client is
+   *  unusable afterwards); 0: $GPUMEM_TIMEOUT_MS, else 60000. */
+  uint32_t timeout_ms;
+  /** Nonzero: daemon_uid below is the uid gpumemd runs as. Zero: $GPUMEM_DAEMON_UID, else root,
+   *  the caller's uid or the user gpumemd. A socket of another uid is GPUMEM_PERMISSION_DENIED. */
+  int has_daemon_uid;
+  uint32_t daemon_uid;
+} gpumem_connect_options;
+
+/** @param options NULL: every default, as gpumem_connect(NULL, client). */
+gpumem_status gpumem_connect_with(const gpumem_connect_options* options, gpumem_client** client);
 /** Closes the client; buffers it handed out stay valid until released. NULL is ignored. */
 void gpumem_disconnect(gpumem_client* client);
 

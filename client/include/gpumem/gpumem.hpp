@@ -12,9 +12,12 @@
 ///
 /// Every failure throws gpumem::Error, whose code() is in the "gpumem" category (gpumem::errc).
 /// A Client and its Buffers may be used from several threads; a request is one round trip on
-/// the client's socket, serialised by a mutex. A Client belongs to the process that connected
-/// it: after fork(), the child connects its own.
+/// the client's socket, serialised by a mutex, that fails with errc::timed_out when the daemon
+/// does not answer in time (ConnectOptions::timeout); the Client is then unusable, since a late
+/// reply would answer the wrong request: connect again. A Client belongs to the process that
+/// connected it: after fork(), the child connects its own.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -68,6 +71,14 @@ enum class Access { read_write, read_only };
 struct ConnectOptions {
   std::string socket_path{};  ///< empty: $GPUMEM_SOCKET, then the default locations
   std::string label{};        ///< shown by `gpumemctl clients`; empty: the program's name
+  /// How long one request may wait for the daemon's reply (and connecting for the daemon to
+  /// accept) before it fails with errc::timed_out. 0: $GPUMEM_TIMEOUT_MS, else 60 seconds.
+  /// Waits that take their own timeout (Lock::acquire, ...) are not round trips: unaffected.
+  std::chrono::milliseconds timeout{0};
+  /// The uid gpumemd runs as: the socket, its folder and the listening process must belong to
+  /// it or to root. -1: $GPUMEM_DAEMON_UID (a uid or a user name), else root, the caller's
+  /// own uid or the service user `gpumemd`.
+  std::int64_t daemon_uid = -1;
 };
 
 /// @brief Who else may open a named object that a call creates: rw permission bits for its
@@ -244,7 +255,8 @@ struct SyncInfo {
 /// object is gone.
 class Client {
  public:
-  /// @throws Error(io_error) when no daemon answers at the path, with the path in what().
+  /// @throws Error(io_error) when no daemon answers at the path, with the path in what();
+  /// Error(permission_denied) when the socket belongs to an unexpected uid (ConnectOptions).
   static Client connect(const ConnectOptions& options = {});
 
   /// @throws Error: invalid_name, already_exists, no_such_device, out_of_memory, ...

@@ -34,7 +34,8 @@ namespace gpumem::proto {
   X(not_recoverable, 18, "lock not recoverable")                    \
   X(wrong_domain, 19, "used in another domain")                     \
   X(no_party_left, 20, "every party is taken")                      \
-  X(quota_exceeded, 21, "quota exceeded")
+  X(quota_exceeded, 21, "quota exceeded")                           \
+  X(timed_out, 22, "timed out")
 
 enum class errc : std::uint32_t {
 #define GPUMEM_X(name, value, text) name = value,
