@@ -75,12 +75,16 @@ struct attachable_fds {
   unique_fd memfd, pipe_read, pipe_write;
 };
 
-daemon_config small_config() {
-  daemon_config config = embedded_default_config();
-  config.log_level = "off";
-  // Small enough that a few replies left unread reach the limit.
-  config.max_output_bytes = 128 * 1024;
-  config.pools.clear();
+/// Made once: the embedded default is YAML, whose parsing would take most of a short script's time.
+const daemon_config& small_config() {
+  static const daemon_config config = [] {
+    daemon_config made = embedded_default_config();
+    made.log_level = "off";
+    // Small enough that a few replies left unread reach the limit.
+    made.max_output_bytes = 128 * 1024;
+    made.pools.clear();
+    return made;
+  }();
   return config;
 }
 
@@ -256,7 +260,7 @@ class in_process_daemon {
     }
   }
 
-  const daemon_config config_ = small_config();
+  const daemon_config& config_ = small_config();
   books books_;
   request_handler handler_;
   boost::asio::io_context io_{1};
