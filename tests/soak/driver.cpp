@@ -27,6 +27,8 @@ using namespace std::chrono_literals;
 
 /// How long the daemon gets to clean up after the last worker before leftovers are leaks.
 constexpr auto kSettleTime = 10s;
+/// A worker reports every 100 ms; one silent for longer than this is busy in some operation.
+constexpr auto kLively = 1s;
 
 struct worker_process {
   std::unique_ptr<testing::child_process> process;
@@ -156,6 +158,16 @@ class soak {
     start(slot);
   }
 
+  /// A random worker among those that reported lately: one that is stuck is left alone, so
+  /// that it stays stuck until it counts as hung instead of being killed out of sight.
+  worker_process* pick_victim() {
+    std::vector<worker_process*> lively;
+    for (auto& slot : workers_) {
+      if (clock::now() - slot.heard < kLively) lively.push_back(&slot);
+    }
+    return lively.empty() ? nullptr : lively[random_() % lively.size()];
+  }
+
   void run_phase(std::chrono::nanoseconds length) {
     for (auto& slot : workers_) start(slot);
     const auto end = clock::now() + length;
@@ -171,8 +183,10 @@ class soak {
         }
       }
       if (clock::now() >= next_kill) {
-        kill_and_restart(workers_[random_() % workers_.size()]);
-        ++kills_;
+        if (worker_process* victim = pick_victim()) {
+          kill_and_restart(*victim);
+          ++kills_;
+        }
         next_kill += options_.kill_interval;
       }
       std::this_thread::sleep_for(10ms);
