@@ -1,0 +1,380 @@
+// Writes the seed corpus of the fuzz targets: for the codec, one valid frame of every request
+// and reply; for the request path, a script per request and the sequences a client lives by
+// (hello, allocate, open, release; locks, barriers, channels; lists; descriptors sent; hang-ups
+// and deaths half-way). Run as `gpumem_fuzz_seeds tests/fuzz/corpus` after the protocol changes;
+// each seed is checked here to decode, so a seed that the codec refuses is a bug of this file.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gpumem/proto/codec.hpp"
+#include "request_script.hpp"
+
+namespace {
+
+using namespace gpumem::proto;
+using gpumem::fuzz::script_writer;
+using gpumem::fuzz::step;
+
+wire_name name(const char* text) {
+  wire_name made{};
+  if (make_wire_name(text, made)) std::abort();
+  return made;
+}
+
+// A valid payload of each type, as a client or the daemon would send it.
+void fill(empty_payload&) {}
+void fill(hello_request& m) {
+  m.protocol_version = kProtocolVersion;
+  m.client_label = name("fuzz");
+}
+void fill(hello_reply& m) {
+  m = {1, 2, kMaxPayloadSize, 100, 0};
+}
+void fill(get_pool_request&) {}
+void fill(pool_reply& m) {
+  m.device = kHostDevice;
+  m.size_limit = 1 << 20;
+  m.name = name("host");
+}
+void fill(allocate_request& m) {
+  m.size = 4096;
+  m.device = kHostDevice;
+  m.name = name("a");
+}
+void fill(open_request& m) {
+  m.name = name("a");
+}
+void fill(allocation_reply& m) {
+  m.alloc_id = 1;
+  m.size = 4096;
+}
+void fill(release_request& m) {
+  m.alloc_id = 1;
+}
+void fill(list_request&) {}
+void fill(stats_reply& m) {
+  pool_stats pool{};
+  pool.name = name("host");
+  pool.device = kHostDevice;
+  pool.size_limit = 1 << 20;
+  m.records = {pool};
+  m.head.count = 1;
+}
+void fill(client_list_reply& m) {
+  client_record client{};
+  client.client_id = 1;
+  client.label = name("fuzz");
+  m.records = {client};
+  m.head.count = 1;
+}
+void fill(allocation_list_reply& m) {
+  m.records = {{1, 4096, 1, 0, 1, name("a")}};
+  m.head.count = 1;
+}
+void fill(reserve_request& m) {
+  m.max_size = 2 << 20;
+}
+void fill(reservation_reply& m) {
+  m = {1, 2 << 20, 0, 2 << 20, 0, access_mode::read_write};
+}
+void fill(resize_request& m) {
+  m = {1, 2 << 20};
+}
+void fill(chunks_request& m) {
+  m.reservation_id = 1;
+}
+void fill(chunks_reply& m) {
+  m.records = {{1, 0}};
+  m.head = {1, 0, 1};
+}
+void fill(reservation_release_request& m) {
+  m.reservation_id = 1;
+}
+void fill(reservation_list_reply& m) {
+  m.records = {{1, 2 << 20, 0, 1, 1, 0, name("r")}};
+  m.head.count = 1;
+}
+void fill(sync_attach_reply& m) {
+  m = {1, 64, 1024, 0};
+}
+void fill(sync_open_request& m) {
+  m.name = name("l");
+  m.kind = sync_kind::lock;
+}
+void fill(sync_open_reply&) {}
+void fill(sync_close_request&) {}
+void fill(sync_reset_request& m) {
+  m.name = name("l");
+}
+void fill(sync_list_reply& m) {
+  sync_record record{};
+  record.sync_id = 1;
+  record.kind = sync_kind::lock;
+  record.name = name("l");
+  m.records = {record};
+  m.head.count = 1;
+}
+void fill(signal_page_request&) {}
+void fill(signal_page_reply& m) {
+  m = {4096, 0, 64};
+}
+
+template <class T>
+T sample() {
+  T made{};
+  fill(made);
+  return made;
+}
+
+class corpus {
+ public:
+  explicit corpus(std::filesystem::path folder) : folder_(std::move(folder)) {
+    std::filesystem::create_directories(folder_);
+  }
+  void write(const std::string& seed, const void* data, std::size_t size) {
+    std::ofstream out(folder_ / seed, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    if (!out) {
+      std::fprintf(stderr, "cannot write %s\n", (folder_ / seed).c_str());
+      std::exit(1);
+    }
+  }
+
+ private:
+  std::filesystem::path folder_;
+};
+
+template <class T>
+void codec_seed(corpus& out, const std::string& seed, std::uint16_t raw_type, const T& payload,
+                std::uint16_t fds = 0) {
+  std::vector<std::byte> frame;
+  append_frame(frame, raw_type, 7, payload, fds, fds ? handle_type::host_memfd : handle_type::none);
+  T decoded{};
+  if (decode_payload(std::span(frame).subspan(sizeof(header)), decoded)) {
+    std::fprintf(stderr, "seed %s does not decode\n", seed.c_str());
+    std::exit(1);
+  }
+  out.write(seed, frame.data(), frame.size());
+}
+
+void codec_seeds(corpus& out) {
+#define GPUMEM_X(name, number, request, reply, reply_fd_count, summary) \
+  codec_seed(out, #name "-request", number, sample<request>());         \
+  codec_seed(out, #name "-reply", number | kReplyBit, sample<reply>(),  \
+             reply_fd_count == kFdPerRecord ? 1 : reply_fd_count);
+  GPUMEM_MESSAGE_TABLE(GPUMEM_X)
+#undef GPUMEM_X
+  codec_seed(out, "error", static_cast<std::uint16_t>(message_type::error),
+             make_error_reply(errc::not_found, "no allocation named a"));
+}
+
+bool is_sync_request(message_type type) {
+  return type == message_type::open_sync || type == message_type::close_sync ||
+         type == message_type::reset_sync;
+}
+
+struct script : script_writer {
+  /// Connects @p client and greets the daemon.
+  script& greet(std::size_t client) {
+    add(step::connect, client);
+    add(step::hello, client);
+    return *this;
+  }
+  template <class T>
+  script& send(std::size_t client, message_type type, const T& payload, std::uint8_t fds = 0) {
+    frame(client, type, payload, fds);
+    return *this;
+  }
+  script& then(step kind, std::size_t client) {
+    add(kind, client);
+    return *this;
+  }
+};
+
+sync_open_request sync_open(const char* object, sync_kind kind, std::uint32_t parties,
+                            sync_role role) {
+  sync_open_request made{};
+  made.name = name(object);
+  made.kind = kind;
+  made.parties = parties;
+  made.role = role;
+  return made;
+}
+
+allocate_request allocation(const char* object, std::uint64_t size, const char* pool = "") {
+  allocate_request made = sample<allocate_request>();
+  made.name = name(object);
+  made.pool = name(pool);
+  made.size = size;
+  return made;
+}
+
+void request_seeds(corpus& out) {
+  const auto save = [&](const std::string& seed, const script& made) {
+    out.write(seed, made.bytes().data(), made.bytes().size());
+  };
+  // Each request alone, after hello (and after attach_sync where the request needs it).
+#define GPUMEM_X(name, number, request, reply, reply_fd_count, summary)      \
+  {                                                                          \
+    script made;                                                             \
+    made.greet(0);                                                           \
+    if (is_sync_request(message_type::name)) {                               \
+      made.send(0, message_type::attach_sync, empty_payload{});              \
+      made.send(0, message_type::open_sync, sample<sync_open_request>());    \
+    }                                                                        \
+    made.send(0, message_type::name, sample<request>()).then(step::read, 0); \
+    save("one-" #name, made);                                                \
+  }
+  GPUMEM_MESSAGE_TABLE(GPUMEM_X)
+#undef GPUMEM_X
+
+  const list_request from_start{};
+  release_request release_first = sample<release_request>();
+  release_request release_second = release_first;
+  release_second.alloc_id = 2;
+  open_request open_a = sample<open_request>();
+  open_a.access = access_mode::read_only;
+
+  script shared;
+  shared.greet(0).greet(1);
+  shared.send(0, message_type::allocate, allocation("a", 8192));
+  shared.send(1, message_type::open, open_a);
+  shared.send(0, message_type::list_allocations, from_start);
+  shared.send(0, message_type::release, release_first);
+  shared.send(1, message_type::release, release_first);
+  shared.then(step::read, 0).then(step::read, 1);
+  save("allocate-open-release", shared);
+
+  script dies_holding;
+  dies_holding.greet(0).greet(1);
+  dies_holding.send(0, message_type::allocate, allocation("a", 4096));
+  dies_holding.send(0, message_type::allocate, allocation("", 4096, "spare"));
+  dies_holding.send(1, message_type::open, sample<open_request>());
+  dies_holding.then(step::process_exit, 0);
+  dies_holding.send(1, message_type::stats, empty_payload{});
+  dies_holding.send(1, message_type::list_clients, from_start);
+  dies_holding.send(1, message_type::release, release_second).then(step::read, 1);
+  save("owner-dies-while-opened", dies_holding);
+
+  script full;
+  full.greet(0);
+  for (int i = 0; i < 20; ++i) full.send(0, message_type::allocate, allocation("", 64 << 10));
+  full.send(0, message_type::allocate, allocation("", 2 << 20)).then(step::read, 0);
+  save("pool-full", full);
+
+  script lock;
+  lock.greet(0).greet(1);
+  lock.send(0, message_type::attach_sync, empty_payload{});
+  lock.send(1, message_type::attach_sync, empty_payload{});
+  lock.send(0, message_type::open_sync, sample<sync_open_request>());
+  lock.send(1, message_type::open_sync, sample<sync_open_request>());
+  lock.send(1, message_type::list_sync, from_start);
+  lock.send(1, message_type::reset_sync, sample<sync_reset_request>());
+  lock.send(0, message_type::close_sync, sync_close_request{0, 0});
+  lock.then(step::read, 0).then(step::read, 1).then(step::disconnect, 1).then(step::settle, 0);
+  save("lock-open-reset-close", lock);
+
+  script barrier;
+  barrier.greet(0).greet(1).greet(2);
+  for (std::size_t c = 0; c < 3; ++c) {
+    barrier.send(c, message_type::attach_sync, empty_payload{});
+    barrier.send(c, message_type::open_sync,
+                 sync_open("b", sync_kind::barrier, 2, sync_role::party));
+  }
+  barrier.then(step::process_exit, 0);
+  barrier.send(1, message_type::list_sync, from_start);
+  barrier.send(2, message_type::open_sync, sync_open("b", sync_kind::barrier, 2, sync_role::party));
+  sync_reset_request reset_b{};
+  reset_b.name = name("b");
+  reset_b.parties = 3;
+  barrier.send(1, message_type::reset_sync, reset_b);
+  barrier.then(step::read, 1).then(step::read, 2);
+  save("barrier-party-dies", barrier);
+
+  script channel;
+  channel.greet(0).greet(1);
+  channel.send(0, message_type::attach_sync, empty_payload{});
+  channel.send(1, message_type::attach_sync, empty_payload{});
+  channel.send(0, message_type::open_sync,
+               sync_open("c", sync_kind::channel, 2, sync_role::producer));
+  channel.send(1, message_type::open_sync,
+               sync_open("c", sync_kind::channel, 2, sync_role::consumer));
+  channel.send(0, message_type::allocate, allocation("c.slots", 16384));
+  channel.send(1, message_type::open, [] {
+    open_request slots{};
+    slots.name = name("c.slots");
+    return slots;
+  }());
+  channel.send(1, message_type::close_sync, sync_close_request{0, 1});
+  channel.then(step::disconnect, 0).then(step::read, 1);
+  save("channel-producer-leaves", channel);
+
+  script hangs_up;
+  hangs_up.greet(0);
+  hangs_up.send(0, message_type::attach_sync, empty_payload{});
+  hangs_up.send(0, message_type::open_sync, sample<sync_open_request>());
+  hangs_up.then(step::disconnect, 0).greet(0);
+  hangs_up.send(0, message_type::open_sync, sample<sync_open_request>());
+  hangs_up.then(step::read, 0).then(step::process_exit, 0);
+  save("closes-connection-holding-a-lock", hangs_up);
+
+  script descriptors;
+  descriptors.greet(0).greet(1).greet(2);
+  descriptors.send(0, message_type::ping, empty_payload{}, 0b001);
+  descriptors.send(1, message_type::get_pool, get_pool_request{});
+  descriptors.send(1, message_type::attach_sync, empty_payload{}, 0b110);
+  descriptors.send(2, message_type::get_pool, get_pool_request{});
+  descriptors.send(2, message_type::get_pool, get_pool_request{1, 0});
+  descriptors.send(2, message_type::attach_sync, empty_payload{});
+  descriptors.then(step::read, 2);
+  save("descriptors-both-ways", descriptors);
+
+  script unread;
+  unread.greet(0);
+  for (int i = 0; i < 40; ++i) unread.send(0, message_type::allocate, allocation("", 4096));
+  for (int i = 0; i < 400; ++i) unread.send(0, message_type::list_allocations, from_start);
+  save("replies-never-read", unread);
+
+  script bad_header;
+  bad_header.greet(0).greet(1);
+  std::vector<std::byte> lying;
+  append_frame(lying, static_cast<std::uint16_t>(message_type::ping), 1, empty_payload{}, 2,
+               handle_type::host_memfd);
+  bad_header.raw(0, lying);
+  lying.assign(lying.size(), std::byte{0x41});
+  bad_header.raw(1, lying);
+  bad_header.then(step::read, 0).then(step::read, 1);
+  save("bad-headers", bad_header);
+
+  script partial;
+  partial.greet(0);
+  std::vector<std::byte> half;
+  append_frame(half, static_cast<std::uint16_t>(message_type::allocate), 1, allocation("a", 4096));
+  half.resize(half.size() / 2);
+  partial.raw(0, half);
+  partial.then(step::disconnect, 0);
+  save("partial-frame-then-hang-up", partial);
+
+  script early;
+  early.then(step::connect, 0).send(0, message_type::allocate, allocation("a", 4096));
+  early.send(0, message_type::hello, sample<hello_request>()).then(step::read, 0);
+  save("request-before-hello", early);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_FOLDER (writes CORPUS_FOLDER/codec, /request)\n",
+                 argv[0]);
+    return 2;
+  }
+  corpus codec(std::filesystem::path(argv[1]) / "codec");
+  codec_seeds(codec);
+  corpus requests(std::filesystem::path(argv[1]) / "request");
+  request_seeds(requests);
+  return 0;
+}

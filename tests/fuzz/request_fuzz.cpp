@@ -1,0 +1,341 @@
+// Fuzz target: the whole request path of the daemon, in this process. Sessions (the daemon's
+// own, over socketpairs), the request handler and the books of a small host-only daemon are fed
+// a script (request_script.hpp) of frames, raw bytes and descriptors from up to kClients
+// simulated client processes, which connect, read, hang up and die at any point. Every reply
+// must be a valid frame that decodes, with the descriptors its header announces. At the end
+// everyone is gone, and the books must be empty and the process's descriptors as they were.
+#include <dirent.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "books.hpp"
+#include "gpumem/shared/fd_passing.hpp"
+#include "handlers/request_handler.hpp"
+#include "memory/host_pool.hpp"
+#include "net/session.hpp"
+#include "payload_types.hpp"
+#include "request_script.hpp"
+
+namespace {
+
+using namespace gpumem;
+using namespace gpumem::daemon;
+using gpumem::fuzz::kClients;
+using gpumem::fuzz::step;
+
+[[noreturn]] void fail(const char* format, ...) {
+  std::va_list args;
+  va_start(args, format);
+  std::fputs("request fuzz: ", stderr);
+  std::vfprintf(stderr, format, args);
+  std::fputc('\n', stderr);
+  va_end(args);
+  std::abort();
+}
+
+std::size_t open_fd_count() {
+  DIR* folder = ::opendir("/proc/self/fd");
+  if (folder == nullptr) fail("cannot read /proc/self/fd");
+  std::size_t count = 0;
+  while (const dirent* entry = ::readdir(folder)) count += entry->d_name[0] != '.';
+  ::closedir(folder);
+  return count - 1;  // the folder's own descriptor
+}
+
+/// Descriptors a script may attach to what a client sends: made once, never given away.
+struct attachable_fds {
+  attachable_fds() {
+    memfd = unique_fd(::memfd_create("gpumem-fuzz", MFD_CLOEXEC));
+    int ends[2];
+    if (!memfd || ::pipe2(ends, O_CLOEXEC) != 0) fail("cannot make descriptors to attach");
+    pipe_read = unique_fd(ends[0]);
+    pipe_write = unique_fd(ends[1]);
+  }
+  std::vector<int> picked(std::uint8_t mask) const {
+    const std::array<int, fuzz::kAttachableFds> all{memfd.get(), pipe_read.get(), pipe_write.get()};
+    std::vector<int> fds;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (mask & (1u << i)) fds.push_back(all[i]);
+    }
+    return fds;
+  }
+  unique_fd memfd, pipe_read, pipe_write;
+};
+
+/// Made once: the embedded default is YAML, whose parsing would take most of a short script's time.
+const daemon_config& small_config() {
+  static const daemon_config config = [] {
+    daemon_config made = embedded_default_config();
+    made.log_level = "off";
+    // Small enough that a few replies left unread reach the limit.
+    made.max_output_bytes = 128 * 1024;
+    made.pools.clear();
+    return made;
+  }();
+  return config;
+}
+
+std::vector<std::unique_ptr<pool>> host_pools() {
+  // Small pools, so that full pools and the choice by name are within a script's reach.
+  std::vector<std::unique_ptr<pool>> pools;
+  pool_config host;
+  host.name = "host";
+  host.size = 1 << 20;
+  pool_config spare = host;
+  spare.name = "spare";
+  spare.size = 64 << 10;
+  pools.push_back(std::make_unique<host_pool>(0, host));
+  pools.push_back(std::make_unique<host_pool>(1, spare));
+  return pools;
+}
+
+/// One simulated client process: its current connection, and every session it opened (a
+/// process's state outlives a closed connection while the process lives).
+struct client_process {
+  unique_fd socket;
+  std::vector<std::weak_ptr<session>> sessions;
+  std::uint32_t next_request_id = 1;
+  std::vector<std::byte> unparsed;
+  std::size_t fds_received = 0;
+  std::size_t fds_announced = 0;
+};
+
+class in_process_daemon {
+ public:
+  in_process_daemon() : books_(config_, host_pools()), handler_(books_) {}
+
+  void connect(client_process& client) {
+    if (client.socket) return;
+    int ends[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, ends) != 0) {
+      fail("socketpair failed");
+    }
+    auto sessions = std::move(client.sessions);
+    client = client_process{};
+    client.socket = unique_fd(ends[0]);
+    client.sessions = std::move(sessions);
+    session::socket_type daemon_end(io_, boost::asio::local::stream_protocol(), ends[1]);
+    auto made =
+        std::make_shared<session>(std::move(daemon_end), books_, handler_, config_.max_output_bytes,
+                                  [this](session& ended) { sessions_.erase(&ended); });
+    sessions_.emplace(made.get(), made);
+    client.sessions.push_back(made);
+    made->start();
+  }
+
+  void send(client_process& client, std::span<const std::byte> bytes, std::vector<int> fds) {
+    if (!client.socket) return;
+    // Bounded: a daemon that stopped reading (it hung up, or waits to write) gets no more.
+    for (int stalled = 0; !bytes.empty() && stalled < 2;) {
+      std::error_code error;
+      const std::size_t sent = send_with_fds(client.socket.get(), bytes, fds, error);
+      if (error && error != std::errc::resource_unavailable_try_again) return;
+      if (sent > 0) fds.clear();
+      stalled = sent == 0 ? stalled + 1 : 0;
+      bytes = bytes.subspan(sent);
+      run();
+    }
+  }
+
+  void disconnect(client_process& client) {
+    client.socket.reset();
+    client.unparsed.clear();
+    client.fds_received = client.fds_announced = 0;
+  }
+
+  void process_exit(client_process& client) {
+    for (const auto& weak : client.sessions) {
+      if (const auto alive = weak.lock()) alive->stop("process exited");
+    }
+    client.sessions.clear();
+    disconnect(client);
+  }
+
+  void read(client_process& client) {
+    if (!client.socket) return;
+    for (;;) {
+      std::array<std::byte, 16384> buffer;
+      std::vector<unique_fd> fds;
+      std::error_code error;
+      const std::size_t received = recv_with_fds(client.socket.get(), buffer, fds, error);
+      client.fds_received += fds.size();
+      if (error || received == 0) break;
+      client.unparsed.insert(client.unparsed.end(), buffer.begin(), buffer.begin() + received);
+    }
+    check_replies(client);
+  }
+
+  void settle() { books_.sync.settle(); }
+
+  /// Runs the daemon's loop until it has nothing left to do now.
+  void run() {
+    while (io_.poll() > 0) {
+    }
+    io_.restart();
+  }
+
+  /// Every client process ends; then nothing may be left.
+  void finish(std::array<client_process, kClients>& clients) {
+    for (auto& client : clients) disconnect(client);
+    run();
+    for (auto& client : clients) process_exit(client);
+    run();
+    for (int attempt = 0; attempt < 8 && !books_.sync.settle(); ++attempt) {
+    }
+    check_empty();
+  }
+
+ private:
+  static void check_replies(client_process& client) {
+    std::span<const std::byte> rest = client.unparsed;
+    for (;;) {
+      proto::frame_view frame;
+      std::error_code error;
+      const auto status = proto::parse_frame(rest, frame, error);
+      if (status == proto::parse_status::invalid) {
+        fail("the daemon sent a bad header: %s", error.message().c_str());
+      }
+      if (status == proto::parse_status::incomplete) break;
+      std::error_code decoded;
+      const bool known = fuzz::with_payload_type(frame.head.type, [&]<class Payload>() {
+        Payload payload{};
+        decoded = proto::decode_payload(frame.payload, payload);
+      });
+      if (!known || (frame.head.type & proto::kReplyBit) == 0) {
+        if (frame.head.type != static_cast<std::uint16_t>(proto::message_type::error)) {
+          fail("the daemon sent a frame of type %#x, neither a reply nor an error",
+               frame.head.type);
+        }
+      }
+      if (decoded) {
+        fail("a reply of type %#x does not decode: %s", frame.head.type, decoded.message().c_str());
+      }
+      client.fds_announced += frame.head.fd_count;
+      rest = rest.subspan(frame.frame_size());
+    }
+    client.unparsed.erase(client.unparsed.begin(),
+                          client.unparsed.end() - static_cast<std::ptrdiff_t>(rest.size()));
+    if (client.unparsed.empty() && client.fds_received != client.fds_announced) {
+      fail("replies announced %zu descriptors but %zu came", client.fds_announced,
+           client.fds_received);
+    }
+  }
+
+  void check_empty() {
+    if (!sessions_.empty()) fail("%zu sessions outlived their processes", sessions_.size());
+    if (!books_.rows.clients().empty()) {
+      fail("%zu clients left in the ledger", books_.rows.clients().size());
+    }
+    for (const auto family :
+         {object_family::allocation, object_family::reservation, object_family::sync}) {
+      if (books_.rows.count(family) != 0) {
+        fail("%zu %s objects left in the ledger", books_.rows.count(family), family_name(family));
+      }
+    }
+    if (books_.sync.has_pending()) fail("lock clean-ups still pending with nobody left");
+    const proto::stats_reply stats = books_.stats();
+    if (stats.head.allocation_count != 0) {
+      fail("%llu allocations left", static_cast<unsigned long long>(stats.head.allocation_count));
+    }
+    for (const proto::pool_stats& each : stats.records) {
+      if (each.bytes_in_use != 0 || each.bytes_reserved != 0 || each.allocations != 0) {
+        fail("pool %u keeps %llu bytes in use, %llu reserved, %llu allocations", each.pool_id,
+             static_cast<unsigned long long>(each.bytes_in_use),
+             static_cast<unsigned long long>(each.bytes_reserved),
+             static_cast<unsigned long long>(each.allocations));
+      }
+    }
+  }
+
+  const daemon_config& config_ = small_config();
+  books books_;
+  request_handler handler_;
+  boost::asio::io_context io_{1};
+  std::unordered_map<session*, std::shared_ptr<session>> sessions_;
+};
+
+void run_script(std::span<const std::uint8_t> input, const attachable_fds& attachable) {
+  in_process_daemon daemon;
+  std::array<client_process, kClients> clients;
+  fuzz::script_reader script(input);
+  while (!script.done()) {
+    const std::uint8_t code = script.u8();
+    client_process& client = clients[(code / fuzz::kStepCount) % kClients];
+    switch (static_cast<step>(code % fuzz::kStepCount)) {
+      case step::connect:
+        daemon.connect(client);
+        break;
+      case step::frame: {
+        const std::uint16_t type = script.u16();
+        const std::uint16_t size = script.u16();
+        const std::uint8_t fds = script.u8();
+        const auto payload = script.take(size);
+        std::vector<std::byte> frame;
+        proto::append_frame(frame, type, client.next_request_id++, proto::empty_payload{});
+        frame.insert(frame.end(), payload.begin(), payload.end());
+        const auto payload_size = static_cast<std::uint32_t>(payload.size());
+        std::memcpy(frame.data() + offsetof(proto::header, payload_size), &payload_size,
+                    sizeof payload_size);
+        daemon.send(client, frame, attachable.picked(fds));
+        break;
+      }
+      case step::raw: {
+        const std::uint16_t size = script.u16();
+        const std::uint8_t fds = script.u8();
+        daemon.send(client, script.take(size), attachable.picked(fds));
+        break;
+      }
+      case step::disconnect:
+        daemon.disconnect(client);
+        break;
+      case step::process_exit:
+        daemon.process_exit(client);
+        break;
+      case step::read:
+        daemon.read(client);
+        break;
+      case step::hello: {
+        proto::hello_request hello{};
+        hello.protocol_version = proto::kProtocolVersion;
+        std::vector<std::byte> frame;
+        proto::append_frame(frame, static_cast<std::uint16_t>(proto::message_type::hello),
+                            client.next_request_id++, hello);
+        daemon.send(client, frame, {});
+        break;
+      }
+      case step::settle:
+        daemon.settle();
+        break;
+    }
+    daemon.run();
+  }
+  daemon.finish(clients);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const attachable_fds attachable;
+  static const bool quiet = (spdlog::set_level(spdlog::level::off), true);
+  (void)quiet;
+  const std::size_t fds_before = open_fd_count();
+  run_script(std::span(data, size), attachable);
+  const std::size_t fds_after = open_fd_count();
+  if (fds_after != fds_before) {
+    fail("%zu descriptors open before the script, %zu after", fds_before, fds_after);
+  }
+  return 0;
+}
