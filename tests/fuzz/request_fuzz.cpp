@@ -82,24 +82,21 @@ const daemon_config& small_config() {
     made.log_level = "off";
     // Small enough that a few replies left unread reach the limit.
     made.max_output_bytes = 128 * 1024;
-    made.pools.clear();
+    // Small pools, so that full pools and the choice by name are within a script's reach.
+    pool_config host;
+    host.name = "host";
+    host.size = 1 << 20;
+    pool_config spare = host;
+    spare.name = "spare";
+    spare.size = 64 << 10;
+    made.pools = {host, spare};
     return made;
   }();
   return config;
 }
 
-std::vector<std::unique_ptr<pool>> host_pools() {
-  // Small pools, so that full pools and the choice by name are within a script's reach.
-  std::vector<std::unique_ptr<pool>> pools;
-  pool_config host;
-  host.name = "host";
-  host.size = 1 << 20;
-  pool_config spare = host;
-  spare.name = "spare";
-  spare.size = 64 << 10;
-  pools.push_back(std::make_unique<host_pool>(0, host));
-  pools.push_back(std::make_unique<host_pool>(1, spare));
-  return pools;
+std::unique_ptr<pool> host_pools(std::uint32_t id, const pool_config& config) {
+  return std::make_unique<host_pool>(id, config);
 }
 
 /// One simulated client process: its current connection, and every session it opened (a
@@ -115,7 +112,7 @@ struct client_process {
 
 class in_process_daemon {
  public:
-  in_process_daemon() : books_(config_, host_pools()), handler_(books_) {}
+  in_process_daemon() : books_(config_, host_pools), handler_(books_) {}
 
   void connect(client_process& client) {
     if (client.socket) return;
@@ -128,9 +125,8 @@ class in_process_daemon {
     client.socket = unique_fd(ends[0]);
     client.sessions = std::move(sessions);
     session::socket_type daemon_end(io_, boost::asio::local::stream_protocol(), ends[1]);
-    auto made =
-        std::make_shared<session>(std::move(daemon_end), books_, handler_, config_.max_output_bytes,
-                                  [this](session& ended) { sessions_.erase(&ended); });
+    auto made = std::make_shared<session>(std::move(daemon_end), books_, handler_, config_,
+                                          [this](session& ended) { sessions_.erase(&ended); });
     sessions_.emplace(made.get(), made);
     client.sessions.push_back(made);
     made->start();
