@@ -333,6 +333,23 @@ struct signal_page_reply {
 };
 static_assert(sizeof(signal_page_reply) == 16);
 
+/// What one uid owns and the quota it is held to; kNoLimit where no quota applies.
+inline constexpr std::uint64_t kNoLimit = ~std::uint64_t{0};
+struct usage_record {
+  std::uint32_t uid;
+  std::uint32_t reserved;
+  std::uint64_t connections;
+  std::uint64_t host_bytes;
+  std::uint64_t device_bytes;
+  std::uint64_t memory_objects;  ///< allocations and reservations
+  std::uint64_t sync_objects;
+  std::uint64_t connections_limit;
+  std::uint64_t bytes_limit;  ///< per device kind
+  std::uint64_t memory_objects_limit;
+  std::uint64_t sync_objects_limit;
+};
+static_assert(sizeof(usage_record) == 80);
+
 /// A payload that is a head followed by `head.count` fixed records.
 template <class Head, class Record>
 struct list_payload {
@@ -347,33 +364,35 @@ using allocation_list_reply = list_payload<list_head, allocation_record>;
 using chunks_reply = list_payload<chunks_head, chunk_record>;
 using reservation_list_reply = list_payload<list_head, reservation_record>;
 using sync_list_reply = list_payload<list_head, sync_record>;
+using usage_list_reply = list_payload<list_head, usage_record>;
 
 /// Table value for a reply that carries one descriptor per record.
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
 
 // X(name, id, request payload, reply payload, reply fd count, what it is for)
-#define GPUMEM_MESSAGE_TABLE(X)                                                              \
-  X(hello, 1, hello_request, hello_reply, 0, "open a session")                               \
-  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                     \
-  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")       \
-  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")              \
-  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                   \
-  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                \
-  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                   \
-  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                \
-  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")         \
-  X(reserve, 10, reserve_request, reservation_reply, 0, "make a VMM reservation")            \
-  X(open_reservation, 11, open_request, reservation_reply, 0, "open a named reservation")    \
-  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")      \
-  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")    \
-  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one") \
-  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")     \
-  X(attach_sync, 16, empty_payload, sync_attach_reply, 1, "the lock and barrier page")       \
-  X(open_sync, 17, sync_open_request, sync_open_reply, 0, "open a lock, barrier, channel")   \
-  X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                   \
-  X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")           \
-  X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")         \
-  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a device's signal page")
+#define GPUMEM_MESSAGE_TABLE(X)                                                               \
+  X(hello, 1, hello_request, hello_reply, 0, "open a session")                                \
+  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                      \
+  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")        \
+  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")               \
+  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                    \
+  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                 \
+  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                    \
+  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                 \
+  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")          \
+  X(reserve, 10, reserve_request, reservation_reply, 0, "make a VMM reservation")             \
+  X(open_reservation, 11, open_request, reservation_reply, 0, "open a named reservation")     \
+  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")       \
+  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")     \
+  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one")  \
+  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")      \
+  X(attach_sync, 16, empty_payload, sync_attach_reply, 1, "the lock and barrier page")        \
+  X(open_sync, 17, sync_open_request, sync_open_reply, 0, "open a lock, barrier, channel")    \
+  X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                    \
+  X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")            \
+  X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")          \
+  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a device's signal page") \
+  X(list_usage, 30, list_request, usage_list_reply, 0, "use and quotas per uid")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 
