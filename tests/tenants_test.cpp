@@ -490,45 +490,43 @@ TEST_F(Tenants, AnotherUsersPrivateHostBufferIsInNoPoolDescriptorOfMine) {
     return std::string();
   });
   ASSERT_EQ(owner.next(), "ready");
-  EXPECT_EQ(run_as(b(),
-                   [&] {
-                     findings found;
-                     auto client = daemon.connect("tenant-b");
-                     for (const auto access : {Access::read_write, Access::read_only}) {
-                       found.expect_refused(
-                           "opening A's private buffer", errc::permission_denied,
+  const std::string b_found = run_as(b(), [&] {
+    findings found;
+    auto client = daemon.connect("tenant-b");
+    for (const auto access : {Access::read_write, Access::read_only}) {
+      found.expect_refused("opening A's private buffer", errc::permission_denied,
                            {"'a-secret'", "owner uid " + uid_of(a()), "uid " + uid_of(b())},
                            [&] { client.open("a-secret", {.access = access}); });
-                     }
-                     // An instance of the host pool of B's own, beside A's and the daemon's.
-                     auto own = client.allocate(64 * kKiB, {.name = "b-own"});
-                     raw_client raw(daemon.socket());
-                     found.expect(raw.hello().code == errc::ok, "raw hello refused");
-                     int reachable = 0;
-                     for (std::uint32_t id = 0; id < 16; ++id) {
-                       auto pool = raw.call<proto::pool_reply>(proto::message_type::get_pool,
-                                                               proto::get_pool_request{id, 0});
-                       if (pool.code != errc::ok) {
-                         // permission_denied would say that the instance exists.
-                         found.expect(pool.code == errc::not_found,
-                                      "get_pool " + std::to_string(id) + ": " + pool.text);
-                         continue;
-                       }
-                       ++reachable;
-                       if (pool.reply.device != proto::kHostDevice) continue;
-                       void* mapped = ::mmap(nullptr, pool.reply.size_limit, PROT_READ, MAP_SHARED,
-                                             pool.fds.at(0).get(), 0);
-                       found.expect(mapped != MAP_FAILED, "mapping pool " + std::to_string(id));
-                       if (mapped == MAP_FAILED) continue;
-                       found.expect(!holds_secret(mapped, pool.reply.size_limit),
-                                    "A's bytes are in pool " + std::to_string(id));
-                       ::munmap(mapped, pool.reply.size_limit);
-                     }
-                     found.expect(reachable == 1, "B reaches " + std::to_string(reachable) +
-                                                      " pool instances, not only its own");
-                     return found.text();
-                   }),
-            "");
+    }
+    // An instance of the host pool of B's own, beside A's and the daemon's.
+    auto own = client.allocate(64 * kKiB, {.name = "b-own"});
+    raw_client raw(daemon.socket());
+    found.expect(raw.hello().code == errc::ok, "raw hello refused");
+    int reachable = 0;
+    for (std::uint32_t id = 0; id < 16; ++id) {
+      auto pool = raw.call<proto::pool_reply>(proto::message_type::get_pool,
+                                              proto::get_pool_request{id, 0});
+      if (pool.code != errc::ok) {
+        // permission_denied would say that the instance exists.
+        found.expect(pool.code == errc::not_found,
+                     "get_pool " + std::to_string(id) + ": " + pool.text);
+        continue;
+      }
+      ++reachable;
+      if (pool.reply.device != proto::kHostDevice) continue;
+      void* mapped =
+          ::mmap(nullptr, pool.reply.size_limit, PROT_READ, MAP_SHARED, pool.fds.at(0).get(), 0);
+      found.expect(mapped != MAP_FAILED, "mapping pool " + std::to_string(id));
+      if (mapped == MAP_FAILED) continue;
+      found.expect(!holds_secret(mapped, pool.reply.size_limit),
+                   "A's bytes are in pool " + std::to_string(id));
+      ::munmap(mapped, pool.reply.size_limit);
+    }
+    found.expect(reachable == 1,
+                 "B reaches " + std::to_string(reachable) + " pool instances, not only its own");
+    return found.text();
+  });
+  EXPECT_EQ(b_found, "");
   EXPECT_EQ(owner.verdict(), "");
 }
 
@@ -543,46 +541,42 @@ TEST_F(Tenants, OthersReadAReadableBufferThroughAReadOnlyDescriptor) {
     return std::string();
   });
   ASSERT_EQ(owner.next(), "ready");
-  EXPECT_EQ(
-      run_as(
-          b(),
-          [&] {
-            findings found;
-            auto client = daemon.connect("tenant-b");
-            found.expect_refused("opening A's 0644 buffer to write", errc::permission_denied,
-                                 {"'a-public'", "read-write"}, [&] { client.open("a-public"); });
-            auto view = client.open("a-public", {.access = Access::read_only});
-            found.expect(std::memcmp(view.data(), kSecret.data(), kSecret.size()) == 0,
-                         "B does not read A's bytes");
+  const std::string b_found = run_as(b(), [&] {
+    findings found;
+    auto client = daemon.connect("tenant-b");
+    found.expect_refused("opening A's 0644 buffer to write", errc::permission_denied,
+                         {"'a-public'", "read-write"}, [&] { client.open("a-public"); });
+    auto view = client.open("a-public", {.access = Access::read_only});
+    found.expect(std::memcmp(view.data(), kSecret.data(), kSecret.size()) == 0,
+                 "B does not read A's bytes");
 
-            // What the library got, asked for by hand: an O_RDONLY memfd.
-            raw_client raw(daemon.socket());
-            found.expect(raw.hello().code == errc::ok, "raw hello refused");
-            const proto::open_request to_read{wire("a-public"), proto::access_mode::read_only, 0};
-            const auto opened =
-                raw.call<proto::allocation_reply>(proto::message_type::open, to_read);
-            if (opened.code != errc::ok) return found.text() + opened.text;
-            const auto pool = raw.call<proto::pool_reply>(
-                proto::message_type::get_pool, proto::get_pool_request{opened.reply.pool_id, 0});
-            if (pool.code != errc::ok) return found.text() + pool.text;
-            const int fd = pool.fds.at(0).get();
-            found.expect((::fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY,
-                         "the pool descriptor is not O_RDONLY");
-            errno = 0;
-            void* writable =
-                ::mmap(nullptr, pool.reply.size_limit, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            found.expect(writable == MAP_FAILED && errno == EACCES, "the pool maps writable");
-            void* readable = ::mmap(nullptr, pool.reply.size_limit, PROT_READ, MAP_SHARED, fd, 0);
-            if (readable == MAP_FAILED) return found.text() + "the pool does not map";
-            found.expect(std::memcmp(static_cast<const char*>(readable) + opened.reply.offset,
-                                     kSecret.data(), kSecret.size()) == 0,
-                         "A's bytes are not at the offset granted");
-            found.expect(::mprotect(readable, pool.reply.size_limit, PROT_READ | PROT_WRITE) != 0,
-                         "the read-only mapping becomes writable");
-            ::munmap(readable, pool.reply.size_limit);
-            return found.text();
-          }),
-      "");
+    // What the library got, asked for by hand: an O_RDONLY memfd.
+    raw_client raw(daemon.socket());
+    found.expect(raw.hello().code == errc::ok, "raw hello refused");
+    const proto::open_request to_read{wire("a-public"), proto::access_mode::read_only, 0};
+    const auto opened = raw.call<proto::allocation_reply>(proto::message_type::open, to_read);
+    if (opened.code != errc::ok) return found.text() + opened.text;
+    const auto pool = raw.call<proto::pool_reply>(proto::message_type::get_pool,
+                                                  proto::get_pool_request{opened.reply.pool_id, 0});
+    if (pool.code != errc::ok) return found.text() + pool.text;
+    const int fd = pool.fds.at(0).get();
+    found.expect((::fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY,
+                 "the pool descriptor is not O_RDONLY");
+    errno = 0;
+    void* writable =
+        ::mmap(nullptr, pool.reply.size_limit, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    found.expect(writable == MAP_FAILED && errno == EACCES, "the pool maps writable");
+    void* readable = ::mmap(nullptr, pool.reply.size_limit, PROT_READ, MAP_SHARED, fd, 0);
+    if (readable == MAP_FAILED) return found.text() + "the pool does not map";
+    found.expect(std::memcmp(static_cast<const char*>(readable) + opened.reply.offset,
+                             kSecret.data(), kSecret.size()) == 0,
+                 "A's bytes are not at the offset granted");
+    found.expect(::mprotect(readable, pool.reply.size_limit, PROT_READ | PROT_WRITE) != 0,
+                 "the read-only mapping becomes writable");
+    ::munmap(readable, pool.reply.size_limit);
+    return found.text();
+  });
+  EXPECT_EQ(b_found, "");
   EXPECT_EQ(owner.verdict(), "");
 }
 
@@ -666,24 +660,22 @@ TEST_F(Tenants, ListsShowOnlyWhatTheAskerMaySee) {
   const auto lists = [](const std::vector<std::string>& listed, const std::string& name) {
     return std::ranges::find(listed, name) != listed.end();
   };
-  EXPECT_EQ(
-      run_as(b(),
-             [&] {
-               findings found;
-               auto client = daemon.connect("tenant-b");
-               auto own = client.allocate(4 * kKiB, {.name = "b-own"});
-               const auto allocations = names(client.allocations());
-               found.expect(!lists(allocations, "a-private"), "B sees A's private buffer");
-               found.expect(lists(allocations, "a-shared"), "B misses A's 0644 buffer");
-               found.expect(lists(allocations, "b-own"), "B misses its own buffer");
-               found.expect(!lists(names(client.sync_objects()), "a-lock"), "B sees A's lock");
-               for (const ClientInfo& each : client.clients()) {
-                 found.expect(each.uid == ::getuid(), "B sees client " + each.label + " of uid " +
-                                                          std::to_string(each.uid));
-               }
-               return found.text();
-             }),
-      "");
+  const std::string b_found = run_as(b(), [&] {
+    findings found;
+    auto client = daemon.connect("tenant-b");
+    auto own = client.allocate(4 * kKiB, {.name = "b-own"});
+    const auto allocations = names(client.allocations());
+    found.expect(!lists(allocations, "a-private"), "B sees A's private buffer");
+    found.expect(lists(allocations, "a-shared"), "B misses A's 0644 buffer");
+    found.expect(lists(allocations, "b-own"), "B misses its own buffer");
+    found.expect(!lists(names(client.sync_objects()), "a-lock"), "B sees A's lock");
+    for (const ClientInfo& each : client.clients()) {
+      found.expect(each.uid == ::getuid(),
+                   "B sees client " + each.label + " of uid " + std::to_string(each.uid));
+    }
+    return found.text();
+  });
+  EXPECT_EQ(b_found, "");
   auto admin = daemon.connect("operator");
   EXPECT_TRUE(lists(names(admin.allocations()), "a-private"));
   EXPECT_TRUE(lists(names(admin.sync_objects()), "a-lock"));
@@ -747,68 +739,63 @@ TEST_F(Tenants, AUidsQuotaHoldsItAndLeavesOthersTheRest) {
     return found.text();
   });
   ASSERT_EQ(quoted.next(), "holding");
-  EXPECT_EQ(run_as(a(),
-                   [&] {
-                     findings found;
-                     auto client = daemon.connect("tenant-a");
-                     std::vector<Buffer> many;
-                     for (int i = 0; i < 8; ++i) many.push_back(client.allocate(4 * kKiB));
-                     many.clear();
-                     std::vector<Lock> locks;
-                     for (int i = 0; i < 3; ++i) {
-                       locks.push_back(client.lock("a-lock-" + std::to_string(i)));
-                     }
-                     auto second = daemon.connect("tenant-a-2");
-                     auto third = daemon.connect("tenant-a-3");
-                     // Everything B does not hold.
-                     auto rest = client.allocate(kPoolBytes - 768 * kKiB);
-                     found.expect(rest.size() == kPoolBytes - 768 * kKiB, "A got less");
-                     return found.text();
-                   }),
-            "");
+  const std::string a_found = run_as(a(), [&] {
+    findings found;
+    auto client = daemon.connect("tenant-a");
+    std::vector<Buffer> many;
+    for (int i = 0; i < 8; ++i) many.push_back(client.allocate(4 * kKiB));
+    many.clear();
+    std::vector<Lock> locks;
+    for (int i = 0; i < 3; ++i) {
+      locks.push_back(client.lock("a-lock-" + std::to_string(i)));
+    }
+    auto second = daemon.connect("tenant-a-2");
+    auto third = daemon.connect("tenant-a-3");
+    // Everything B does not hold.
+    auto rest = client.allocate(kPoolBytes - 768 * kKiB);
+    found.expect(rest.size() == kPoolBytes - 768 * kKiB, "A got less");
+    return found.text();
+  });
+  EXPECT_EQ(a_found, "");
   EXPECT_EQ(quoted.verdict(), "");
 }
 
-TEST_F(Tenants, AGroupQuotaHoldsWhatItsMembersOwnTogether) {
+TEST_F(Tenants, AGroupQuotaHoldsWhatUsersOfThatPrimaryGroupOwn) {
   tenant_daemon daemon(std::string("quotas:\n  group:") + kTenantGroup + ": {bytes: 1MiB}\n");
   const std::string quota = "quotas.gid:" + std::to_string(users_.group) + ".bytes";
-  EXPECT_EQ(run_as(a(),
-                   [&] {
-                     findings found;
-                     auto first = daemon.connect("tenant-a");
-                     auto second = daemon.connect("tenant-a-2");
-                     auto big = first.allocate(768 * kKiB);
-                     found.expect_refused("the group going past 1 MiB", errc::quota_exceeded,
-                                          {quota}, [&] { second.allocate(512 * kKiB); });
-                     return found.text();
-                   }),
-            "");
+  const std::string a_found = run_as(a(), [&] {
+    findings found;
+    auto first = daemon.connect("tenant-a");
+    auto second = daemon.connect("tenant-a-2");
+    auto big = first.allocate(768 * kKiB);
+    found.expect_refused("the group going past 1 MiB", errc::quota_exceeded, {quota},
+                         [&] { second.allocate(512 * kKiB); });
+    return found.text();
+  });
+  EXPECT_EQ(a_found, "");
   // B is a member, but the group is not its primary one: what B owns is not the group's.
-  EXPECT_EQ(run_as(b(),
-                   [&] {
-                     auto client = daemon.connect("tenant-b");
-                     client.allocate(2048 * kKiB);
-                     return std::string();
-                   }),
-            "");
+  const std::string b_found = run_as(b(), [&] {
+    auto client = daemon.connect("tenant-b");
+    client.allocate(2048 * kKiB);
+    return std::string();
+  });
+  EXPECT_EQ(b_found, "");
 }
 
 TEST_F(Tenants, TheClientQuotaHoldsEachConnection) {
   tenant_daemon daemon("quotas:\n  client: {allocations: 2}\n");
-  EXPECT_EQ(run_as(b(),
-                   [&] {
-                     findings found;
-                     auto first = daemon.connect("tenant-b");
-                     auto one = first.allocate(4 * kKiB);
-                     auto two = first.allocate(4 * kKiB);
-                     found.expect_refused("a 3rd allocation of one connection",
-                                          errc::quota_exceeded, {"quotas.client.allocations"},
-                                          [&] { first.allocate(4 * kKiB); });
-                     auto second = daemon.connect("tenant-b-2");
-                     auto three = second.allocate(4 * kKiB);
-                     return found.text();
-                   }),
-            "");
+  const std::string b_found = run_as(b(), [&] {
+    findings found;
+    auto first = daemon.connect("tenant-b");
+    auto one = first.allocate(4 * kKiB);
+    auto two = first.allocate(4 * kKiB);
+    found.expect_refused("a 3rd allocation of one connection", errc::quota_exceeded,
+                         {"quotas.client.allocations"}, [&] { first.allocate(4 * kKiB); });
+    auto second = daemon.connect("tenant-b-2");
+    auto three = second.allocate(4 * kKiB);
+    return found.text();
+  });
+  EXPECT_EQ(b_found, "");
 }
 
 // --- who may connect --------------------------------------------------------------------
@@ -816,26 +803,22 @@ TEST_F(Tenants, TheClientQuotaHoldsEachConnection) {
 TEST_F(Tenants, AUserTheConnectPolicyDoesNotNameIsTurnedAway) {
   tenant_daemon daemon;
   const tenant nobody = look_up("nobody").value_or(tenant{"nobody", 65534, 65534, {65534}});
-  EXPECT_EQ(run_as(nobody,
-                   [&] {
-                     findings found;
-                     found.expect_refused(
-                         "connecting as " + nobody.name, errc::permission_denied,
+  const std::string nobody_found = run_as(nobody, [&] {
+    findings found;
+    found.expect_refused("connecting as " + nobody.name, errc::permission_denied,
                          {"uid " + std::to_string(nobody.uid), "access.connect_users"},
                          [&] { daemon.connect("nobody"); });
-                     raw_client raw(daemon.socket());
-                     found.expect(raw.hello().code == errc::permission_denied,
-                                  "a raw hello is not refused");
-                     found.expect(raw.closed_by_daemon(2s), "the refused connection stays open");
-                     return found.text();
-                   }),
-            "");
-  EXPECT_EQ(run_as(a(),
-                   [&] {
-                     daemon.connect("tenant-a").ping();
-                     return std::string();
-                   }),
-            "");
+    raw_client raw(daemon.socket());
+    found.expect(raw.hello().code == errc::permission_denied, "a raw hello is not refused");
+    found.expect(raw.closed_by_daemon(2s), "the refused connection stays open");
+    return found.text();
+  });
+  EXPECT_EQ(nobody_found, "");
+  const std::string a_found = run_as(a(), [&] {
+    daemon.connect("tenant-a").ping();
+    return std::string();
+  });
+  EXPECT_EQ(a_found, "");
 }
 
 }  // namespace
