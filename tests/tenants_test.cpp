@@ -93,7 +93,9 @@ std::optional<tenant> look_up(const std::string& name) {
 /// Runs @p command unless @p exists already; concurrent runs may race to make the same user,
 /// so only the look-up afterwards decides.
 void make_unless(bool exists, const std::string& command) {
-  if (!exists) (void)std::system((command + " >/dev/null 2>&1").c_str());
+  if (exists) return;
+  const int status = std::system((command + " >/dev/null 2>&1").c_str());
+  static_cast<void>(status);  // the look-up afterwards decides
 }
 
 struct tenants {
@@ -153,7 +155,8 @@ class tenant_process {
     }
     void hold() const {
       char byte = 0;
-      (void)::read(go_, &byte, 1);  // a byte, or the end when the test is gone
+      const ssize_t got = ::read(go_, &byte, 1);  // a byte, or the end when the test is gone
+      static_cast<void>(got);
     }
 
    private:
