@@ -277,8 +277,8 @@ TEST(GpuTenants, EachUidsCudaMemoryIsInAPoolOfItsOwn) {
   ::chmod(daemon.folder().c_str(), 0755);
   const auto as_uid = [&](std::uint32_t uid, const std::vector<std::string>& args) {
     const std::string id = std::to_string(uid);
-    std::vector<std::string> argv{"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups",
-                                  GPUMEM_TEST_GPU_PEER};
+    std::vector<std::string> argv{"/usr/bin/setpriv", "--reuid=" + id, "--regid=" + id,
+                                  "--clear-groups", GPUMEM_TEST_GPU_PEER};
     argv.insert(argv.end(), args.begin(), args.end());
     return child_process(argv, {daemon.socket_env()});
   };
