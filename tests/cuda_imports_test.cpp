@@ -21,6 +21,7 @@ proto::pool_reply pool_on_device(int device) {
   proto::pool_reply reply{};
   reply.pool_id = 3;
   reply.device = device;
+  reply.ready_event[0] = 1;  // a daemon of this uid sends its ready event
   return reply;
 }
 
@@ -41,7 +42,7 @@ class CudaImports : public ::testing::Test {
 };
 
 TEST_F(CudaImports, AnImportedPoolHoldsItsContextUntilItGoes) {
-  cuda_imports imports(fake_driver());
+  cuda_imports imports(fake_driver(), true);
   auto home = imports.import_pool(pool_on_device(1), 5);
   EXPECT_EQ(fake().retains[1], 1);
   EXPECT_EQ(fake().live_count(kind::pool), 1u);
@@ -54,11 +55,21 @@ TEST_F(CudaImports, AnImportedPoolHoldsItsContextUntilItGoes) {
   EXPECT_EQ(fake().current, kCallers);
 }
 
+TEST_F(CudaImports, APoolOfADaemonOfAnotherUidComesWithoutItsReadyEvent) {
+  cuda_imports imports(fake_driver(), false);
+  proto::pool_reply reply = pool_on_device(1);
+  reply.ready_event[0] = 0;
+  auto home = imports.import_pool(reply, 5);
+  EXPECT_EQ(fake().live_count(kind::event), 1u) << "the bridge's event only";
+  home.reset();
+  EXPECT_EQ(live_driver_objects(), 0u);
+}
+
 // Every driver call import_pool makes, failing in turn: whatever was made before it goes again.
 class CudaImportsFailing : public CudaImports, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaImportsFailing, ImportPoolLeavesNothingBehind) {
-  cuda_imports imports(fake_driver());
+  cuda_imports imports(fake_driver(), true);
   const int retained_before = fake().retained();
   fake().failing = GetParam();
   try {

@@ -23,10 +23,14 @@ std::unique_ptr<cuda_pool_import> cuda_imports::import_pool(const proto::pool_re
   const CUcontext context = home->context.get();
   check_cuda(cuda::memory_pool::import_fd(cu_, context, fd, home->pool),
              "cuMemPoolImportFromShareableHandle");
-  CUipcEventHandle ready{};
-  std::memcpy(&ready, reply.ready_event, sizeof ready);
-  check_cuda(cuda::event::open_ipc(cu_, context, ready, home->ready),
-             "cuIpcOpenEventHandle(ready)");
+  // All zero: the daemon shares no events with this uid and answers grants once they are done.
+  if (std::any_of(std::begin(reply.ready_event), std::end(reply.ready_event),
+                  [](std::uint8_t byte) { return byte != 0; })) {
+    CUipcEventHandle ready{};
+    std::memcpy(&ready, reply.ready_event, sizeof ready);
+    check_cuda(cuda::event::open_ipc(cu_, context, ready, home->ready),
+               "cuIpcOpenEventHandle(ready)");
+  }
   check_cuda(cuda::stream::create(cu_, context, CU_STREAM_NON_BLOCKING, home->bridge),
              "cuStreamCreate(bridge)");
   check_cuda(cuda::event::create(cu_, context, CU_EVENT_DISABLE_TIMING, home->bridged),
@@ -134,7 +138,7 @@ CUdeviceptr cuda_imports::import(cuda_pool_import& home, const proto::allocation
                "cuMemPoolImportPointer");
     found = pointers_.emplace(grant.alloc_id, imported_pointer{pointer, &home, 0, {}}).first;
   }
-  wait_for(home, home.ready.get(), stream, stream_context);
+  if (home.ready) wait_for(home, home.ready.get(), stream, stream_context);
   ++found->second.references;
   return found->second.pointer;
 }
@@ -163,6 +167,12 @@ void cuda_imports::release(std::uint64_t alloc_id, CUstream stream,
       check_cuda(cu_.cuMemFreeAsync(entry.pointer, stream), "cuMemFreeAsync(import)");
       pointers_.erase(found);
     }
+  }
+  if (!interprocess_events_) {
+    // The daemon cannot open an event of this uid: the work is done before it hears of it.
+    context_scope scope(cu_, stream_context);
+    check_cuda(cu_.cuStreamSynchronize(stream), "cuStreamSynchronize(release)");
+    return;
   }
   // One interprocess event per pool serves every release: the daemon's wait captures it as
   // recorded now, before this request is answered.

@@ -38,7 +38,12 @@ struct cuda_pool_import {
 
 class cuda_imports {
  public:
-  explicit cuda_imports(const cuda::driver_api& driver) : cu_(driver) {}
+  /// @param interprocess_events whether this process and the daemon share interprocess events:
+  /// the driver keeps them in a /dev/shm segment of mode 0600, so only processes of one uid
+  /// can (see daemon/memory/memory_book.hpp). Without them the daemon answers a grant once the
+  /// allocation is done, and a release waits here for the work queued before it.
+  cuda_imports(const cuda::driver_api& driver, bool interprocess_events)
+      : cu_(driver), interprocess_events_(interprocess_events) {}
   cuda_imports(const cuda_imports&) = delete;
   cuda_imports& operator=(const cuda_imports&) = delete;
 
@@ -82,6 +87,7 @@ class cuda_imports {
   const release_marker& marker_for(cuda_pool_import& home);
 
   const cuda::driver_api& cu_;
+  const bool interprocess_events_;
   std::mutex mutex_;  ///< guards the maps below and the pools' peers and markers
   /// Pointers still here when this object goes belong to buffers that were never released
   /// (a failed release, a forked child's copies): the driver reclaims them with the process.

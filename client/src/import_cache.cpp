@@ -1,5 +1,7 @@
 #include "import_cache.hpp"
 
+#include <unistd.h>
+
 #include "transport.hpp"
 #ifdef GPUMEM_WITH_CUDA
 #include "cuda_context.hpp"
@@ -47,7 +49,9 @@ imported_pool& import_cache::pool(std::uint32_t pool_id) {
 
 #ifdef GPUMEM_WITH_CUDA
 cuda_imports& import_cache::cuda() {
-  std::call_once(cuda_made_, [this] { cuda_ = std::make_unique<cuda_imports>(cuda_driver()); });
+  std::call_once(cuda_made_, [this] {
+    cuda_ = std::make_unique<cuda_imports>(cuda_driver(), link_.daemon_uid() == ::geteuid());
+  });
   return *cuda_;
 }
 

@@ -133,6 +133,12 @@ transport::transport(const ConnectOptions& options)
       fork_generation_(fork_generation.load()) {
   (void)fork_watch_installed;
   socket_ = connect_to(path_, trusted_uids(options.daemon_uid), clock::now() + timeout_);
+  ucred peer{};
+  socklen_t size = sizeof peer;
+  if (::getsockopt(socket_.get(), SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
+    throw_io("SO_PEERCRED on " + path_, {errno, std::system_category()});
+  }
+  daemon_uid_ = peer.uid;
   in_.resize(sizeof(proto::header) + proto::kMaxPayloadSize);
   client_id_ = call<proto::hello_reply>(
                    message_type::hello,

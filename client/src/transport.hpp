@@ -55,6 +55,8 @@ class transport {
   bool in_owner_process() const noexcept;
   /// The daemon's id for this session.
   std::uint64_t client_id() const noexcept { return client_id_; }
+  /// @brief The uid of the process that answers on the socket (SO_PEERCRED at connect).
+  uid_t daemon_uid() const noexcept { return daemon_uid_; }
   const std::string& path() const noexcept { return path_; }
 
  private:
@@ -72,6 +74,7 @@ class transport {
   pid_t owner_pid_;
   std::uint64_t fork_generation_;
   std::uint64_t client_id_ = 0;
+  uid_t daemon_uid_ = 0;
   std::mutex mutex_;
   std::uint32_t last_request_id_ = 0;
   std::vector<std::byte> out_;

@@ -18,7 +18,7 @@ proto::pool_reply request_handler::on_get_pool(client_state& client,
   reply.device = found.config().device;
   reply.size_limit = found.config().size;
   (void)proto::make_wire_name(found.config().name, reply.name);
-  if (const auto ready = found.ready_event()) {
+  if (const auto ready = found.ready_event(); ready && books_.memory.shares_events(client.client)) {
     static_assert(sizeof(reply.ready_event) == sizeof(*ready));
     std::memcpy(reply.ready_event, ready->data(), sizeof(reply.ready_event));
   }

@@ -106,6 +106,11 @@ std::optional<ipc_handle> cuda_pool::ready_event() const {
   return handle;
 }
 
+void cuda_pool::finish_allocations() const {
+  enter();
+  check(cu_.cuStreamSynchronize(allocation_stream_.get()), "cuStreamSynchronize(allocations)");
+}
+
 std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) const {
   enter();
   exported_block block;

@@ -28,6 +28,7 @@ class cuda_pool final : public pool {
 
   int shareable_fd() const noexcept override { return exported_.get(); }
   std::optional<ipc_handle> ready_event() const override;
+  void finish_allocations() const override;
   grant_details grant_of(const placement& where) const override;
   void holder_released(const placement& where,
                        const std::optional<ipc_handle>& released_event) override;

@@ -137,7 +137,7 @@ proto::allocation_reply memory_book::allocate(client_id client,
     id = rows_.add(client,
                    {object_kind::allocation, std::move(name), request.size, request.device, mode});
     allocations_.emplace(id, placed{&home, where});
-    return grant(id, *rows_.find(id), proto::access_mode::read_write);
+    return grant(client, id, *rows_.find(id), proto::access_mode::read_write);
   } catch (...) {
     allocations_.erase(id);
     rows_.erase(id);
@@ -150,7 +150,7 @@ proto::allocation_reply memory_book::allocate(client_id client,
 proto::allocation_reply memory_book::open(client_id client, const proto::open_request& request) {
   const object_id id =
       open_named(client, object_family::allocation, request.name.view(), request.access);
-  return grant(id, *rows_.find(id), request.access);
+  return grant(client, id, *rows_.find(id), request.access);
 }
 
 void memory_book::release(client_id client, const proto::release_request& request) {
@@ -290,9 +290,16 @@ std::pair<const pool*, int> memory_book::pool_for(client_id client, std::uint32_
   throw refuse();
 }
 
-proto::allocation_reply memory_book::grant(object_id id, const object_row& row,
+bool memory_book::shares_events(client_id client) const {
+  return rows_.client(client).who.uid == ::geteuid();
+}
+
+proto::allocation_reply memory_book::grant(client_id client, object_id id, const object_row& row,
                                            proto::access_mode access) const {
   const placed& backing = allocations_.at(id);
+  if (backing.home->is_device_memory() && !shares_events(client)) {
+    backing.home->finish_allocations();
+  }
   proto::allocation_reply reply{};
   reply.alloc_id = id;
   reply.size = row.bytes;

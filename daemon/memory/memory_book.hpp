@@ -71,6 +71,13 @@ class memory_book {
   /// is sure to end.
   bool needs_process_exit(object_id id, const object_row& row) const noexcept;
 
+  /// @brief Whether @p client and the daemon share CUDA interprocess events. The driver keeps
+  /// a process's events in a /dev/shm segment of mode 0600 (measured on an H100, driver 580),
+  /// so only processes of one uid can open each other's: the daemon sends other uids no ready
+  /// event and answers their grants once the allocation is done, and they release after their
+  /// stream's work is done instead of sending an event.
+  bool shares_events(client_id client) const;
+
   /// @brief Configured pools (each may have several instances).
   std::size_t pool_count() const noexcept { return families_.size(); }
   /// @brief The instance @p pool_id and the descriptor @p client may have of it.
@@ -116,7 +123,9 @@ class memory_book {
   /// @throws request_error not_found, permission_denied.
   object_id open_named(client_id client, object_family family, std::string_view name,
                        proto::access_mode access);
-  proto::allocation_reply grant(object_id id, const object_row& row,
+  /// @brief What @p client needs to import allocation @p id (for a client that shares no
+  /// events with the daemon, once the allocation is done).
+  proto::allocation_reply grant(client_id client, object_id id, const object_row& row,
                                 proto::access_mode access) const;
   proto::reservation_reply grant(object_id id, const reservation& backing,
                                  proto::access_mode access) const;

@@ -66,6 +66,9 @@ class pool {
   virtual int read_only_fd() const noexcept { return shareable_fd(); }
   /// @brief CUDA pools: the interprocess event that importers wait on after each grant.
   virtual std::optional<ipc_handle> ready_event() const { return std::nullopt; }
+  /// @brief Returns once every allocation made so far is done: for a grant to a client that
+  /// cannot wait on the ready event.
+  virtual void finish_allocations() const {}
   virtual grant_details grant_of(const placement& where) const = 0;
   /// @brief A holder let go of one reference after the work @p released_event marks (when
   /// given); the pool frees nothing before that work is done. Host pools have nothing to wait for.

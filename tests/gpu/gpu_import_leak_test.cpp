@@ -39,7 +39,7 @@ TEST(GpuImports, AFailedPoolImportLeavesThePrimaryContextAsItWas) {
   ASSERT_TRUE(not_a_pool);
   proto::pool_reply reply{};
   reply.device = 0;
-  cuda_imports imports(*cu);
+  cuda_imports imports(*cu, true);
   try {
     imports.import_pool(reply, not_a_pool.get());
     ADD_FAILURE() << "a memfd imported as a CUDA pool";
