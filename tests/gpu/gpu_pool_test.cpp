@@ -309,6 +309,7 @@ TEST(GpuTenants, EachUidsCudaMemoryIsInAPoolOfItsOwn) {
   }
   EXPECT_EQ(in_use, 2u << 20) << "a configured pool's line is the sum of its instances";
   held.release();
+  own.release();  // both were used on the stream: it goes after them
   producer.signal(SIGTERM);
   EXPECT_EQ(producer.read_line(30s), "released");
   destroy_stream(stream);
