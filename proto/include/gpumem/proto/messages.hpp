@@ -259,12 +259,17 @@ enum class sync_kind : std::uint32_t { lock = 1, barrier = 2, channel = 3 };
 /// Which party of a channel: its producer (party 0) or one of its consumers.
 enum class sync_role : std::uint32_t { party = 0, producer = 1, consumer = 2 };
 
-/// Sent with one fd: the host page (a sealed memfd of cell_size * cell_count bytes).
+/// Sync state lives on pages, one per access class (owner uid, and the group or others when the
+/// mode lets them use the object): a client gets only pages of classes whose objects it may use.
+/// A cell is named across pages by its id, page * cell_count + its index on the page.
+///
+/// Sent with one fd: the page of this client's own objects, those it makes with the daemon's
+/// default mode (a sealed memfd of cell_size * cell_count bytes), kept while it is attached.
 struct sync_attach_reply {
-  std::uint32_t slot;  ///< this client's number in lock words and queue entries
+  std::uint32_t slot;  ///< this client's number in lock words and queue entries, on every page
   std::uint32_t cell_size;
   std::uint32_t cell_count;
-  std::uint32_t reserved;
+  std::uint32_t page;  ///< the id of the page sent
 };
 static_assert(sizeof(sync_attach_reply) == 16);
 
@@ -278,15 +283,15 @@ struct sync_open_request {
 static_assert(sizeof(sync_open_request) == 80);
 
 struct sync_open_reply {
-  std::uint32_t cell;
+  std::uint32_t cell;   ///< the cell's id: page * cell_count + its index on the page
   std::uint32_t party;  ///< this opener's counter (barriers, channels)
   std::uint32_t parties;
-  std::uint32_t reserved;
+  std::uint32_t page;  ///< the page the cell is on: get_sync_page maps it
 };
 static_assert(sizeof(sync_open_reply) == 16);
 
 struct sync_close_request {
-  std::uint32_t cell;
+  std::uint32_t cell;  ///< the cell's id, as open_sync gave it
   std::uint32_t party;
 };
 static_assert(sizeof(sync_close_request) == 8);
@@ -306,7 +311,7 @@ struct sync_record {
 
   std::uint64_t sync_id;
   sync_kind kind;
-  std::uint32_t cell;
+  std::uint32_t cell;       ///< the cell's id (page * cell_count + index)
   std::uint32_t domain;     ///< gpumem::sync::domain
   std::uint32_t parties;    ///< barriers and channels
   std::uint32_t attached;   ///< clients holding it open (lock) or parties taken
@@ -319,19 +324,37 @@ struct sync_record {
 };
 static_assert(sizeof(sync_record) == 112);
 
+/// The signal page of one (host) page on one device: its cells have the host page's indices.
 struct signal_page_request {
   std::int32_t device;
-  std::uint32_t reserved;
+  std::uint32_t page;
 };
 static_assert(sizeof(signal_page_request) == 8);
 
-/// Sent with one fd: the VMM chunk of the device's signal page.
+/// Sent with one fd: the VMM chunk of the signal page.
 struct signal_page_reply {
   std::uint64_t size;
   std::int32_t device;
   std::uint32_t cell_size;
 };
 static_assert(sizeof(signal_page_reply) == 16);
+
+/// A page other than the one attach_sync sent: answered not_found unless the client may use
+/// the objects of the page's class.
+struct sync_page_request {
+  std::uint32_t page;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(sync_page_request) == 8);
+
+/// Sent with one fd: the page, as attach_sync sends its own.
+struct sync_page_reply {
+  std::uint32_t page;
+  std::uint32_t cell_size;
+  std::uint32_t cell_count;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(sync_page_reply) == 16);
 
 /// A payload that is a head followed by `head.count` fixed records.
 template <class Head, class Record>
@@ -373,7 +396,8 @@ inline constexpr std::uint16_t kFdPerRecord = 0xffff;
   X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                   \
   X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")           \
   X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")         \
-  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a device's signal page")
+  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a page's signal page")  \
+  X(get_sync_page, 22, sync_page_request, sync_page_reply, 1, "a lock and barrier page")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 
