@@ -88,6 +88,14 @@ void sync_object::enter(sync::domain where, int device) {
                                       "; it cannot also be used " + domain_text(wanted));
 }
 
+std::uint64_t sync_object::signal_word(int device, std::size_t offset) {
+  const std::uint64_t address = page_->signal_word(device, cell_index_, offset);
+  if (!kept_for_devices_.exchange(true, std::memory_order_relaxed)) {
+    link_->sync().keep_for_devices(page_);
+  }
+  return address;
+}
+
 device::counters_ref sync_object::counters_on(int device) {
   enter(sync::domain::device, device);
   return {reinterpret_cast<unsigned int*>(signal_word(device, offsetof(sync::signal_cell, counts))),

@@ -3,6 +3,7 @@
 /// @brief What every lock, barrier and channel handle holds: its page and cell, its party, and
 /// the rule that fixes the domain it is used in. Closing it tells the daemon.
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -38,9 +39,9 @@ class sync_object {
   /// @brief Fixes the domain on first use.
   /// @throws Error(wrong_domain) when the object is used in another domain (or device).
   void enter(sync::domain where, int device = 0);
-  std::uint64_t signal_word(int device, std::size_t offset) {
-    return page_->signal_word(device, cell_index_, offset);
-  }
+  /// @brief A word of the object's signal cell on @p device; its page stays mapped from now on
+  /// (sync_pages.hpp).
+  std::uint64_t signal_word(int device, std::size_t offset);
   /// @brief The counters as kernels use them; fixes the GPU domain.
   device::counters_ref counters_on(int device);
 
@@ -61,6 +62,7 @@ class sync_object {
   std::shared_ptr<sync_page> page_;
   std::uint32_t cell_id_ = 0;  ///< across pages, as the daemon names it
   std::uint32_t cell_index_ = 0;
+  std::atomic<bool> kept_for_devices_{false};
   std::uint32_t party_ = 0;
   std::uint32_t parties_ = 0;
 };

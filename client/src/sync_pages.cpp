@@ -45,4 +45,9 @@ std::shared_ptr<sync_page> sync_pages::page(std::uint32_t id) {
   return made;
 }
 
+void sync_pages::keep_for_devices(const std::shared_ptr<sync_page>& used) {
+  std::lock_guard lock(mutex_);
+  used_by_devices_.emplace(used->id(), used);
+}
+
 }  // namespace gpumem::detail

@@ -7,6 +7,10 @@
 /// is left on it. So a page stays in the cache while an object of this session holds it (its
 /// cell keeps the daemon's page alive), and an object lets go of its page before it tells the
 /// daemon it closes: an id found in the cache always names the page the daemon means.
+///
+/// A page that streams or kernels used stays mapped until the session ends: work queued on a
+/// device may still touch it after its last object closed. The daemon keeps such a page too
+/// (it has a signal page), so its id names no other page meanwhile.
 
 #include <cstdint>
 #include <map>
@@ -30,6 +34,8 @@ class sync_pages {
   /// @brief The page @p id, asked for and mapped unless an open object holds it already.
   /// @throws Error(not_found) when the daemon does not let this client use the page.
   std::shared_ptr<sync_page> page(std::uint32_t id);
+  /// @brief Keeps @p used mapped until the session ends: a device uses it.
+  void keep_for_devices(const std::shared_ptr<sync_page>& used);
 
  private:
   transport& link_;
@@ -38,6 +44,7 @@ class sync_pages {
   std::shared_ptr<sync_page> own_page_;
   std::mutex mutex_;
   std::map<std::uint32_t, std::weak_ptr<sync_page>> mapped_;
+  std::map<std::uint32_t, std::shared_ptr<sync_page>> used_by_devices_;
 };
 
 }  // namespace gpumem::detail
