@@ -63,6 +63,30 @@ proto::stats_reply books::stats() const {
   return reply;
 }
 
+proto::usage_list_reply books::list_usage(client_id asker, std::uint64_t after_uid) const {
+  const credentials& who = rows.client(asker).who;
+  const bool everyone = access.is_admin(who);
+  const auto limit = [](const std::optional<std::uint64_t>& value) {
+    return value.value_or(proto::kNoLimit);
+  };
+  proto::usage_list_reply reply;
+  // uid + 1 pages: uid 0 is a real uid, and "after 0" must still list it.
+  for (const auto& [uid, used] : rows.usage_by_uid()) {
+    if (std::uint64_t{uid} + 1 <= after_uid || (!everyone && uid != who.uid)) continue;
+    if (reply.records.size() == memory_book::kPageSize) {
+      reply.head.more = 1;
+      break;
+    }
+    const quota_limits limits = quotas.limits_of_uid(uid);
+    reply.records.push_back({uid, 0, used.connections, used.host_bytes, used.device_bytes,
+                             used.memory_objects, used.sync_objects, limit(limits.connections),
+                             limit(limits.bytes), limit(limits.allocations),
+                             limit(limits.sync_objects)});
+  }
+  reply.head.count = static_cast<std::uint32_t>(reply.records.size());
+  return reply;
+}
+
 proto::client_list_reply books::list_clients(client_id asker, client_id after) const {
   const credentials& who = rows.client(asker).who;
   return rows.client_page<proto::client_record>(

@@ -39,6 +39,8 @@ class books {
   bool end_connection(client_id client) noexcept;
 
   proto::stats_reply stats() const;
+  /// @brief Use and quota per uid: the asker's own, or every uid for an administrator.
+  proto::usage_list_reply list_usage(client_id asker, std::uint64_t after_uid) const;
   /// @brief The clients @p asker may see: its own uid's, or all for an administrator.
   proto::client_list_reply list_clients(client_id asker, client_id after) const;
 

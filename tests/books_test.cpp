@@ -428,3 +428,151 @@ TEST(ReservationsWithoutCuda, AreRefusedClearly) {
 
 }  // namespace
 }  // namespace gpumem::daemon
+
+namespace gpumem::daemon {
+namespace {
+
+/// Books with quotas and two uids, 1000 (the owner, group 1000) and 2000 (group 1000 too when
+/// @p same_group), plus root.
+class Tenants : public ::testing::Test {
+ protected:
+  static daemon_config quota_config() {
+    daemon_config config = embedded_default_config();
+    config.pools[0].size = 4 << 20;
+    config.quotas.uids[1000] = {
+        .bytes = 8192, .allocations = 3, .sync_objects = 1, .connections = {}};
+    return config;
+  }
+  static proto::allocate_request request(std::uint64_t size, std::string_view name = {},
+                                         std::optional<unsigned> mode = {}) {
+    proto::allocate_request r{};
+    r.size = size;
+    r.device = proto::kHostDevice;
+    r.flags = mode ? proto::mode_flags(*mode) : 0;
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    return r;
+  }
+  static proto::open_request open_request(std::string_view name, proto::access_mode access) {
+    proto::open_request r{};
+    EXPECT_FALSE(proto::make_wire_name(name, r.name));
+    r.access = access;
+    return r;
+  }
+  static std::string message_of(const std::function<void()>& work) {
+    try {
+      work();
+    } catch (const request_error& error) {
+      return error.what();
+    }
+    return "";
+  }
+
+  daemon_config config = quota_config();
+  books book{config, host_pools};
+  client_id owner = book.add_client({100, 1000, 1000, {}});
+  client_id colleague = book.add_client({101, 2000, 2000, {1000}});
+  client_id stranger = book.add_client({102, 3000, 3000, {}});
+  client_id root = book.add_client({103, 0, 0, {}});
+};
+
+TEST_F(Tenants, QuotasRefuseNamingTheKeyAndGiveBackWhatIsFreed) {
+  const auto first = book.memory.allocate(owner, request(4096));
+  book.memory.allocate(owner, request(4096));
+  const std::string refusal = message_of([&] { book.memory.allocate(owner, request(1)); });
+  EXPECT_NE(refusal.find("quotas.uid:1000.bytes"), std::string::npos) << refusal;
+  EXPECT_EQ(code_of([&] { book.memory.allocate(owner, request(1)); }), errc::quota_exceeded);
+  EXPECT_EQ(code_of([&] { book.memory.allocate(stranger, request(1 << 20)); }), errc::ok)
+      << "another uid is held to the default, not to uid 1000's quota";
+  book.memory.release(owner, {first.alloc_id, 0, 0, {}});
+  EXPECT_EQ(code_of([&] { book.memory.allocate(owner, request(4096)); }), errc::ok);
+  EXPECT_EQ(code_of([&] { book.memory.allocate(owner, request(1)); }), errc::quota_exceeded);
+
+  book.sync.attach(owner);
+  proto::sync_open_request lock{};
+  lock.kind = proto::sync_kind::lock;
+  EXPECT_FALSE(proto::make_wire_name("one", lock.name));
+  EXPECT_EQ(code_of([&] { book.sync.open(owner, lock); }), errc::ok);
+  EXPECT_FALSE(proto::make_wire_name("two", lock.name));
+  EXPECT_EQ(code_of([&] { book.sync.open(owner, lock); }), errc::quota_exceeded);
+}
+
+TEST_F(Tenants, ModesDecideWhoOpensAndWhichDescriptorTheyGet) {
+  const auto made = book.memory.allocate(owner, request(4096, "shared", 0640));
+  EXPECT_EQ(code_of([&] {
+              book.memory.open(colleague, open_request("shared", proto::access_mode::read_only));
+            }),
+            errc::ok);
+  const std::string refusal = message_of(
+      [&] { book.memory.open(colleague, open_request("shared", proto::access_mode::read_write)); });
+  EXPECT_NE(refusal.find("allocation 'shared'"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("owner uid 1000"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("uid 2000"), std::string::npos) << refusal;
+  EXPECT_EQ(code_of([&] {
+              book.memory.open(stranger, open_request("shared", proto::access_mode::read_only));
+            }),
+            errc::permission_denied);
+  EXPECT_EQ(code_of([&] {
+              book.memory.open(root, open_request("shared", proto::access_mode::read_write));
+            }),
+            errc::ok);
+
+  // The group reader gets the instance read-only, the stranger not at all.
+  const auto [instance, reader_fd] = book.memory.pool_for(colleague, made.pool_id);
+  EXPECT_EQ(::fcntl(reader_fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+  EXPECT_EQ(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, reader_fd, 0), MAP_FAILED);
+  EXPECT_EQ(::fcntl(book.memory.pool_for(owner, made.pool_id).second, F_GETFL) & O_ACCMODE, O_RDWR);
+  EXPECT_EQ(code_of([&] { book.memory.pool_for(stranger, made.pool_id); }), errc::not_found);
+
+  // A private allocation of the same owner lives in another instance.
+  const auto own = book.memory.allocate(owner, request(4096, "private"));
+  EXPECT_NE(own.pool_id, made.pool_id);
+  EXPECT_EQ(code_of([&] { book.memory.pool_for(colleague, own.pool_id); }), errc::not_found);
+}
+
+TEST_F(Tenants, ListsShowWhatTheAskerMaySee) {
+  book.memory.allocate(owner, request(4096, "mine"));
+  book.memory.allocate(owner, request(4096, "ours", 0640));
+  EXPECT_EQ(book.memory.list_allocations(owner, 0).records.size(), 2u);
+  EXPECT_EQ(book.memory.list_allocations(colleague, 0).records.size(), 1u);
+  EXPECT_EQ(book.memory.list_allocations(stranger, 0).records.size(), 0u);
+  EXPECT_EQ(book.memory.list_allocations(root, 0).records.size(), 2u);
+  const auto seen = book.list_clients(stranger, 0);
+  ASSERT_EQ(seen.records.size(), 1u);
+  EXPECT_EQ(seen.records[0].uid, 3000u);
+  EXPECT_EQ(book.list_clients(root, 0).records.size(), 4u);
+
+  const auto own_usage = book.list_usage(owner, 0);
+  ASSERT_EQ(own_usage.records.size(), 1u);
+  EXPECT_EQ(own_usage.records[0].host_bytes, 8192u);
+  EXPECT_EQ(own_usage.records[0].bytes_limit, 8192u);
+  EXPECT_EQ(own_usage.records[0].memory_objects_limit, 3u);
+  EXPECT_EQ(book.list_usage(root, 0).records.size(), 4u) << "an administrator sees every uid";
+}
+
+TEST_F(Tenants, OnlyTheOwnerUidOrAnAdministratorResets) {
+  book.sync.attach(owner);
+  book.sync.attach(colleague);
+  proto::sync_open_request lock{};
+  lock.kind = proto::sync_kind::lock;
+  lock.flags = proto::mode_flags(0660);
+  EXPECT_FALSE(proto::make_wire_name("ours", lock.name));
+  book.sync.open(owner, lock);
+  EXPECT_EQ(code_of([&] { book.sync.open(colleague, lock); }), errc::ok) << "group rw";
+  proto::sync_reset_request reset{};
+  EXPECT_FALSE(proto::make_wire_name("ours", reset.name));
+  EXPECT_EQ(code_of([&] { book.sync.reset(colleague, reset); }), errc::permission_denied);
+  EXPECT_EQ(code_of([&] { book.sync.reset(stranger, reset); }), errc::permission_denied);
+  EXPECT_EQ(code_of([&] { book.sync.reset(root, reset); }), errc::ok);
+  EXPECT_EQ(code_of([&] { book.sync.reset(owner, reset); }), errc::ok);
+  book.sync.attach(stranger);
+  EXPECT_EQ(code_of([&] { book.sync.open(stranger, lock); }), errc::permission_denied);
+}
+
+TEST_F(Tenants, ConnectionsNeedThePolicyAndFitTheirQuota) {
+  EXPECT_EQ(code_of([&] { book.check_connection(stranger); }), errc::permission_denied)
+      << "uid 3000 is neither root, the daemon's user, in its group nor listed";
+  EXPECT_EQ(code_of([&] { book.check_connection(root); }), errc::ok);
+}
+
+}  // namespace
+}  // namespace gpumem::daemon

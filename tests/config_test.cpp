@@ -168,6 +168,50 @@ TEST_F(ConfigFile, ErrorsNameTheKeyAndTheProblem) {
   EXPECT_NE(error_of("pools: [").find(path), std::string::npos);
 }
 
+TEST_F(ConfigFile, ReadsAccessAndQuotasWithNamesOrNumbers) {
+  const auto config = load(R"(
+access:
+  connect_users: [root, 1002]
+  connect_groups: [0]
+  admin_group: root
+  default_mode: "0640"
+quotas:
+  uid:1001: {bytes: 8GiB}
+  user:root: {connections: unlimited, sync_objects: 9}
+  group:root: {allocations: 10}
+  client: {allocations: 5}
+)");
+  EXPECT_EQ(config.access.connect_users, (std::vector<uid_t>{0, 1002}));
+  EXPECT_EQ(config.access.connect_groups, (std::vector<gid_t>{0}));
+  EXPECT_EQ(config.access.admin_group, std::optional<gid_t>(0));
+  EXPECT_EQ(config.access.default_mode, 0640u);
+  // The embedded default entry stays when the file gives none.
+  EXPECT_EQ(config.quotas.per_uid.allocations, std::optional<std::uint64_t>(100000));
+  EXPECT_EQ(config.quotas.uids.at(1001).bytes, std::optional<std::uint64_t>(8ull << 30));
+  EXPECT_FALSE(config.quotas.uids.at(0).connections) << "unlimited";
+  EXPECT_EQ(config.quotas.uids.at(0).sync_objects, std::optional<std::uint64_t>(9));
+  EXPECT_EQ(config.quotas.gids.at(0).allocations, std::optional<std::uint64_t>(10));
+  EXPECT_EQ(config.quotas.per_client.allocations, std::optional<std::uint64_t>(5));
+  EXPECT_EQ(load("open_across_users: true\n").access.default_mode, 0666u);
+}
+
+TEST_F(ConfigFile, AccessAndQuotaErrorsNameTheKey) {
+  const auto names = [&](const std::string& text, const std::string& key) {
+    return error_of(text).find(path + ": " + key + ": ") != std::string::npos;
+  };
+  EXPECT_TRUE(names("access: {connect_users: [no-such-user-here]}\n", "access.connect_users[0]"));
+  EXPECT_TRUE(names("access: {admin_group: no-such-group-here}\n", "access.admin_group"));
+  EXPECT_TRUE(names("access: {default_mode: rw}\n", "access.default_mode"));
+  EXPECT_TRUE(names("quotas: {uid:abc: {bytes: 1GiB}}\n", "quotas.uid:abc"));
+  EXPECT_TRUE(names("quotas: {team: {bytes: 1GiB}}\n", "quotas.team"));
+  EXPECT_TRUE(names("quotas: {default: {bytes: lots}}\n", "quotas.default.bytes"));
+  EXPECT_TRUE(names("quotas: {default: {allocations: 1.5}}\n", "quotas.default.allocations"));
+  EXPECT_TRUE(
+      names("quotas: {uid:0: {bytes: 1GiB}, user:root: {bytes: 2GiB}}\n", "quotas.user:root"));
+  EXPECT_NE(error_of("quotas: {default: {colour: blue}}\n").find("unknown key 'colour'"),
+            std::string::npos);
+}
+
 TEST_F(ConfigFile, ErrorsNameTheFileAndThePathOfTheKey) {
   const auto names = [&](const std::string& text, const std::string& key) {
     return error_of(text).find(path + ": " + key + ": ") != std::string::npos;

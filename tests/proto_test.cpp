@@ -151,6 +151,13 @@ sync_list_reply sample() {
   return reply;
 }
 template <>
+usage_list_reply sample() {
+  usage_list_reply reply;
+  reply.head = {1, 0};
+  reply.records.push_back({1001, 0, 2, 4096, 1 << 20, 3, 1, 256, kNoLimit, 100000, 256});
+  return reply;
+}
+template <>
 signal_page_request sample() {
   return {1, 2};
 }

@@ -70,6 +70,10 @@ void locks(gpumem::Client& client, bool as_json) {
   print_records(client.sync_objects(), gpumemctl::kSyncFields, as_json);
 }
 
+void quotas(gpumem::Client& client, bool as_json) {
+  print_records(client.usage(), gpumemctl::kUsageFields, as_json);
+}
+
 void ping(gpumem::Client& client, bool as_json) {
   client.ping();
   if (as_json) return print_json({{"ok", true}});
@@ -90,6 +94,7 @@ constexpr command kCommands[] = {
     {"allocations", "live allocations, names and holders", allocations},
     {"reservations", "VMM reservations, committed sizes and holders", reservations},
     {"locks", "locks, barriers and channels: state, holder, waiters, deaths", locks},
+    {"quotas", "use against quota per uid (yours; every uid's for an administrator)", quotas},
     {"ping", "check that the daemon answers", ping},
 };
 

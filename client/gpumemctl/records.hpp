@@ -16,6 +16,7 @@ using gpumem::PoolStats;
 using gpumem::ReservationInfo;
 using gpumem::Stats;
 using gpumem::SyncInfo;
+using gpumem::UsageInfo;
 
 /// @brief `status` shows the daemon's counters and the socket they came over.
 struct daemon_status : Stats {
@@ -113,6 +114,41 @@ inline constexpr field<listed_client> kClientFields[] = {
     {"OPENED", "allocations_opened", member<&ClientInfo::allocations_opened>},
     {"BYTES OWNED", "bytes_owned", member<&ClientInfo::bytes_owned>, bytes},
     {"CONNECTED", "connected_ms", member<&ClientInfo::connected_ms>, duration},
+};
+
+/// @brief A quota for JSON: the number, or null for none.
+template <auto limit_member>
+json limit_of(const UsageInfo& usage) {
+  const auto& limit = usage.*limit_member;
+  return limit ? json(*limit) : json(nullptr);
+}
+
+/// @brief "used / limit" for the table, the limit "-" when there is none.
+template <auto limit_member, bool in_bytes>
+std::string against(const json& used, const UsageInfo& usage) {
+  const auto& limit = usage.*limit_member;
+  const auto text = [](std::uint64_t value) {
+    return in_bytes ? bytes_text(value) : std::to_string(value);
+  };
+  return text(used.get<std::uint64_t>()) + " / " + (limit ? text(*limit) : std::string("-"));
+}
+
+inline constexpr field<UsageInfo> kUsageFields[] = {
+    {"UID", "uid", member<&UsageInfo::uid>},
+    {"CONNECTIONS", "connections", member<&UsageInfo::connections>,
+     against<&UsageInfo::connections_limit, false>},
+    {"HOST BYTES", "host_bytes", member<&UsageInfo::host_bytes>,
+     against<&UsageInfo::bytes_limit, true>},
+    {"GPU BYTES", "device_bytes", member<&UsageInfo::device_bytes>,
+     against<&UsageInfo::bytes_limit, true>},
+    {"ALLOCATIONS", "allocations", member<&UsageInfo::allocations>,
+     against<&UsageInfo::allocations_limit, false>},
+    {"SYNC OBJECTS", "sync_objects", member<&UsageInfo::sync_objects>,
+     against<&UsageInfo::sync_objects_limit, false>},
+    {"", "connections_limit", limit_of<&UsageInfo::connections_limit>},
+    {"", "bytes_limit", limit_of<&UsageInfo::bytes_limit>},
+    {"", "allocations_limit", limit_of<&UsageInfo::allocations_limit>},
+    {"", "sync_objects_limit", limit_of<&UsageInfo::sync_objects_limit>},
 };
 
 inline constexpr field<AllocationInfo> kAllocationFields[] = {

@@ -117,6 +117,31 @@ SyncInfo to_info(const proto::sync_record& r) {
           .corrupt = (r.flags & proto::sync_record::kCorrupt) != 0};
 }
 
+UsageInfo to_info(const proto::usage_record& r) {
+  const auto limit = [](std::uint64_t value) {
+    return value == proto::kNoLimit ? std::nullopt : std::optional<std::uint64_t>(value);
+  };
+  return {.uid = r.uid,
+          .connections = r.connections,
+          .host_bytes = r.host_bytes,
+          .device_bytes = r.device_bytes,
+          .allocations = r.memory_objects,
+          .sync_objects = r.sync_objects,
+          .connections_limit = limit(r.connections_limit),
+          .bytes_limit = limit(r.bytes_limit),
+          .allocations_limit = limit(r.memory_objects_limit),
+          .sync_objects_limit = limit(r.sync_objects_limit)};
+}
+
+/// Where the next page starts: records are listed by id, usage by uid + 1 (uid 0 exists).
+template <class Info>
+std::uint64_t page_key(const Info& info) {
+  return info.id;
+}
+std::uint64_t page_key(const UsageInfo& info) {
+  return std::uint64_t{info.uid} + 1;
+}
+
 /// Every record of a list request, page by page, as public Info structs.
 template <class Record>
 auto list_all(detail::connection& connection, message_type type) {
@@ -127,7 +152,7 @@ auto list_all(detail::connection& connection, message_type type) {
         type, proto::list_request{after});
     for (const auto& record : page.records) all.push_back(to_info(record));
     if (!page.head.more || page.records.empty()) return all;
-    after = all.back().id;
+    after = page_key(all.back());
   }
 }
 }  // namespace
@@ -237,6 +262,10 @@ std::vector<AllocationInfo> Client::allocations() {
 
 std::vector<ReservationInfo> Client::reservations() {
   return list_all<proto::reservation_record>(*connection_, message_type::list_reservations);
+}
+
+std::vector<UsageInfo> Client::usage() {
+  return list_all<proto::usage_record>(*connection_, message_type::list_usage);
 }
 
 std::vector<SyncInfo> Client::sync_objects() {

@@ -34,6 +34,12 @@ proto::stats_reply request_handler::on_stats(client_state&, const proto::empty_p
   return books_.stats();
 }
 
+proto::usage_list_reply request_handler::on_list_usage(client_state& client,
+                                                       const proto::list_request& message,
+                                                       reply_attachment&) {
+  return books_.list_usage(client.client, message.after_id);
+}
+
 proto::client_list_reply request_handler::on_list_clients(client_state& client,
                                                           const proto::list_request& message,
                                                           reply_attachment&) {

@@ -128,6 +128,14 @@ usage ledger::usage_of_uid(uid_t uid) const {
   return found == by_uid_.end() ? usage{} : found->second;
 }
 
+std::map<uid_t, usage> ledger::usage_by_uid() const {
+  std::map<uid_t, usage> sorted;
+  for (const auto& [uid, used] : by_uid_) {
+    if (used != usage{}) sorted.emplace(uid, used);
+  }
+  return sorted;
+}
+
 usage ledger::usage_of_gid(gid_t gid) const {
   const auto found = by_gid_.find(gid);
   return found == by_gid_.end() ? usage{} : found->second;

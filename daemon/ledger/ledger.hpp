@@ -169,6 +169,8 @@ class ledger {
   /// @brief What objects whose owner uid (gid) is @p uid (@p gid) take, however many clients
   /// hold them, and the uid's connections.
   usage usage_of_uid(uid_t uid) const;
+  /// @brief Every uid that owns something or is connected, with what it owns, by uid.
+  std::map<uid_t, usage> usage_by_uid() const;
   usage usage_of_gid(gid_t gid) const;
   std::size_t count(object_family family) const noexcept { return ids_[index(family)].size(); }
 

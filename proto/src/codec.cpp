@@ -104,6 +104,10 @@ std::error_code validate(const pool_stats& m) noexcept {
   return check_wire_name(m.name, false);
 }
 
+std::error_code validate(const usage_record& m) noexcept {
+  return m.reserved == 0 ? std::error_code{} : bad();
+}
+
 std::error_code validate(const client_record& m) noexcept {
   if (m.reserved != 0) return bad();
   return check_wire_name(m.label, true);

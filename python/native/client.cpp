@@ -27,11 +27,12 @@ std::string_view view_of(const optional_name& name) {
 }
 
 shared_buffer allocate(Client& client, std::size_t bytes, int device, const optional_name& name,
-                       const optional_name& pool, py::handle stream) {
+                       const optional_name& pool, py::handle stream, Mode mode) {
   const AllocateOptions options{.device = device,
                                 .name = view_of(name),
                                 .pool = view_of(pool),
-                                .stream = stream_from(stream)};
+                                .stream = stream_from(stream),
+                                .mode = mode};
   py::gil_scoped_release released;
   return shared_buffer(client.allocate(bytes, options));
 }
@@ -44,10 +45,13 @@ shared_buffer open(Client& client, const std::string& name, bool read_only, py::
 }
 
 held_channel channel(Client& client, const std::string& name, ChannelRole role, std::uint32_t slots,
-                     std::size_t slot_bytes, std::uint32_t consumers, int device) {
-  return make_channel(
-      client, name, role,
-      {.slots = slots, .slot_bytes = slot_bytes, .consumers = consumers, .device = device});
+                     std::size_t slot_bytes, std::uint32_t consumers, int device, Mode mode) {
+  return make_channel(client, name, role,
+                      {.slots = slots,
+                       .slot_bytes = slot_bytes,
+                       .consumers = consumers,
+                       .device = device,
+                       .mode = mode});
 }
 
 }  // namespace
@@ -58,17 +62,20 @@ void bind_client(py::module_& module) {
                      "open after the Client object is gone.")
       .def("allocate", &allocate, "nbytes"_a, py::kw_only(), "device"_a = kHost,
            "name"_a = py::none(), "pool"_a = py::none(), "stream"_a = py::none(),
-           "New memory: named, other processes can open() it. CUDA buffers are ready in "
-           "stream order on `stream`, and released in its order.")
+           "mode"_a = py::none(),
+           "New memory: named, other processes can open() it (who: `mode`, e.g. 0o640; None: "
+           "the daemon's default). CUDA buffers are ready in stream order on `stream`, and "
+           "released in its order.")
       .def("open", &open, "name"_a, py::kw_only(), "read_only"_a = false, "stream"_a = py::none(),
            "Opens a named allocation of any process.")
       .def("ping", &Client::ping, py::call_guard<py::gil_scoped_release>())
-      .def("lock", &make_lock, "name"_a, py::call_guard<py::gil_scoped_release>(),
-           "The lock of that name, made on first use.")
-      .def("barrier", &make_barrier, "name"_a, "parties"_a,
+      .def("lock", &make_lock, "name"_a, py::kw_only(), "mode"_a = py::none(),
+           py::call_guard<py::gil_scoped_release>(),
+           "The lock of that name, made on first use (with `mode`, as for allocate).")
+      .def("barrier", &make_barrier, "name"_a, "parties"_a, py::kw_only(), "mode"_a = py::none(),
            py::call_guard<py::gil_scoped_release>(), "Joins the barrier as one of its parties.")
       .def("channel", &channel, "name"_a, "role"_a, py::kw_only(), "slots"_a = 4,
-           "slot_bytes"_a = 0, "consumers"_a = 1, "device"_a = kHost,
+           "slot_bytes"_a = 0, "consumers"_a = 1, "device"_a = kHost, "mode"_a = py::none(),
            py::call_guard<py::gil_scoped_release>(),
            "Joins the channel as its producer or one of its consumers.")
       .def("reset", &Client::reset, "name"_a, "parties"_a = 0,
@@ -81,6 +88,7 @@ void bind_client(py::module_& module) {
       .def("allocations", &allocations, "As `gpumemctl allocations --json`.")
       .def("reservations", &reservations, "As `gpumemctl reservations --json`.")
       .def("sync_objects", &sync_objects, "As `gpumemctl locks --json`.")
+      .def("usage", &usage, "As `gpumemctl quotas --json`: use against quota per uid.")
       .def_property_readonly("id", &Client::id, "this session's id in the daemon")
       .def_property_readonly("socket_path", &Client::socket_path)
       .def("__repr__", [](const Client& client) {

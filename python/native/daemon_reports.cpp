@@ -84,6 +84,12 @@ py::list reservations(Client& client) {
       .cast<py::list>();
 }
 
+py::list usage(Client& client) {
+  return to_python(gpumemctl::records_json(without_gil_ask([&] { return client.usage(); }),
+                                           gpumemctl::kUsageFields))
+      .cast<py::list>();
+}
+
 py::list sync_objects(Client& client) {
   return to_python(gpumemctl::records_json(without_gil_ask([&] { return client.sync_objects(); }),
                                            gpumemctl::kSyncFields))

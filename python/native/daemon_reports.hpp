@@ -15,5 +15,6 @@ pybind11::list clients(Client& client);
 pybind11::list allocations(Client& client);
 pybind11::list reservations(Client& client);
 pybind11::list sync_objects(Client& client);
+pybind11::list usage(Client& client);
 
 }  // namespace gpumem::python

@@ -232,12 +232,13 @@ void bind_channel(py::module_& module) {
 
 }  // namespace
 
-held_lock make_lock(Client& client, const std::string& name) {
-  return held_lock(new Lock(client.lock(name)));
+held_lock make_lock(Client& client, const std::string& name, Mode mode) {
+  return held_lock(new Lock(client.lock(name, {.mode = mode})));
 }
 
-held_barrier make_barrier(Client& client, const std::string& name, std::uint32_t parties) {
-  return held_barrier(new Barrier(client.barrier(name, parties)));
+held_barrier make_barrier(Client& client, const std::string& name, std::uint32_t parties,
+                          Mode mode) {
+  return held_barrier(new Barrier(client.barrier(name, parties, {.mode = mode})));
 }
 
 held_channel make_channel(Client& client, const std::string& name, ChannelRole role,

@@ -61,7 +61,23 @@ def test_reports_are_what_gpumemctl_prints_as_json(daemon, client):
         [gpumemctl_json(daemon, "status")], "uptime_ms"
     )
     assert client.allocations()[0]["name"] == "weights"
+    # gpumemctl's own connection counts for the uid while it asks.
+    usage = client.usage()
+    for each in usage:
+        each["connections"] += 1
+    assert usage == gpumemctl_json(daemon, "quotas")
     assert buffer and lock and barrier
+
+
+def test_a_mode_says_who_else_may_open_and_a_bad_one_is_refused(client):
+    shared = client.allocate(4096, name="for-the-group", mode=0o640)
+    lock = client.lock("group-lock", mode=0o660)
+    assert shared and lock
+    with pytest.raises(gpumem.Error) as refused:
+        client.allocate(4096, name="odd", mode=0o10000)
+    assert refused.value.code == gpumem.errc.invalid_argument
+    mine = [each for each in client.usage()]
+    assert len(mine) == 1 and mine[0]["allocations"] == 1 and mine[0]["sync_objects"] == 1
 
 
 class CudaStreamProtocol:

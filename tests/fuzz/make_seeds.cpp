@@ -117,6 +117,14 @@ void fill(sync_list_reply& m) {
   m.records = {record};
   m.head.count = 1;
 }
+void fill(usage_list_reply& m) {
+  usage_record record{};
+  record.uid = 1000;
+  record.connections = 1;
+  record.bytes_limit = kNoLimit;
+  m.records = {record};
+  m.head.count = 1;
+}
 void fill(signal_page_request&) {}
 void fill(signal_page_reply& m) {
   m = {4096, 0, 64};

@@ -2,6 +2,8 @@
 // Every test skips, with the reason, where no CUDA device is usable.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -255,6 +257,61 @@ TEST(GpuPeers, APoolOnOneDeviceIsReadByAProcessOnAnotherThroughPeerAccess) {
   EXPECT_EQ(consumer.read_line(60s), "ok");
   producer.signal(SIGTERM);
   EXPECT_EQ(producer.read_line(30s), "released");
+  ::unlink(config.c_str());
+}
+
+// Tenants never share a CUDA pool (pointer export data can be forged): another uid's buffer
+// lives in a pool instance of its own, which an administrator may import and a third uid may
+// not reach. Other uids run the peer through setpriv, so no process forks after CUDA started.
+TEST(GpuTenants, EachUidsCudaMemoryIsInAPoolOfItsOwn) {
+  if (const auto why = why_no_gpu(); !why.empty()) GTEST_SKIP() << why;
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run peers as other uids";
+  if (mps_active()) {
+    GTEST_SKIP() << "MPS serves the clients of one uid at a time: a second uid's CUDA client "
+                    "waits until the first uid's are gone";
+  }
+  const std::string config =
+      ::testing::TempDir() + "gpumemd-tenants-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(config) << "socket_mode: \"0666\"\naccess: {connect_users: [65534, 65533]}\n";
+  daemon_process daemon({"--config", config});
+  ::chmod(daemon.folder().c_str(), 0755);
+  const auto as_uid = [&](std::uint32_t uid, const std::vector<std::string>& args) {
+    const std::string id = std::to_string(uid);
+    std::vector<std::string> argv{"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups",
+                                  GPUMEM_TEST_GPU_PEER};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return child_process(argv, {daemon.socket_env()});
+  };
+  auto root = daemon.connect("gpu-tenants");
+  stream_t stream = make_stream();
+  auto own = root.allocate(1 << 20, {.device = 0, .name = "roots", .stream = stream});
+
+  auto producer = as_uid(65534, {"produce", "nobodys", std::to_string(1 << 20), "31"});
+  const auto line = producer.read_line(60s);
+  ASSERT_TRUE(line && line->starts_with("ready")) << (line ? *line : "(none)");
+  std::uint32_t roots_pool = 0, nobodys_pool = 0;
+  for (const auto& each : root.allocations()) {
+    (each.name == "roots" ? roots_pool : nobodys_pool) = each.pool;
+  }
+  EXPECT_NE(roots_pool, nobodys_pool) << "two uids' CUDA buffers in one pool";
+
+  auto held = root.open("nobodys", {.access = gpumem::Access::read_only, .stream = stream});
+  EXPECT_EQ(mismatches_on_device(held.data(), held.size(), 31, stream), 0u)
+      << "an administrator imports the other uid's pool and reads its bytes";
+  auto stranger = as_uid(65533, {"consume", "nobodys", std::to_string(1 << 20), "31"});
+  const auto refusal = stranger.read_line(60s);
+  ASSERT_TRUE(refusal) << "no answer from the third uid's peer";
+  EXPECT_TRUE(refusal->starts_with("error ") && refusal->find("may not open") != std::string::npos)
+      << *refusal;
+  std::uint64_t in_use = 0;
+  for (const auto& pool : root.stats().pools) {
+    if (pool.device == 0) in_use = pool.bytes_in_use;
+  }
+  EXPECT_EQ(in_use, 2u << 20) << "a configured pool's line is the sum of its instances";
+  held.release();
+  producer.signal(SIGTERM);
+  EXPECT_EQ(producer.read_line(30s), "released");
+  destroy_stream(stream);
   ::unlink(config.c_str());
 }
 

@@ -232,6 +232,21 @@ struct ReservationInfo {
 enum class SyncKind { lock, barrier, channel };
 enum class ChannelRole { producer, consumer };
 
+/// What one uid owns, against the quotas it is held to (nullopt: no limit), as `gpumemctl
+/// quotas` shows it. What an object takes counts for its owner's uid while it lives.
+struct UsageInfo {
+  std::uint32_t uid = 0;
+  std::uint64_t connections = 0;
+  std::uint64_t host_bytes = 0;
+  std::uint64_t device_bytes = 0;
+  std::uint64_t allocations = 0;  ///< allocations and reservations
+  std::uint64_t sync_objects = 0;
+  std::optional<std::uint64_t> connections_limit;
+  std::optional<std::uint64_t> bytes_limit;  ///< for host and GPU memory each
+  std::optional<std::uint64_t> allocations_limit;
+  std::optional<std::uint64_t> sync_objects_limit;
+};
+
 /// A lock, barrier or channel as `gpumemctl locks` shows it.
 struct SyncInfo {
   std::uint64_t id = 0;
@@ -277,6 +292,8 @@ class Client {
   /// slots are a buffer named "<name>.slots" made by whoever comes first.
   Channel channel(std::string_view name, ChannelRole role, const ChannelOptions& options);
   std::vector<SyncInfo> sync_objects();
+  /// @brief This client's uid's use and quotas; every uid's for an administrator.
+  std::vector<UsageInfo> usage();
   /// @brief An operator's reset: a lock is released and usable again (a stale holder's
   /// unlock fails); a barrier or channel starts over with @p parties (0: those attached).
   void reset(std::string_view name, std::uint32_t parties = 0);

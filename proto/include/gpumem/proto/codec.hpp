@@ -70,6 +70,7 @@ std::error_code validate(const signal_page_request&) noexcept;
 std::error_code validate(const signal_page_reply&) noexcept;
 std::error_code validate(const sync_page_request&) noexcept;
 std::error_code validate(const sync_page_reply&) noexcept;
+std::error_code validate(const usage_record&) noexcept;
 
 /// @brief Builds an error payload; the text is cut to fit and unprintable bytes become '?'.
 error_reply make_error_reply(errc code, std::string_view text) noexcept;

@@ -356,6 +356,23 @@ struct sync_page_reply {
 };
 static_assert(sizeof(sync_page_reply) == 16);
 
+/// What one uid owns and the quota it is held to; kNoLimit where no quota applies.
+inline constexpr std::uint64_t kNoLimit = ~std::uint64_t{0};
+struct usage_record {
+  std::uint32_t uid;
+  std::uint32_t reserved;
+  std::uint64_t connections;
+  std::uint64_t host_bytes;
+  std::uint64_t device_bytes;
+  std::uint64_t memory_objects;  ///< allocations and reservations
+  std::uint64_t sync_objects;
+  std::uint64_t connections_limit;
+  std::uint64_t bytes_limit;  ///< per device kind
+  std::uint64_t memory_objects_limit;
+  std::uint64_t sync_objects_limit;
+};
+static_assert(sizeof(usage_record) == 80);
+
 /// A payload that is a head followed by `head.count` fixed records.
 template <class Head, class Record>
 struct list_payload {
@@ -370,6 +387,7 @@ using allocation_list_reply = list_payload<list_head, allocation_record>;
 using chunks_reply = list_payload<chunks_head, chunk_record>;
 using reservation_list_reply = list_payload<list_head, reservation_record>;
 using sync_list_reply = list_payload<list_head, sync_record>;
+using usage_list_reply = list_payload<list_head, usage_record>;
 
 /// Table value for a reply that carries one descriptor per record.
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
@@ -397,7 +415,8 @@ inline constexpr std::uint16_t kFdPerRecord = 0xffff;
   X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")           \
   X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")         \
   X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a page's signal page")  \
-  X(get_sync_page, 22, sync_page_request, sync_page_reply, 1, "a lock and barrier page")
+  X(get_sync_page, 22, sync_page_request, sync_page_reply, 1, "a lock and barrier page")     \
+  X(list_usage, 30, list_request, usage_list_reply, 0, "use and quotas per uid")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 
