@@ -94,16 +94,16 @@ TEST_F(Books, ADeathWalksTheClientsLedgerOnceThroughEveryBook) {
   proto::sync_open_request lock_request{};
   EXPECT_FALSE(proto::make_wire_name("guard", lock_request.name));
   lock_request.kind = proto::sync_kind::lock;
-  const std::uint16_t owner_slot = book.sync.attach(owner);
-  const std::uint16_t reader_slot = book.sync.attach(reader);
+  const std::uint16_t owner_slot = book.sync.attach(owner).slot;
+  const std::uint16_t reader_slot = book.sync.attach(reader).slot;
   const auto opened = book.sync.open(owner, lock_request);
   book.sync.open(reader, lock_request);
-  // The owner takes the lock through the host page, as a client does.
+  // The owner takes the lock through its page, as a client does.
   void* page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
-                      book.sync.host_page_fd(), 0);
+                      book.sync.page_for(owner, opened.page).fd(), 0);
   ASSERT_NE(page, MAP_FAILED);
-  auto& cell = *reinterpret_cast<sync::lock_cell*>(static_cast<std::byte*>(page) +
-                                                   opened.cell * sync::kCellSize);
+  auto& cell = *reinterpret_cast<sync::lock_cell*>(
+      static_cast<std::byte*>(page) + sync::index_of_cell(opened.cell) * sync::kCellSize);
   cell.domain = sync::domain_word(sync::domain::host);
   ASSERT_TRUE(sync::host_lock(cell, owner_slot).try_acquire_clean());
 
@@ -119,7 +119,7 @@ TEST_F(Books, ADeathWalksTheClientsLedgerOnceThroughEveryBook) {
   ASSERT_EQ(listed.records.size(), 1u);
   EXPECT_EQ(listed.records[0].attached, 1u);
   EXPECT_EQ(listed.records[0].owner_deaths, 1u);
-  EXPECT_EQ(book.sync.attach(book.add_client({102, 1000, 1000, {}})), owner_slot)
+  EXPECT_EQ(book.sync.attach(book.add_client({102, 1000, 1000, {}})).slot, owner_slot)
       << "the dead client's slot is free again";
   sync::host_lock heir(cell, reader_slot);
   ASSERT_TRUE(heir.mark_consistent(next->hold));
@@ -170,6 +170,87 @@ TEST_F(Books, OpeningAnotherUsersAllocationNeedsTheSwitch) {
   const auto b = open_books.add_client({2, 2000, 2000, {}});
   open_books.memory.allocate(a, request(4096, "private"));
   EXPECT_EQ(code_of([&] { open_books.memory.open(b, open_request("private")); }), errc::ok);
+}
+
+proto::sync_open_request lock_named(std::string_view name, std::uint32_t flags = 0) {
+  proto::sync_open_request request{};
+  EXPECT_FALSE(proto::make_wire_name(name, request.name));
+  request.kind = proto::sync_kind::lock;
+  request.flags = flags;
+  return request;
+}
+
+// Issue 11, isolation of shared memory: sync state on pages per access class.
+TEST_F(Books, EachAccessClassHasItsOwnLockPageAndOnlyItsUsersGetIt) {
+  const auto stranger = book.add_client({200, 2000, 2000, {}});
+  const auto root = book.add_client({201, 0, 0, {}});
+  const std::uint32_t owners_page = book.sync.attach(owner).own_page.id();
+  EXPECT_EQ(book.sync.attach(reader).own_page.id(), owners_page) << "one uid, one page";
+  const std::uint32_t strangers_page = book.sync.attach(stranger).own_page.id();
+  EXPECT_NE(strangers_page, owners_page);
+  book.sync.attach(root);
+
+  const auto mine = book.sync.open(owner, lock_named("private"));
+  EXPECT_EQ(mine.page, owners_page) << "made with the default mode: on the maker's own page";
+  EXPECT_EQ(sync::page_of_cell(mine.cell), mine.page);
+  EXPECT_EQ(code_of([&] { book.sync.page_for(stranger, owners_page); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { book.sync.page_for(stranger, 77); }), errc::not_found)
+      << "a page that does not exist is refused alike";
+  EXPECT_EQ(code_of([&] { book.sync.page_for(reader, owners_page); }), errc::ok);
+  EXPECT_EQ(code_of([&] { book.sync.page_for(root, owners_page); }), errc::ok);
+  EXPECT_EQ(book.sync.open(stranger, lock_named("theirs")).page, strangers_page);
+  EXPECT_EQ(code_of([&] { book.sync.page_for(owner, strangers_page); }), errc::not_found);
+
+  const auto shared = book.sync.open(owner, lock_named("shared", proto::mode_flags(0666)));
+  EXPECT_NE(shared.page, owners_page);
+  EXPECT_NE(shared.page, strangers_page);
+  EXPECT_EQ(book.sync.open(stranger, lock_named("shared")).page, shared.page);
+  EXPECT_EQ(code_of([&] { book.sync.page_for(stranger, shared.page); }), errc::ok);
+  // Read access is not use: a lock others may only read is as private as 0600.
+  EXPECT_EQ(book.sync.open(owner, lock_named("readable", proto::mode_flags(0644))).page,
+            owners_page);
+
+  // close_sync names a cell across pages.
+  EXPECT_EQ(code_of([&] { book.sync.close(stranger, {mine.cell, 0}); }), errc::not_found);
+  book.sync.close(stranger, {shared.cell, 0});
+  book.sync.close(owner, {shared.cell, 0});
+  EXPECT_EQ(code_of([&] { book.sync.page_for(owner, shared.page); }), errc::not_found)
+      << "a page goes with its last object";
+}
+
+TEST_F(Books, AFullPageIsOutOfMemoryForItsClassOnly) {
+  daemon_config config = embedded_default_config();
+  config.quotas.per_uid.sync_objects = 2 * sync::kCellCount;
+  books roomy(config, host_pools);
+  const auto a = roomy.add_client({1, 1000, 1000, {}});
+  const auto b = roomy.add_client({2, 2000, 2000, {}});
+  roomy.sync.attach(a);
+  roomy.sync.attach(b);
+  for (std::uint32_t i = 0; i < sync::kCellCount; ++i) {
+    roomy.sync.open(a, lock_named("lock." + std::to_string(i)));
+  }
+  try {
+    roomy.sync.open(a, lock_named("one.too.many"));
+    ADD_FAILURE() << "a full page took one more object";
+  } catch (const request_error& error) {
+    EXPECT_EQ(error.code(), errc::out_of_memory);
+    EXPECT_NE(std::string(error.what()).find("uid 1000"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(code_of([&] { roomy.sync.open(b, lock_named("elsewhere")); }), errc::ok);
+  EXPECT_EQ(code_of([&] { roomy.sync.open(a, lock_named("shared", proto::mode_flags(0666))); }),
+            errc::ok)
+      << "another class of the same uid has a page of its own";
+}
+
+TEST_F(Books, PageIdsAreReusedOnlyOnceAPageIsEmpty) {
+  const auto stranger = book.add_client({200, 2000, 2000, {}});
+  const std::uint32_t owners_page = book.sync.attach(owner).own_page.id();
+  const auto shared = book.sync.open(owner, lock_named("shared", proto::mode_flags(0666)));
+  book.remove_client(owner);
+  EXPECT_EQ(code_of([&] { book.sync.page_for(stranger, shared.page); }), errc::not_found);
+  // The lowest free id again, now for another class.
+  EXPECT_EQ(book.sync.attach(stranger).own_page.id(), owners_page);
+  EXPECT_EQ(book.sync.open(stranger, lock_named("theirs")).page, owners_page);
 }
 
 TEST_F(Books, ListsPageThroughEverything) {

@@ -125,7 +125,7 @@ reservation_release_request sample() {
 
 template <>
 sync_attach_reply sample() {
-  return {3, 4096, 1024, 0};
+  return {3, 4096, 1024, 2};
 }
 template <>
 sync_open_request sample() {
@@ -133,11 +133,11 @@ sync_open_request sample() {
 }
 template <>
 sync_open_reply sample() {
-  return {12, 2, 3, 0};
+  return {2 * 1024 + 12, 2, 3, 2};
 }
 template <>
 sync_close_request sample() {
-  return {12, 2};
+  return {2 * 1024 + 12, 2};
 }
 template <>
 sync_reset_request sample() {
@@ -159,11 +159,19 @@ usage_list_reply sample() {
 }
 template <>
 signal_page_request sample() {
-  return {0, 0};
+  return {1, 2};
 }
 template <>
 signal_page_reply sample() {
   return {2 << 20, 0, 512};
+}
+template <>
+sync_page_request sample() {
+  return {2, 0};
+}
+template <>
+sync_page_reply sample() {
+  return {2, 4096, 1024, 0};
 }
 
 template <class T>

@@ -3,6 +3,7 @@
 // stays responsive, reports the object corrupt, and a reset makes it work again (finding 1).
 // One closes its connection and lives on (finding 8).
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +56,14 @@ class raw_client {
 
   template <class Reply, class Request>
   Reply call(proto::message_type type, const Request& request) {
+    Reply decoded{};
+    if (exchange(type, request, decoded) != proto::errc::ok) ::_exit(11);
+    return decoded;
+  }
+
+  /// @return ok with the reply in @p decoded, or the code of the daemon's refusal.
+  template <class Reply, class Request>
+  proto::errc exchange(proto::message_type type, const Request& request, Reply& decoded) {
     std::vector<std::byte> frame;
     proto::append_frame(frame, static_cast<std::uint16_t>(type), next_id_++, request);
     std::error_code error;
@@ -61,13 +71,17 @@ class raw_client {
     for (;;) {
       proto::frame_view reply;
       if (proto::parse_frame(in_, reply, error) == proto::parse_status::complete) {
-        Reply decoded{};
-        if (reply.head.type != proto::reply_type(type) ||
-            proto::decode_payload(reply.payload, decoded)) {
+        proto::errc result = proto::errc::ok;
+        proto::error_reply refusal{};
+        if (reply.head.type == static_cast<std::uint16_t>(proto::message_type::error) &&
+            !proto::decode_payload(reply.payload, refusal)) {
+          result = static_cast<proto::errc>(refusal.code);
+        } else if (reply.head.type != proto::reply_type(type) ||
+                   proto::decode_payload(reply.payload, decoded)) {
           ::_exit(11);
         }
         in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(reply.frame_size()));
-        return decoded;
+        return result;
       }
       std::byte chunk[4096];
       const std::size_t got = recv_with_fds(socket_.get(), chunk, fds, error);
@@ -96,10 +110,13 @@ class raw_client {
   open.kind = what == target::lock ? proto::sync_kind::lock : proto::sync_kind::barrier;
   open.parties = what == target::lock ? 0 : 2;
   const auto opened = raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+  // Made with the default mode, it is on the page attach_sync sent.
+  if (opened.page != attached.page) ::_exit(15);
   void* page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
                       raw.fds.at(0).get(), 0);
   if (page == MAP_FAILED) ::_exit(13);
-  std::byte* cell = static_cast<std::byte*>(page) + opened.cell * sync::kCellSize;
+  std::byte* cell =
+      static_cast<std::byte*>(page) + sync::index_of_cell(opened.cell) * sync::kCellSize;
   if (what == target::lock) {
     // Itself as holder, a ticket queued behind it, and no queue entry for that ticket.
     auto& lock = *reinterpret_cast<sync::lock_cell*>(cell);
@@ -126,6 +143,7 @@ class raw_client {
 }
 
 /// A forked child running @p body(report), which writes one byte to report when it is done.
+/// The byte is the child's verdict where one is needed: reported() gives it.
 class forked_child {
  public:
   template <class Body>
@@ -147,10 +165,10 @@ class forked_child {
   /// @return whether it reported within @p within.
   bool done(std::chrono::milliseconds within) {
     pollfd ready{report_.get(), POLLIN, 0};
-    char byte = 0;
     return ::poll(&ready, 1, static_cast<int>(within.count())) == 1 &&
-           ::read(report_.get(), &byte, 1) == 1;
+           ::read(report_.get(), &reported_, 1) == 1;
   }
+  char reported() const noexcept { return reported_; }
   void kill() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
@@ -161,6 +179,7 @@ class forked_child {
  private:
   pid_t pid_ = -1;
   unique_fd report_;
+  char reported_ = 0;
 };
 
 class attacker : public forked_child {
@@ -266,6 +285,99 @@ TEST(SyncAttack, ABarrierCellOfGarbageIsReportedCorruptWhenItsWriterDies) {
   std::thread arriving([&] { other.arrive_and_wait(); });
   EXPECT_EQ(mine.arrive_and_wait(), BarrierStatus::ok);
   arriving.join();
+}
+
+/// Writes @p verdict to @p report and waits to be killed, keeping the connection open.
+[[noreturn]] void say_and_wait(int report, char verdict) {
+  if (::write(report, &verdict, 1) != 1) ::_exit(14);
+  ::pause();
+  ::_exit(0);
+}
+
+/// The other user's checks, each named by the letter it reports when it fails.
+constexpr const char* kOtherUsersVerdicts =
+    "k: all held; u: could not become uid 65534; o: its own lock is not on its own page; "
+    "p: a page other than its own and the shared lock's was given (or one of those refused); "
+    "s: another user's signal page was not refused as not_found; m: mmap failed";
+
+/// A client of uid 65534 (nobody), forked from root: attaches, opens a private lock and
+/// @p shared_lock, asks for every page id it may guess and their signal pages, then writes ones
+/// into every word of its own page, reports its verdict and waits to be killed.
+[[noreturn]] void other_user(const std::string& socket_path, const std::string& shared_lock,
+                             int report) {
+  const auto say = [report](char verdict) { say_and_wait(report, verdict); };
+  constexpr uid_t kNobody = 65534;
+  if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) say('u');
+  raw_client raw(socket_path);
+  const auto attached =
+      raw.call<proto::sync_attach_reply>(proto::message_type::attach_sync, proto::empty_payload{});
+  const unique_fd own_page = std::move(raw.fds.at(0));
+  raw.fds.clear();
+  proto::sync_open_request open{};
+  open.kind = proto::sync_kind::lock;
+  (void)proto::make_wire_name("others.private", open.name);
+  const auto private_lock = raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+  if (private_lock.page != attached.page) say('o');
+  (void)proto::make_wire_name(shared_lock, open.name);
+  const auto shared = raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+  constexpr std::uint32_t kGuessedPages = 64;
+  for (std::uint32_t page = 0; page < kGuessedPages; ++page) {
+    const bool may_use = page == attached.page || page == shared.page;
+    proto::sync_page_reply host{};
+    const proto::errc host_answer =
+        raw.exchange(proto::message_type::get_sync_page, proto::sync_page_request{page, 0}, host);
+    if (host_answer != (may_use ? proto::errc::ok : proto::errc::not_found)) say('p');
+    proto::signal_page_reply signal{};
+    const proto::errc signal_answer = raw.exchange(proto::message_type::get_signal_page,
+                                                   proto::signal_page_request{0, page}, signal);
+    if (!may_use && signal_answer != proto::errc::not_found) say('s');
+    raw.fds.clear();
+  }
+  void* page =
+      ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, own_page.get(), 0);
+  if (page == MAP_FAILED) say('m');
+  std::memset(page, 0xff, sync::kHostPageSize);
+  say_and_wait(report, 'k');
+}
+
+// Issue 11, isolation of shared memory: sync state on pages per access class.
+TEST(SyncPages, AnotherUserGetsNoPageOfAPrivateLockAndCorruptsOnlyItsOwn) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
+  const std::string config =
+      ::testing::TempDir() + "gpumemd-sync-pages-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(config) << "socket_mode: \"0666\"\naccess:\n  connect_users: [65534]\n";
+  daemon_process daemon({"--config", config});
+  ::chmod(daemon.folder().c_str(), 0755);
+  auto owner = daemon.connect("owner");
+  auto mine = owner.lock("owners.private");
+  auto shared = owner.lock("both.shared", {.mode = 0666u});
+  forked_child other([&](int report) { other_user(daemon.socket_path(), "both.shared", report); });
+  ASSERT_TRUE(other.done(10s)) << "the other user's client stopped before its verdict";
+  EXPECT_EQ(other.reported(), 'k') << kOtherUsersVerdicts;
+
+  EXPECT_LT(ping_time(owner), kAnswerBound);
+  auto again = daemon.connect("again");
+  auto same = again.lock("owners.private");
+  mine.lock();
+  EXPECT_FALSE(same.try_lock());
+  mine.unlock();
+  EXPECT_TRUE(same.try_lock());
+  same.unlock();
+  other.kill();
+  EXPECT_TRUE(becomes_corrupt(owner, "others.private"))
+      << "ones in every word of its page: the other user's own lock, cleaned up after its "
+         "death, is corrupt";
+  EXPECT_LT(ping_time(owner), kAnswerBound);
+  for (const auto& each : owner.sync_objects()) {
+    if (each.name == "owners.private" || each.name == "both.shared") {
+      EXPECT_FALSE(each.corrupt) << each.name;
+    }
+  }
+  EXPECT_TRUE(shared.try_lock());
+  shared.unlock();
+  mine.lock();
+  mine.unlock();
+  ::unlink(config.c_str());
 }
 
 // Issue 11, finding 8: a connection that closes while its process lives.

@@ -2,6 +2,7 @@
 // fairness, timeouts, SIGKILLed holders and parties, operator resets.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <future>
@@ -205,6 +206,34 @@ TEST(Lock, AResetRevokesTheHolderWhoseUnlockIsThenStale) {
   EXPECT_EQ(waiter.get(), LockStatus::acquired);
   EXPECT_THROW(stale.unlock(), Error);
   next.unlock();
+}
+
+// Issue 11: each access class has a page of its own, got when an object of it is opened and
+// freed with its last object; a page id the daemon reuses for another class must not reach a
+// mapping of the page it named before.
+TEST(Lock, LocksOfOtherModesLiveOnPagesThatComeAndGo) {
+  daemon_process daemon;
+  auto first = daemon.connect("first");
+  auto second = daemon.connect("second");
+  auto own = first.lock("own");
+  for (const unsigned mode : {0666u, 0660u, 0666u}) {
+    const std::string name = "mode." + std::to_string(mode);
+    auto mine = first.lock(name, {.mode = mode});
+    auto theirs = second.lock(name);
+    mine.lock();
+    EXPECT_FALSE(theirs.try_lock());
+    std::uint32_t holder = 0;
+    for (const auto& each : first.sync_objects()) {
+      if (each.name == name) holder = each.owner_pid;
+    }
+    EXPECT_EQ(holder, static_cast<std::uint32_t>(::getpid()))
+        << "mode " << mode << ": the hold is not on the daemon's page";
+    mine.unlock();
+    EXPECT_TRUE(theirs.try_lock());
+    theirs.unlock();
+  }
+  own.lock();
+  own.unlock();
 }
 
 TEST(Lock, ADomainIsFixedByTheFirstUse) {

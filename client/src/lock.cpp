@@ -143,7 +143,7 @@ void Lock::lock(Stream stream) {
   state_->object.enter(sync::domain::stream, device);
   const std::uint64_t serving =
       state_->object.signal_word(device, offsetof(sync::signal_cell, serving));
-  state_->object.pages().host_word_on_device(&state_->object.cell<sync::lock_cell>().queue[0]);
+  state_->object.page().host_word_on_device(&state_->object.cell<sync::lock_cell>().queue[0]);
   std::lock_guard guard(state_->stream_mutex);
   const std::uint16_t ticket = state_->algorithm.take_stream_ticket();
   state_->stream_tickets.push_back(ticket);
@@ -163,7 +163,7 @@ void Lock::unlock(Stream stream) {
   const std::uint64_t serving =
       state_->object.signal_word(device, offsetof(sync::signal_cell, serving));
   const std::uint64_t entry =
-      state_->object.pages().host_word_on_device(&cell.queue[ticket % sync::kLockQueueLength]);
+      state_->object.page().host_word_on_device(&cell.queue[ticket % sync::kLockQueueLength]);
   for (const sync::stream_write& step : sync::stream_release_writes(ticket)) {
     const bool on_signal_page = step.word == sync::stream_write::word_type::serving;
     detail::cuda_sync::write_value(stream, on_signal_page ? serving : entry, step.value);

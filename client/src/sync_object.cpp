@@ -29,7 +29,7 @@ std::string domain_text(std::uint32_t word) {
 
 sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name, Mode mode,
                          proto::sync_kind kind, std::uint32_t parties, proto::sync_role role)
-    : link_(std::move(link)), pages_(link_->sync()), name_(name), kind_(kind) {
+    : link_(std::move(link)), slot_(link_->sync().slot()), name_(name), kind_(kind) {
   proto::sync_open_request request{};
   if (proto::make_wire_name(name, request.name)) {
     throw Error(errc::invalid_name, "'" + name_ + "' is not a valid name");
@@ -39,15 +39,32 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
   request.role = role;
   request.flags = creation_flags(mode);
   const auto reply = link_->call<proto::sync_open_reply>(message_type::open_sync, request);
-  cell_index_ = reply.cell;
+  cell_id_ = reply.cell;
+  cell_index_ = sync::index_of_cell(reply.cell);
   party_ = reply.party;
   parties_ = reply.parties;
+  try {
+    if (sync::page_of_cell(reply.cell) != reply.page) {
+      throw Error(errc::bad_message, "gpumemd put '" + name_ + "' on a page its cell is not on");
+    }
+    page_ = link_->sync().page(reply.page);
+  } catch (...) {
+    close();
+    throw;
+  }
 }
 
 sync_object::~sync_object() {
+  close();
+}
+
+void sync_object::close() noexcept {
+  // Let go of the page first: once the daemon has our close, it may free the page and give its
+  // id to another, which a cached mapping must not stand for (sync_pages.hpp).
+  page_.reset();
   try {
     link_->call<proto::empty_payload>(message_type::close_sync,
-                                      proto::sync_close_request{cell_index_, party_});
+                                      proto::sync_close_request{cell_id_, party_});
   } catch (const Error&) {
     // The daemon is gone or the connection broke: it lets go of everything of ours anyway.
   }
@@ -69,6 +86,14 @@ void sync_object::enter(sync::domain where, int device) {
   if (current == wanted) return;
   throw Error(errc::wrong_domain, "'" + name_ + "' is used " + domain_text(current) +
                                       "; it cannot also be used " + domain_text(wanted));
+}
+
+std::uint64_t sync_object::signal_word(int device, std::size_t offset) {
+  const std::uint64_t address = page_->signal_word(device, cell_index_, offset);
+  if (!kept_for_devices_.exchange(true, std::memory_order_relaxed)) {
+    link_->sync().keep_for_devices(page_);
+  }
+  return address;
 }
 
 device::counters_ref sync_object::counters_on(int device) {

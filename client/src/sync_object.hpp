@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// @brief What every lock, barrier and channel handle holds: its cell, its party, and the
-/// rule that fixes the domain it is used in. Closing it tells the daemon.
+/// @brief What every lock, barrier and channel handle holds: its page and cell, its party, and
+/// the rule that fixes the domain it is used in. Closing it tells the daemon.
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -33,31 +34,35 @@ class sync_object {
 
   template <class Cell>
   Cell& cell() const noexcept {
-    return *reinterpret_cast<Cell*>(pages_.cell(cell_index_));
+    return *reinterpret_cast<Cell*>(page_->cell(cell_index_));
   }
   /// @brief Fixes the domain on first use.
   /// @throws Error(wrong_domain) when the object is used in another domain (or device).
   void enter(sync::domain where, int device = 0);
-  std::uint64_t signal_word(int device, std::size_t offset) {
-    return pages_.signal_word(device, cell_index_, offset);
-  }
+  /// @brief A word of the object's signal cell on @p device; its page stays mapped from now on
+  /// (sync_pages.hpp).
+  std::uint64_t signal_word(int device, std::size_t offset);
   /// @brief The counters as kernels use them; fixes the GPU domain.
   device::counters_ref counters_on(int device);
 
-  sync_pages& pages() const noexcept { return pages_; }
-  std::uint16_t slot() const noexcept { return pages_.slot(); }
+  sync_page& page() const noexcept { return *page_; }
+  std::uint16_t slot() const noexcept { return slot_; }
   std::uint32_t party() const noexcept { return party_; }
   std::uint32_t parties() const noexcept { return parties_; }
   const std::string& name() const noexcept { return name_; }
 
  private:
   std::uint32_t& domain_word() const noexcept;
+  void close() noexcept;
 
   std::shared_ptr<connection> link_;
-  sync_pages& pages_;
+  std::uint16_t slot_;
   std::string name_;
   proto::sync_kind kind_;
+  std::shared_ptr<sync_page> page_;
+  std::uint32_t cell_id_ = 0;  ///< across pages, as the daemon names it
   std::uint32_t cell_index_ = 0;
+  std::atomic<bool> kept_for_devices_{false};
   std::uint32_t party_ = 0;
   std::uint32_t parties_ = 0;
 };

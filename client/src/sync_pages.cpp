@@ -9,50 +9,45 @@ namespace gpumem::detail {
 
 using proto::message_type;
 
+namespace {
+
+void check_geometry(std::size_t fd_count, std::uint32_t cell_size, std::uint32_t cell_count) {
+  if (fd_count != 1 || cell_size != sync::kCellSize || cell_count != sync::kCellCount) {
+    throw Error(errc::bad_message, "gpumemd's lock page does not match this libgpumem");
+  }
+}
+
+}  // namespace
+
 sync_pages::sync_pages(transport& link) : link_(link) {
   std::vector<unique_fd> fds;
   const auto reply =
       link_.call<proto::sync_attach_reply>(message_type::attach_sync, proto::empty_payload{}, &fds);
-  if (fds.size() != 1 || reply.cell_size != sync::kCellSize ||
-      reply.cell_count != sync::kCellCount) {
-    throw Error(errc::bad_message, "gpumemd's lock page does not match this libgpumem");
-  }
-  std::error_code error;
-  page_ = os::mapping::share(fds.front().get(), std::size_t{reply.cell_size} * reply.cell_count,
-                             os::access::read_write, 0, error);
-  if (error) throw Error(errc::io_error, "mapping the lock page: " + error.message());
+  check_geometry(fds.size(), reply.cell_size, reply.cell_count);
   slot_ = static_cast<std::uint16_t>(reply.slot);
+  own_page_ = std::make_shared<sync_page>(link_, reply.page, fds.front().get());
+  mapped_.emplace(reply.page, own_page_);
 }
 
-std::byte* sync_pages::cell(std::uint32_t index) const noexcept {
-  return static_cast<std::byte*>(page_.get()) + std::size_t{index} * sync::kCellSize;
-}
-
-std::uint64_t sync_pages::signal_word(int device, std::uint32_t index, std::size_t offset) {
+std::shared_ptr<sync_page> sync_pages::page(std::uint32_t id) {
   std::lock_guard lock(mutex_);
-  auto found = signal_pages_.find(device);
-  if (found == signal_pages_.end()) {
-    std::vector<unique_fd> fds;
-    const auto reply = link_.call<proto::signal_page_reply>(
-        message_type::get_signal_page, proto::signal_page_request{device, 0}, &fds);
-    if (fds.size() != 1 || reply.cell_size != sync::kSignalCellSize) {
-      throw Error(errc::bad_message, "gpumemd's signal page does not match this libgpumem");
-    }
-    found = signal_pages_
-                .emplace(device, cuda_sync::map_signal_page(fds.front().get(), device, reply.size))
-                .first;
+  if (const auto found = mapped_.find(id); found != mapped_.end()) {
+    if (auto held = found->second.lock()) return held;
   }
-  return found->second.address() + std::size_t{index} * sync::kSignalCellSize + offset;
+  std::vector<unique_fd> fds;
+  const auto reply = link_.call<proto::sync_page_reply>(message_type::get_sync_page,
+                                                        proto::sync_page_request{id, 0}, &fds);
+  check_geometry(fds.size(), reply.cell_size, reply.cell_count);
+  if (reply.page != id) throw Error(errc::bad_message, "gpumemd sent another lock page");
+  auto made = std::make_shared<sync_page>(link_, id, fds.front().get());
+  std::erase_if(mapped_, [](const auto& each) { return each.second.expired(); });
+  mapped_[id] = made;
+  return made;
 }
 
-std::uint64_t sync_pages::host_word_on_device(const void* word) {
+void sync_pages::keep_for_devices(const std::shared_ptr<sync_page>& used) {
   std::lock_guard lock(mutex_);
-  if (!page_on_device_) {
-    page_on_device_ = cuda_sync::register_host_page(page_.get(), page_.size());
-  }
-  return page_on_device_.address() +
-         static_cast<std::uint64_t>(static_cast<const std::byte*>(word) -
-                                    static_cast<const std::byte*>(page_.get()));
+  used_by_devices_.emplace(used->id(), used);
 }
 
 }  // namespace gpumem::detail

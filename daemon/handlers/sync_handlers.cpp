@@ -7,9 +7,18 @@ namespace gpumem::daemon {
 proto::sync_attach_reply request_handler::on_attach_sync(client_state& client,
                                                          const proto::empty_payload&,
                                                          reply_attachment& attach) {
-  const std::uint16_t slot = books_.sync.attach(client.client);
-  attach = {{books_.sync.host_page_fd()}, proto::handle_type::host_memfd};
-  return {slot, static_cast<std::uint32_t>(sync::kCellSize), sync::kCellCount, 0};
+  const auto attached = books_.sync.attach(client.client);
+  attach = {{attached.own_page.fd()}, proto::handle_type::host_memfd};
+  return {attached.slot, static_cast<std::uint32_t>(sync::kCellSize), sync::kCellCount,
+          attached.own_page.id()};
+}
+
+proto::sync_page_reply request_handler::on_get_sync_page(client_state& client,
+                                                         const proto::sync_page_request& message,
+                                                         reply_attachment& attach) {
+  const sync_page& page = books_.sync.page_for(client.client, message.page);
+  attach = {{page.fd()}, proto::handle_type::host_memfd};
+  return {page.id(), static_cast<std::uint32_t>(sync::kCellSize), sync::kCellCount, 0};
 }
 
 proto::sync_open_reply request_handler::on_open_sync(client_state& client,
@@ -39,8 +48,8 @@ proto::sync_list_reply request_handler::on_list_sync(client_state& client,
 }
 
 proto::signal_page_reply request_handler::on_get_signal_page(
-    client_state&, const proto::signal_page_request& message, reply_attachment& attach) {
-  const signal_page& page = books_.sync.signal_page_of(message.device);
+    client_state& client, const proto::signal_page_request& message, reply_attachment& attach) {
+  const signal_page& page = books_.sync.signal_page_of(client.client, message.page, message.device);
   attach = {{page.fd()}, proto::handle_type::cuda_posix_fd};
   return {page.size(), message.device, static_cast<std::uint32_t>(sync::kSignalCellSize)};
 }

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
-#include <cstring>
+#include <optional>
 
 #include "gpumem/shared/sync/counters.hpp"
 #include "gpumem/shared/sync/lock.hpp"
@@ -55,48 +55,79 @@ sync_book::sync_book(ledger& rows, const access_policy& access, const quota_poli
     : rows_(rows),
       access_(access),
       quotas_(quotas),
-      make_signal_page_(std::move(make_signal_page)),
-      page_fd_(os::make_sealed_memfd("gpumemd-sync", sync::kHostPageSize)),
-      page_mapping_(
-          os::mapping::share(page_fd_.get(), sync::kHostPageSize, os::access::read_write)),
-      page_(static_cast<std::byte*>(page_mapping_.get())) {}
+      make_signal_page_(std::move(make_signal_page)) {}
 
-std::uint16_t sync_book::attach(client_id client) {
+sync_book::attachment sync_book::attach(client_id client) {
   if (const auto found = attached_.find(client); found != attached_.end()) {
-    return found->second.slot;
+    return {found->second.slot, *pages_.at(found->second.own_page)};
   }
-  const pid_t pid = rows_.client(client).who.pid;
+  const credentials& who = rows_.client(client).who;
   for (std::uint16_t slot = 1; slot <= sync::kMaxSlots; ++slot) {
     if (slot_taken_.test(slot)) continue;
+    sync_page& own = page_of_class(sync_class::of(who.uid, who.gid, access_.mode_for(0)));
+    own.attach();
     slot_taken_.set(slot);
-    attached_.emplace(client, attached_client{slot, pid});
-    return slot;
+    attached_.emplace(client, attached_client{slot, who.pid, own.id()});
+    return {slot, own};
   }
   throw request_error(errc::out_of_memory,
                       fmt::format("all {} lock slots are taken", sync::kMaxSlots));
 }
 
-std::uint32_t sync_book::take_cell(object_id id) {
-  // Round robin, so that a freed cell is reused as late as possible: a repair queued on a
-  // signal page for its old object may still be waiting its turn.
-  do {
-    for (std::uint32_t tried = 0; tried < sync::kCellCount; ++tried) {
-      const std::uint32_t cell = (next_cell_ + tried) % sync::kCellCount;
-      if (cell_objects_[cell] != 0) continue;
-      cell_objects_[cell] = id;
-      next_cell_ = cell + 1;
-      std::memset(page_ + cell * sync::kCellSize, 0, sync::kCellSize);
-      return cell;
-    }
-  } while (evict_kept());
-  throw request_error(errc::out_of_memory,
-                      fmt::format("all {} lock and barrier cells are taken", sync::kCellCount));
+sync_page& sync_book::page_of_class(const sync_class& tenant) {
+  if (const auto found = page_ids_.find(tenant); found != page_ids_.end()) {
+    return *pages_.at(found->second);
+  }
+  // The lowest free id: ids of pages in use stay small, and so do cell ids.
+  std::uint32_t id = 0;
+  for (const auto& [taken, page] : pages_) {
+    if (taken != id) break;
+    ++id;
+  }
+  if (id >= sync::kMaxPages) {
+    throw request_error(errc::out_of_memory,
+                        fmt::format("all {} lock and barrier pages are taken", sync::kMaxPages));
+  }
+  auto made = std::make_unique<sync_page>(id, tenant);
+  page_ids_.emplace(tenant, id);
+  return *pages_.emplace(id, std::move(made)).first->second;
 }
 
-bool sync_book::evict_kept() noexcept {
+void sync_book::free_page_if_unused(std::uint32_t page_id) noexcept {
+  const auto found = pages_.find(page_id);
+  if (found == pages_.end() || !found->second->unused()) return;
+  page_ids_.erase(found->second->tenant());
+  pages_.erase(found);
+}
+
+const sync_page& sync_book::page_for(client_id client, std::uint32_t page_id) const {
+  const auto found = pages_.find(page_id);
+  // One answer whether the page is missing or not the client's: ids tell nothing of others.
+  if (found == pages_.end() ||
+      !access_.may_open(rows_.client(client).who, found->second->tenant().sample(),
+                        wanted_access::read_write)) {
+    throw request_error(
+        errc::not_found,
+        fmt::format("no lock and barrier page {} whose objects this client may use", page_id));
+  }
+  return *found->second;
+}
+
+std::uint32_t sync_book::take_cell(object_id id, sync_page& page) {
+  do {
+    if (const auto cell = page.take_cell(id)) return *cell;
+  } while (evict_kept(page.id()));
+  throw request_error(errc::out_of_memory,
+                      fmt::format("all {} lock, barrier and channel cells of the page of {} "
+                                  "are taken",
+                                  sync::kCellCount, page.tenant().describe()));
+}
+
+bool sync_book::evict_kept(std::uint32_t page_id) noexcept {
   // Kept locks are bounded by the cells: the oldest gives way to an object someone uses.
-  const auto oldest = std::find_if(objects_.begin(), objects_.end(),
-                                   [](const auto& each) { return each.second.kept; });
+  const auto oldest = std::find_if(objects_.begin(), objects_.end(), [page_id](const auto& each) {
+    return each.second.kept && each.second.page == page_id;
+  });
   if (oldest == objects_.end()) return false;
   const object_id id = oldest->first;
   if (const object_row* row = rows_.find(id)) {
@@ -120,10 +151,9 @@ sync::counter_facts sync_book::counter_facts_of(const object_row& row,
 
 const char* sync_book::check(const object_row& row, const cell_entry& entry) const noexcept {
   if (row.kind == object_kind::lock) {
-    return sync::check_lock_cell(cell_as<sync::lock_cell>(entry.cell), lock_facts_of(entry));
+    return sync::check_lock_cell(cell_as<sync::lock_cell>(entry), lock_facts_of(entry));
   }
-  return sync::check_counter_cell(cell_as<sync::counter_cell>(entry.cell),
-                                  counter_facts_of(row, entry));
+  return sync::check_counter_cell(cell_as<sync::counter_cell>(entry), counter_facts_of(row, entry));
 }
 
 void sync_book::mark_corrupt(object_id id, const object_row& row, cell_entry& entry,
@@ -134,9 +164,9 @@ void sync_book::mark_corrupt(object_id id, const object_row& row, cell_entry& en
                kind_name(row.kind), row.name, id, rule, row.name);
   // Its users go on with the page without asking the daemon: tell them there.
   if (row.kind == object_kind::lock) {
-    sync::mark_lock_not_recoverable(cell_as<sync::lock_cell>(entry.cell));
+    sync::mark_lock_not_recoverable(cell_as<sync::lock_cell>(entry));
   } else {
-    sync::break_counters(cell_as<sync::counter_cell>(entry.cell));
+    sync::break_counters(cell_as<sync::counter_cell>(entry));
   }
 }
 
@@ -201,20 +231,26 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
     one_object.sync_objects = 1;
     quotas_.check(rows_, client, one_object);
     id = rows_.add(client, {kind, name, 0, proto::kHostDevice, access_.mode_for(request.flags)});
-    std::uint32_t cell = sync::kCellCount;
+    const object_row& made = *rows_.find(id);
+    sync_page* page = nullptr;
+    std::optional<std::uint32_t> cell;
     try {
-      cell = take_cell(id);
-      objects_.emplace(
-          id, cell_entry{cell, request.parties, std::vector<client_id>(request.parties, 0)});
+      page = &page_of_class(sync_class::of(made.owner_uid, made.owner_gid, made.mode));
+      cell = take_cell(id, *page);
+      objects_.emplace(id, cell_entry{page->id(), *cell, request.parties,
+                                      std::vector<client_id>(request.parties, 0)});
     } catch (...) {
-      if (cell < sync::kCellCount) cell_objects_[cell] = 0;
+      if (page != nullptr) {
+        if (cell) page->free_cell(*cell);
+        free_page_if_unused(page->id());
+      }
       rows_.erase(id);
       throw;
     }
-    if (counters) cell_as<sync::counter_cell>(cell).parties = request.parties;
+    if (counters) cell_as<sync::counter_cell>(objects_.at(id)).parties = request.parties;
   }
   cell_entry& entry = objects_.at(id);
-  proto::sync_open_reply reply{entry.cell, 0, entry.parties, 0};
+  proto::sync_open_reply reply{sync::cell_id(entry.page, entry.cell), 0, entry.parties, entry.page};
   try {
     if (counters) reply.party = take_party(entry, *rows_.find(id), client, request.role);
   } catch (...) {
@@ -226,7 +262,9 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
 }
 
 void sync_book::close(client_id client, const proto::sync_close_request& request) {
-  const object_id id = request.cell < sync::kCellCount ? cell_objects_[request.cell] : 0;
+  const auto page = pages_.find(sync::page_of_cell(request.cell));
+  const object_id id =
+      page == pages_.end() ? 0 : page->second->object_in(sync::index_of_cell(request.cell));
   const object_row* row = rows_.find(id);
   if (row == nullptr || !row->holders.contains(client)) {
     throw request_error(errc::not_found, fmt::format("no open object in cell {}", request.cell));
@@ -275,15 +313,17 @@ void sync_book::forget(object_id id) noexcept {
                       error.what());
       }
     }
-    cell_objects_[found->second.cell] = 0;
+    const std::uint32_t page_id = found->second.page;
+    pages_.at(page_id)->free_cell(found->second.cell);
     objects_.erase(found);
+    free_page_if_unused(page_id);
   }
   rows_.erase(id);
 }
 
 bool sync_book::worth_keeping(const object_row& row, const cell_entry& entry) noexcept {
   if (entry.corrupt_rule != nullptr) return true;
-  auto& cell = cell_as<sync::lock_cell>(entry.cell);
+  auto& cell = cell_as<sync::lock_cell>(entry);
   const auto word = sync::lock_word::decode(
       std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
   if ((word.flags & (sync::lock_word::kOwnerDied | sync::lock_word::kNotRecoverable)) != 0) {
@@ -303,31 +343,30 @@ bool sync_book::worth_keeping(const object_row& row, const cell_entry& entry) no
 
 std::uint32_t sync_book::domain_word(const object_row& row,
                                      const cell_entry& entry) const noexcept {
-  return load(row.kind == object_kind::lock ? cell_as<sync::lock_cell>(entry.cell).domain
-                                            : cell_as<sync::counter_cell>(entry.cell).domain);
+  return load(row.kind == object_kind::lock ? cell_as<sync::lock_cell>(entry).domain
+                                            : cell_as<sync::counter_cell>(entry).domain);
 }
 
-signal_page* sync_book::page_for(std::uint32_t domain_word) noexcept {
+signal_page* sync_book::signal_page_for(const cell_entry& entry,
+                                        std::uint32_t domain_word) noexcept {
   const sync::domain where = sync::domain_of(domain_word);
   if (where != sync::domain::stream && where != sync::domain::device) return nullptr;
-  const auto page = signal_pages_.find(sync::device_of(domain_word));
-  return page == signal_pages_.end() ? nullptr : page->second.get();
+  return pages_.at(entry.page)->signal_page_on(sync::device_of(domain_word));
 }
 
 signal_page* sync_book::gpu_page_of(const object_row& row, const cell_entry& entry) noexcept {
-  return page_for(domain_word(row, entry));
+  return signal_page_for(entry, domain_word(row, entry));
 }
 
-const signal_page& sync_book::signal_page_of(std::int32_t device) {
-  if (const auto found = signal_pages_.find(device); found != signal_pages_.end()) {
-    return *found->second;
-  }
+const signal_page& sync_book::signal_page_of(client_id client, std::uint32_t page_id,
+                                             std::int32_t device) {
+  const sync_page& page = page_for(client, page_id);
   if (!make_signal_page_) {
     throw request_error(errc::not_supported,
                         "stream-ordered and device locks and barriers need CUDA, which this "
                         "daemon does not have");
   }
-  return *signal_pages_.emplace(device, make_signal_page_(device)).first->second;
+  return pages_.at(page.id())->make_signal_page(device, make_signal_page_);
 }
 
 pid_t sync_book::pid_of_slot(std::uint16_t slot) const noexcept {
@@ -350,7 +389,10 @@ void sync_book::detach(client_id client) noexcept {
   const auto found = attached_.find(client);
   if (found == attached_.end()) return;
   const std::uint16_t slot = found->second.slot;
+  const std::uint32_t own_page = found->second.own_page;
   attached_.erase(found);
+  pages_.at(own_page)->detach();
+  free_page_if_unused(own_page);
   const bool slot_pending =
       std::any_of(pending_.begin(), pending_.end(),
                   [&](const pending_reclaim& each) { return each.slot == slot; });
@@ -395,7 +437,7 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
     if (row.kind == object_kind::lock) {
       // A corrupt cell is left as it is until an operator rewrites it.
       if (entry.corrupt_rule != nullptr) return sync::repair_status::done;
-      const auto done = sync::reclaim(cell_as<sync::lock_cell>(entry.cell), gpu_page_of(row, entry),
+      const auto done = sync::reclaim(cell_as<sync::lock_cell>(entry), gpu_page_of(row, entry),
                                       entry.cell, dead_slot, lock_facts_of(entry));
       if (done.repair.status == sync::repair_status::corrupt) {
         mark_corrupt(id, row, entry, done.repair.broken_rule);
@@ -425,12 +467,12 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
 
 void sync_book::break_party(object_id id, const object_row& row, cell_entry& entry,
                             std::uint32_t party) {
-  auto& cell = cell_as<sync::counter_cell>(entry.cell);
+  auto& cell = cell_as<sync::counter_cell>(entry);
   if (const char* rule = sync::check_counter_cell(cell, counter_facts_of(row, entry))) {
     mark_corrupt(id, row, entry, rule);
   }
   // Breaking is safe on any words: it sets a flag, wakes, and moves the party's own count.
-  sync::break_party(cell, page_for(load(cell.domain)), entry.cell, party);
+  sync::break_party(cell, signal_page_for(entry, load(cell.domain)), entry.cell, party);
 }
 
 void sync_book::reset(client_id client, const proto::sync_reset_request& request) {
@@ -448,7 +490,7 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
   signal_page* page = gpu_page_of(row, entry);
   const char* rewritten_because = entry.corrupt_rule;
   if (row.kind == object_kind::lock) {
-    auto& cell = cell_as<sync::lock_cell>(entry.cell);
+    auto& cell = cell_as<sync::lock_cell>(entry);
     const auto new_epoch = static_cast<std::uint16_t>(entry.epoch + 1);
     if (rewritten_because != nullptr) {
       sync::rewrite(cell, page, entry.cell, new_epoch);
@@ -476,7 +518,7 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
                           fmt::format("{} '{}': {} parties cannot hold the {} attached",
                                       kind_name(row.kind), name, parties, highest_taken));
     }
-    auto& cell = cell_as<sync::counter_cell>(entry.cell);
+    auto& cell = cell_as<sync::counter_cell>(entry);
     if (rewritten_because == nullptr) rewritten_because = check(row, entry);
     entry.parties = parties;
     entry.party_clients.resize(parties, 0);
@@ -513,12 +555,12 @@ proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
         proto::sync_record record{};
         record.sync_id = id;
         record.kind = wire_kind(row.kind);
-        record.cell = entry.cell;
+        record.cell = sync::cell_id(entry.page, entry.cell);
         record.parties = entry.parties;
         (void)proto::make_wire_name(row.name, record.name);
         record.domain = domain_word(row, entry);
         if (row.kind == object_kind::lock) {
-          auto& cell = cell_as<sync::lock_cell>(entry.cell);
+          auto& cell = cell_as<sync::lock_cell>(entry);
           const auto word = sync::lock_word::decode(
               std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
           record.attached = static_cast<std::uint32_t>(row.holders.size());
@@ -528,7 +570,7 @@ proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
           record.owner_deaths = load(cell.owner_deaths);
           record.epoch = word.epoch;
         } else {
-          const auto& cell = cell_as<sync::counter_cell>(entry.cell);
+          const auto& cell = cell_as<sync::counter_cell>(entry);
           record.attached = static_cast<std::uint32_t>(
               std::count_if(entry.party_clients.begin(), entry.party_clients.end(),
                             [](client_id each) { return each != 0; }));

@@ -3,17 +3,24 @@
 /// @brief daemon/sync/: locks, barriers and channels, as the daemon keeps them.
 ///
 /// Clients change the words of the shared pages themselves; the daemon hands out what they
-/// need (the host page, a client slot, one cell per named object, a party of a barrier, each
-/// device's signal page) and repairs after a death: the sync book keeps, beside each object's
-/// ledger row, its cell and parties, and calls the objects' protocols (gpumem/shared/sync/) to
-/// clean up. A lock's whole protocol lives in gpumem/shared/sync/lock.hpp.
+/// need (a client slot, one cell per named object, the pages of those cells, a party of a
+/// barrier, each page's signal page on a device) and repairs after a death: the sync book
+/// keeps, beside each object's ledger row, its page, cell and parties, and calls the objects'
+/// protocols (gpumem/shared/sync/) to clean up. A lock's whole protocol lives in
+/// gpumem/shared/sync/lock.hpp.
+///
+/// Each access class has a page of its own (sync/sync_page.hpp), made with the first object of
+/// the class or the first client whose own objects it holds, and freed when neither is left.
+/// A client is given a page, or its signal pages, only if it may use the objects of the page's
+/// class, so a tenant can corrupt only objects it may use. Client slots name clients on every
+/// page and stay global.
 ///
 /// The daemon never trusts or waits on the shared pages: every repair checks the cell against
 /// what the book knows (epoch, parties, slots) and is bounded. A cell found corrupt is marked
 /// here, where no client can write: opening it is refused (not_recoverable) until an operator's
 /// reset rewrites it from scratch. A lock left owner-died, not recoverable or corrupt keeps its
 /// name and cell with nobody holding it, until a reset, until it is made consistent and closed,
-/// or until its cell is the last one a new object can get.
+/// or until its cell is the last one of its page that a new object can get.
 /// May include: proto/ and shared/ headers, daemon/ledger/, daemon/request_error.hpp. Not:
 /// daemon/net/, daemon/memory/, daemon/handlers/.
 
@@ -25,16 +32,14 @@
 #include <vector>
 
 #include "gpumem/proto/messages.hpp"
-#include "gpumem/shared/os/mapping.hpp"
-#include "gpumem/shared/os/memfd.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
 #include "gpumem/shared/sync/host_lock.hpp"
 #include "gpumem/shared/sync/layout.hpp"
-#include "gpumem/shared/unique_fd.hpp"
 #include "ledger/ledger.hpp"
 #include "policy/access_policy.hpp"
 #include "policy/quota_policy.hpp"
 #include "sync/signal_page.hpp"
+#include "sync/sync_page.hpp"
 
 namespace gpumem::daemon {
 
@@ -46,10 +51,15 @@ class sync_book {
   sync_book(const sync_book&) = delete;
   sync_book& operator=(const sync_book&) = delete;
 
-  /// @return the client's slot, the same on every call.
+  struct attachment {
+    std::uint16_t slot;
+    const sync_page& own_page;  ///< where the objects it makes with the default mode go
+  };
+  /// @return the client's slot and own page, the same on every call.
   /// @throws request_error(out_of_memory) when every slot is taken.
-  std::uint16_t attach(client_id client);
-  int host_page_fd() const noexcept { return page_fd_.get(); }
+  attachment attach(client_id client);
+  /// @throws request_error(not_found) unless @p client may use the objects of the page.
+  const sync_page& page_for(client_id client, std::uint32_t page_id) const;
   /// @throws request_error: bad_message before attach, invalid_argument for a party count
   /// that differs from the existing object's, no_party_left, out_of_memory.
   proto::sync_open_reply open(client_id client, const proto::sync_open_request& request);
@@ -59,8 +69,9 @@ class sync_book {
   void reset(client_id client, const proto::sync_reset_request& request);
   /// @brief A page of what @p asker may see (access_policy::may_see).
   proto::sync_list_reply list(client_id asker, object_id after) const;
-  /// @throws request_error(not_supported) without CUDA, no_such_device.
-  const signal_page& signal_page_of(std::int32_t device);
+  /// @brief The signal page of page @p page_id on @p device, made on first use.
+  /// @throws request_error(not_found) as page_for(), not_supported without CUDA, no_such_device.
+  const signal_page& signal_page_of(client_id client, std::uint32_t page_id, std::int32_t device);
 
   /// @brief The ledger took every reference of the dead (or departed) @p client off @p id:
   /// hands its locks on (owner died), breaks barriers and channels it was a party of, and
@@ -76,7 +87,8 @@ class sync_book {
 
  private:
   struct cell_entry {
-    std::uint32_t cell;
+    std::uint32_t page;
+    std::uint32_t cell;  ///< its index on the page
     std::uint32_t parties = 0;
     std::vector<client_id> party_clients;  ///< party -> client; 0 when free
     std::uint32_t epoch = 0;               ///< the cell's epoch: only a reset moves it
@@ -86,6 +98,7 @@ class sync_book {
   struct attached_client {
     std::uint16_t slot;
     pid_t pid;
+    std::uint32_t own_page;
   };
   struct pending_reclaim {
     std::uint16_t slot;
@@ -94,10 +107,14 @@ class sync_book {
   };
 
   template <class Cell>
-  Cell& cell_as(std::uint32_t cell) const noexcept {
-    return *reinterpret_cast<Cell*>(page_ + cell * sync::kCellSize);
+  Cell& cell_as(const cell_entry& entry) const noexcept {
+    return *reinterpret_cast<Cell*>(pages_.at(entry.page)->cell(entry.cell));
   }
-  std::uint32_t take_cell(object_id id);
+  /// The page of @p tenant, made if there is none.
+  sync_page& page_of_class(const sync_class& tenant);
+  void free_page_if_unused(std::uint32_t page_id) noexcept;
+  /// @throws request_error(out_of_memory) naming the class when its page is full.
+  std::uint32_t take_cell(object_id id, sync_page& page);
   std::uint32_t take_party(cell_entry& entry, const object_row& row, client_id client,
                            proto::sync_role role);
   /// @return in_flight while a hand-off is in flight; a corrupt cell is marked.
@@ -115,11 +132,11 @@ class sync_book {
                     const char* rule) noexcept;
   /// Whether a lock nobody holds has a state worth keeping its name for.
   bool worth_keeping(const object_row& row, const cell_entry& entry) noexcept;
-  /// Frees the cell of the oldest kept lock; false when there is none.
-  bool evict_kept() noexcept;
+  /// Frees the cell of the oldest kept lock on @p page_id; false when there is none.
+  bool evict_kept(std::uint32_t page_id) noexcept;
   /// The signal page a stream or device object's words are on; nullptr for host objects and
   /// for devices whose page was never made.
-  signal_page* page_for(std::uint32_t domain_word) noexcept;
+  signal_page* signal_page_for(const cell_entry& entry, std::uint32_t domain_word) noexcept;
   signal_page* gpu_page_of(const object_row& row, const cell_entry& entry) noexcept;
   std::uint32_t domain_word(const object_row& row, const cell_entry& entry) const noexcept;
   /// Frees the object once nobody holds it and nothing of it is pending, unless it is a lock
@@ -132,13 +149,9 @@ class sync_book {
   const access_policy& access_;
   const quota_policy& quotas_;
   signal_page_maker make_signal_page_;
-  std::map<std::int32_t, std::unique_ptr<signal_page>> signal_pages_;
-  unique_fd page_fd_;
-  os::mapping page_mapping_;
-  std::byte* page_;
+  std::map<std::uint32_t, std::unique_ptr<sync_page>> pages_;
+  std::map<sync_class, std::uint32_t> page_ids_;
   std::map<object_id, cell_entry> objects_;
-  std::vector<object_id> cell_objects_ = std::vector<object_id>(sync::kCellCount, 0);
-  std::uint32_t next_cell_ = 0;
   std::map<client_id, attached_client> attached_;
   sync::slot_set slot_taken_;
   std::vector<pending_reclaim> pending_;

@@ -172,8 +172,7 @@ bool is_known_kind(sync_kind kind) noexcept {
 }  // namespace
 
 std::error_code validate(const sync_attach_reply& m) noexcept {
-  return m.slot != 0 && m.cell_size != 0 && m.cell_count != 0 && m.reserved == 0 ? std::error_code{}
-                                                                                 : bad();
+  return m.slot != 0 && m.cell_size != 0 && m.cell_count != 0 ? std::error_code{} : bad();
 }
 
 std::error_code validate(const sync_open_request& m) noexcept {
@@ -192,7 +191,7 @@ std::error_code validate(const sync_open_request& m) noexcept {
 }
 
 std::error_code validate(const sync_open_reply& m) noexcept {
-  return m.reserved == 0 && (m.parties == 0 || m.party < m.parties) ? std::error_code{} : bad();
+  return m.parties == 0 || m.party < m.parties ? std::error_code{} : bad();
 }
 
 std::error_code validate(const sync_close_request&) noexcept {
@@ -210,12 +209,19 @@ std::error_code validate(const sync_record& m) noexcept {
 }
 
 std::error_code validate(const signal_page_request& m) noexcept {
-  if (m.reserved != 0) return bad();
   return m.device >= 0 ? std::error_code{} : make_error_code(errc::no_such_device);
 }
 
 std::error_code validate(const signal_page_reply& m) noexcept {
   return m.size != 0 && m.device >= 0 && m.cell_size != 0 ? std::error_code{} : bad();
+}
+
+std::error_code validate(const sync_page_request& m) noexcept {
+  return m.reserved == 0 ? std::error_code{} : bad();
+}
+
+std::error_code validate(const sync_page_reply& m) noexcept {
+  return m.cell_size != 0 && m.cell_count != 0 && m.reserved == 0 ? std::error_code{} : bad();
 }
 
 error_reply make_error_reply(errc code, std::string_view text) noexcept {

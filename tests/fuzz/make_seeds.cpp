@@ -129,6 +129,10 @@ void fill(signal_page_request&) {}
 void fill(signal_page_reply& m) {
   m = {4096, 0, 64};
 }
+void fill(sync_page_request&) {}
+void fill(sync_page_reply& m) {
+  m = {0, 64, 1024, 0};
+}
 
 template <class T>
 T sample() {
@@ -181,7 +185,7 @@ void codec_seeds(corpus& out) {
 
 bool is_sync_request(message_type type) {
   return type == message_type::open_sync || type == message_type::close_sync ||
-         type == message_type::reset_sync;
+         type == message_type::reset_sync || type == message_type::get_sync_page;
 }
 
 struct script : script_writer {

@@ -68,6 +68,8 @@ std::error_code validate(const sync_reset_request&) noexcept;
 std::error_code validate(const sync_record&) noexcept;
 std::error_code validate(const signal_page_request&) noexcept;
 std::error_code validate(const signal_page_reply&) noexcept;
+std::error_code validate(const sync_page_request&) noexcept;
+std::error_code validate(const sync_page_reply&) noexcept;
 std::error_code validate(const usage_record&) noexcept;
 
 /// @brief Builds an error payload; the text is cut to fit and unprintable bytes become '?'.

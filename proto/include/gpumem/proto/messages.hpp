@@ -259,12 +259,17 @@ enum class sync_kind : std::uint32_t { lock = 1, barrier = 2, channel = 3 };
 /// Which party of a channel: its producer (party 0) or one of its consumers.
 enum class sync_role : std::uint32_t { party = 0, producer = 1, consumer = 2 };
 
-/// Sent with one fd: the host page (a sealed memfd of cell_size * cell_count bytes).
+/// Sync state lives on pages, one per access class (owner uid, and the group or others when the
+/// mode lets them use the object): a client gets only pages of classes whose objects it may use.
+/// A cell is named across pages by its id, page * cell_count + its index on the page.
+///
+/// Sent with one fd: the page of this client's own objects, those it makes with the daemon's
+/// default mode (a sealed memfd of cell_size * cell_count bytes), kept while it is attached.
 struct sync_attach_reply {
-  std::uint32_t slot;  ///< this client's number in lock words and queue entries
+  std::uint32_t slot;  ///< this client's number in lock words and queue entries, on every page
   std::uint32_t cell_size;
   std::uint32_t cell_count;
-  std::uint32_t reserved;
+  std::uint32_t page;  ///< the id of the page sent
 };
 static_assert(sizeof(sync_attach_reply) == 16);
 
@@ -278,15 +283,15 @@ struct sync_open_request {
 static_assert(sizeof(sync_open_request) == 80);
 
 struct sync_open_reply {
-  std::uint32_t cell;
+  std::uint32_t cell;   ///< the cell's id: page * cell_count + its index on the page
   std::uint32_t party;  ///< this opener's counter (barriers, channels)
   std::uint32_t parties;
-  std::uint32_t reserved;
+  std::uint32_t page;  ///< the page the cell is on: get_sync_page maps it
 };
 static_assert(sizeof(sync_open_reply) == 16);
 
 struct sync_close_request {
-  std::uint32_t cell;
+  std::uint32_t cell;  ///< the cell's id, as open_sync gave it
   std::uint32_t party;
 };
 static_assert(sizeof(sync_close_request) == 8);
@@ -306,7 +311,7 @@ struct sync_record {
 
   std::uint64_t sync_id;
   sync_kind kind;
-  std::uint32_t cell;
+  std::uint32_t cell;       ///< the cell's id (page * cell_count + index)
   std::uint32_t domain;     ///< gpumem::sync::domain
   std::uint32_t parties;    ///< barriers and channels
   std::uint32_t attached;   ///< clients holding it open (lock) or parties taken
@@ -319,19 +324,37 @@ struct sync_record {
 };
 static_assert(sizeof(sync_record) == 112);
 
+/// The signal page of one (host) page on one device: its cells have the host page's indices.
 struct signal_page_request {
   std::int32_t device;
-  std::uint32_t reserved;
+  std::uint32_t page;
 };
 static_assert(sizeof(signal_page_request) == 8);
 
-/// Sent with one fd: the VMM chunk of the device's signal page.
+/// Sent with one fd: the VMM chunk of the signal page.
 struct signal_page_reply {
   std::uint64_t size;
   std::int32_t device;
   std::uint32_t cell_size;
 };
 static_assert(sizeof(signal_page_reply) == 16);
+
+/// A page other than the one attach_sync sent: answered not_found unless the client may use
+/// the objects of the page's class.
+struct sync_page_request {
+  std::uint32_t page;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(sync_page_request) == 8);
+
+/// Sent with one fd: the page, as attach_sync sends its own.
+struct sync_page_reply {
+  std::uint32_t page;
+  std::uint32_t cell_size;
+  std::uint32_t cell_count;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(sync_page_reply) == 16);
 
 /// What one uid owns and the quota it is held to; kNoLimit where no quota applies.
 inline constexpr std::uint64_t kNoLimit = ~std::uint64_t{0};
@@ -370,28 +393,29 @@ using usage_list_reply = list_payload<list_head, usage_record>;
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
 
 // X(name, id, request payload, reply payload, reply fd count, what it is for)
-#define GPUMEM_MESSAGE_TABLE(X)                                                               \
-  X(hello, 1, hello_request, hello_reply, 0, "open a session")                                \
-  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                      \
-  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")        \
-  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")               \
-  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                    \
-  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                 \
-  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                    \
-  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                 \
-  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")          \
-  X(reserve, 10, reserve_request, reservation_reply, 0, "make a VMM reservation")             \
-  X(open_reservation, 11, open_request, reservation_reply, 0, "open a named reservation")     \
-  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")       \
-  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")     \
-  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one")  \
-  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")      \
-  X(attach_sync, 16, empty_payload, sync_attach_reply, 1, "the lock and barrier page")        \
-  X(open_sync, 17, sync_open_request, sync_open_reply, 0, "open a lock, barrier, channel")    \
-  X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                    \
-  X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")            \
-  X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")          \
-  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a device's signal page") \
+#define GPUMEM_MESSAGE_TABLE(X)                                                              \
+  X(hello, 1, hello_request, hello_reply, 0, "open a session")                               \
+  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                     \
+  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")       \
+  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")              \
+  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                   \
+  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                \
+  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                   \
+  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                \
+  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")         \
+  X(reserve, 10, reserve_request, reservation_reply, 0, "make a VMM reservation")            \
+  X(open_reservation, 11, open_request, reservation_reply, 0, "open a named reservation")    \
+  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")      \
+  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")    \
+  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one") \
+  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")     \
+  X(attach_sync, 16, empty_payload, sync_attach_reply, 1, "the lock and barrier page")       \
+  X(open_sync, 17, sync_open_request, sync_open_reply, 0, "open a lock, barrier, channel")   \
+  X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                   \
+  X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")           \
+  X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")         \
+  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a page's signal page")  \
+  X(get_sync_page, 22, sync_page_request, sync_page_reply, 1, "a lock and barrier page")     \
   X(list_usage, 30, list_request, usage_list_reply, 0, "use and quotas per uid")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;

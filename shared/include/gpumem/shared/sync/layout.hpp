@@ -3,10 +3,12 @@
 /// @brief The layout of the pages that hold lock and barrier state, shared by the daemon, every
 /// client, and (for the signal page) kernels.
 ///
-/// The host page is one memfd mapped by the daemon and by each client that uses a lock or a
-/// barrier: an array of cells, one per named object, whose words clients change with atomics
-/// and sleep on with futexes. The signal page is one 2 MiB VMM chunk per device holding the
-/// words that streams (cuStreamWaitValue32) and kernels use; its cells have the same indices.
+/// A host page is a memfd mapped by the daemon and by each client that uses a lock or a
+/// barrier of its access class (the daemon keeps one page per class, so that a client can
+/// write only cells of objects it may use): an array of cells, one per named object, whose
+/// words clients change with atomics and sleep on with futexes. A signal page is a 2 MiB VMM
+/// chunk per host page and device holding the words that streams (cuStreamWaitValue32) and
+/// kernels use; its cells have the host page's indices.
 
 #include <bitset>
 #include <cstddef>
@@ -17,6 +19,19 @@ namespace gpumem::sync {
 inline constexpr std::size_t kCellSize = 4096;
 inline constexpr std::uint32_t kCellCount = 1024;
 inline constexpr std::size_t kHostPageSize = kCellSize * kCellCount;
+
+/// A cell's id names it across pages (on the wire: open, close, lists).
+constexpr std::uint32_t cell_id(std::uint32_t page, std::uint32_t index) noexcept {
+  return page * kCellCount + index;
+}
+constexpr std::uint32_t page_of_cell(std::uint32_t id) noexcept {
+  return id / kCellCount;
+}
+constexpr std::uint32_t index_of_cell(std::uint32_t id) noexcept {
+  return id % kCellCount;
+}
+/// Page ids for which every cell id fits in 32 bits.
+inline constexpr std::uint32_t kMaxPages = 0xffffffffu / kCellCount;
 
 /// Client slots are 12 bits in a lock word; 0 means nobody.
 inline constexpr std::uint32_t kMaxSlots = 4095;

@@ -1,0 +1,92 @@
+#pragma once
+/// @file
+/// @brief One lock and barrier page of the daemon: the host page of one access class, which
+/// of its cells hold which object, and the signal pages made for it on devices.
+///
+/// An access class is what decides who may use an object (open it read-write): its owner uid,
+/// and, when its mode lets anyone else use it, its owner gid and whether the group's and the
+/// others' bits do. Objects of one class have the same users, so a client that is given the
+/// pages of the objects it may use can write no cell of an object it may not use.
+
+#include <sys/types.h>
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpumem/shared/os/mapping.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+#include "ledger/ledger.hpp"
+#include "sync/signal_page.hpp"
+
+namespace gpumem::daemon {
+
+struct sync_class {
+  uid_t owner;
+  std::optional<gid_t> group;  ///< set when anyone but the owner may use the objects
+  bool group_uses;
+  bool others_use;
+
+  auto operator<=>(const sync_class&) const = default;
+
+  static sync_class of(uid_t owner, gid_t group, mode_t mode) noexcept;
+  /// @brief A row that gives its users what every object of the class gives them, to ask
+  /// access_policy about.
+  object_row sample() const;
+  /// "uid 1000, mode 0600" (the mode of its sample) for messages.
+  std::string describe() const;
+};
+
+class sync_page {
+ public:
+  /// @throws std::system_error when the memfd cannot be made or mapped.
+  sync_page(std::uint32_t id, sync_class tenant);
+  sync_page(const sync_page&) = delete;
+  sync_page& operator=(const sync_page&) = delete;
+
+  std::uint32_t id() const noexcept { return id_; }
+  const sync_class& tenant() const noexcept { return tenant_; }
+  int fd() const noexcept { return fd_.get(); }
+  std::byte* cell(std::uint32_t index) const noexcept;
+
+  /// @return a free cell, zeroed, now @p object's; nullopt when every cell is taken.
+  std::optional<std::uint32_t> take_cell(object_id object) noexcept;
+  void free_cell(std::uint32_t index) noexcept;
+  /// @return the object in cell @p index, 0 when free or out of range.
+  object_id object_in(std::uint32_t index) const noexcept;
+
+  /// Clients attached with this page as their own (attach_sync sent it).
+  void attach() noexcept { ++attached_; }
+  void detach() noexcept { --attached_; }
+
+  /// @return the signal page made on @p device, nullptr when none was.
+  signal_page* signal_page_on(std::int32_t device) const noexcept;
+  /// @throws request_error from @p make.
+  const signal_page& make_signal_page(std::int32_t device, const signal_page_maker& make);
+
+  /// Whether the page can go. Never once it has a signal page: a repair queued on that page's
+  /// stream may still wait for a word of it, and unmapping device memory under a pending stream
+  /// operation faults the daemon's context on the device; the daemon cannot cancel the wait.
+  /// Such a page stays, empty, for its class.
+  bool unused() const noexcept {
+    return cells_used_ == 0 && attached_ == 0 && signal_pages_.empty();
+  }
+
+ private:
+  std::uint32_t id_;
+  sync_class tenant_;
+  unique_fd fd_;
+  os::mapping mapping_;
+  std::vector<object_id> cell_objects_;
+  std::uint32_t next_cell_ = 0;
+  std::uint32_t cells_used_ = 0;
+  unsigned attached_ = 0;
+  std::map<std::int32_t, std::unique_ptr<signal_page>> signal_pages_;
+};
+
+}  // namespace gpumem::daemon
