@@ -529,6 +529,12 @@ TEST_F(Tenants, ModesDecideWhoOpensAndWhichDescriptorTheyGet) {
   EXPECT_EQ(code_of([&] { book.memory.pool_for(colleague, own.pool_id); }), errc::not_found);
 }
 
+TEST_F(Tenants, AModeThatGivesOthersWhatItRefusesTheGroupKeepsTheGroupOut) {
+  const auto made = book.memory.allocate(owner, request(4096, "not-the-group", 0606));
+  EXPECT_EQ(code_of([&] { book.memory.pool_for(colleague, made.pool_id); }), errc::not_found);
+  EXPECT_EQ(code_of([&] { book.memory.pool_for(stranger, made.pool_id); }), errc::ok);
+}
+
 TEST_F(Tenants, ListsShowWhatTheAskerMaySee) {
   book.memory.allocate(owner, request(4096, "mine"));
   book.memory.allocate(owner, request(4096, "ours", 0640));

@@ -51,8 +51,10 @@ memory_book::memory_book(ledger& rows, const access_policy& access, const quota_
 }
 
 memory_book::access_class memory_book::class_of(uid_t owner, gid_t group, mode_t mode) noexcept {
+  // The group counts whenever others get anything: a group member gets the group's bits, not
+  // the others', so 0606 refuses the group what it gives everyone else.
   const mode_t shared = mode & 0066;
-  return {owner, (shared & 0060) != 0 ? std::optional<gid_t>(group) : std::nullopt, shared};
+  return {owner, shared != 0 ? std::optional<gid_t>(group) : std::nullopt, shared};
 }
 
 memory_book::pool_family& memory_book::choose_family(const proto::allocate_request& request) {

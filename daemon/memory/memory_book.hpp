@@ -10,8 +10,8 @@
 ///
 /// Tenants: whoever holds a pool's descriptor can reach every allocation in it (a host pool is
 /// one memfd; a CUDA pool's pointer export data can be forged), so each configured pool has one
-/// instance per access class: objects of one owner uid with the same mode (and group, when its
-/// group bits give access) share an instance, and a client gets an instance's descriptor only if
+/// instance per access class: objects of one owner uid with the same mode (and group, when the
+/// mode shares anything) share an instance, and a client gets an instance's descriptor only if
 /// the policy lets it open what the instance holds (read-only descriptors for readers of host
 /// pools). The configured size bounds the sum of a pool's instances.
 /// May include: proto/ and shared/ headers, daemon/config/, daemon/ledger/, daemon/policy/,
@@ -100,8 +100,8 @@ class memory_book {
     pool* home;
     placement where;
   };
-  /// Who may reach an instance: one owner uid, its group when the mode's group bits give
-  /// access, and the mode's group and other bits.
+  /// Who may reach an instance: one owner uid, its group when the mode shares anything, and
+  /// the mode's group and other bits.
   struct access_class {
     uid_t owner;
     std::optional<gid_t> group;
