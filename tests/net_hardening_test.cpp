@@ -289,6 +289,10 @@ TEST(NetHardening, APipelinedFloodOfListRequestsIsHeldBackNotBuffered) {
 }
 
 TEST(NetHardening, AnIdleConnectionCostsLittleMemory) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator pads every block: the bound holds for the normal "
+                  "build, where this test runs";
+#endif
   daemon_process daemon;
   auto steady = daemon.connect();
   ASSERT_TRUE(wait_for_clients(steady, 1));
