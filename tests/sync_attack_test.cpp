@@ -26,6 +26,7 @@
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/sync/layout.hpp"
 #include "support/daemon_process.hpp"
+#include "support/raw_client.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -39,81 +40,43 @@ constexpr auto kAnswerBound = 100ms;
 enum class target { lock, barrier };
 enum class afterwards { ask_for_reset, get_killed };
 
-/// The protocol by hand: one request, its reply and the descriptors that came with it.
-class raw_client {
- public:
-  explicit raw_client(const std::string& path)
-      : socket_(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::memcpy(address.sun_path, path.c_str(), path.size());
-    if (::connect(socket_.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-      ::_exit(10);
-    }
-    call<proto::hello_reply>(proto::message_type::hello,
-                             proto::hello_request{proto::kProtocolVersion, 0, {}});
+/// A request that must succeed: a forked child has nobody to tell of a failure but its exit
+/// status.
+template <class Reply, class Request>
+raw_answer<Reply> must(raw_client& raw, proto::message_type type, const Request& request) {
+  raw_answer<Reply> answer = raw.call<Reply>(type, request);
+  if (answer.code != proto::errc::ok) ::_exit(11);
+  return answer;
+}
+
+/// A connection that said hello, or the end of the forked child.
+raw_client greeted(const std::string& path) {
+  try {
+    raw_client raw(path);
+    if (raw.hello().code != proto::errc::ok) ::_exit(10);
+    return raw;
+  } catch (const std::exception&) {
+    ::_exit(10);
   }
-
-  template <class Reply, class Request>
-  Reply call(proto::message_type type, const Request& request) {
-    Reply decoded{};
-    if (exchange(type, request, decoded) != proto::errc::ok) ::_exit(11);
-    return decoded;
-  }
-
-  /// @return ok with the reply in @p decoded, or the code of the daemon's refusal.
-  template <class Reply, class Request>
-  proto::errc exchange(proto::message_type type, const Request& request, Reply& decoded) {
-    std::vector<std::byte> frame;
-    proto::append_frame(frame, static_cast<std::uint16_t>(type), next_id_++, request);
-    std::error_code error;
-    send_with_fds(socket_.get(), frame, {}, error);
-    for (;;) {
-      proto::frame_view reply;
-      if (proto::parse_frame(in_, reply, error) == proto::parse_status::complete) {
-        proto::errc result = proto::errc::ok;
-        proto::error_reply refusal{};
-        if (reply.head.type == static_cast<std::uint16_t>(proto::message_type::error) &&
-            !proto::decode_payload(reply.payload, refusal)) {
-          result = static_cast<proto::errc>(refusal.code);
-        } else if (reply.head.type != proto::reply_type(type) ||
-                   proto::decode_payload(reply.payload, decoded)) {
-          ::_exit(11);
-        }
-        in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(reply.frame_size()));
-        return result;
-      }
-      std::byte chunk[4096];
-      const std::size_t got = recv_with_fds(socket_.get(), chunk, fds, error);
-      if (error || got == 0) ::_exit(12);
-      in_.insert(in_.end(), chunk, chunk + got);
-    }
-  }
-
-  std::vector<unique_fd> fds;
-
- private:
-  unique_fd socket_;
-  std::uint32_t next_id_ = 1;
-  std::vector<std::byte> in_;
-};
+}
 
 /// The forked attacker: opens @p name, writes into its cell what no lock or barrier leaves
 /// there, tells @p report, then asks for a reset (and reports the answer) or waits to die.
 [[noreturn]] void attack(const std::string& socket_path, const std::string& name, target what,
                          afterwards then, int report) {
-  raw_client raw(socket_path);
-  const auto attached =
-      raw.call<proto::sync_attach_reply>(proto::message_type::attach_sync, proto::empty_payload{});
+  raw_client raw = greeted(socket_path);
+  const auto attach =
+      must<proto::sync_attach_reply>(raw, proto::message_type::attach_sync, proto::empty_payload{});
+  const proto::sync_attach_reply& attached = attach.reply;
   proto::sync_open_request open{};
   (void)proto::make_wire_name(name, open.name);
   open.kind = what == target::lock ? proto::sync_kind::lock : proto::sync_kind::barrier;
   open.parties = what == target::lock ? 0 : 2;
-  const auto opened = raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+  const auto opened = must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open).reply;
   // Made with the default mode, it is on the page attach_sync sent.
   if (opened.page != attached.page) ::_exit(15);
   void* page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
-                      raw.fds.at(0).get(), 0);
+                      attach.fds.at(0).get(), 0);
   if (page == MAP_FAILED) ::_exit(13);
   std::byte* cell =
       static_cast<std::byte*>(page) + sync::index_of_cell(opened.cell) * sync::kCellSize;
@@ -134,7 +97,7 @@ class raw_client {
   if (then == afterwards::ask_for_reset) {
     proto::sync_reset_request reset{};
     (void)proto::make_wire_name(name, reset.name);
-    raw.call<proto::empty_payload>(proto::message_type::reset_sync, reset);
+    must<proto::empty_payload>(raw, proto::message_type::reset_sync, reset);
   }
   const char done = 'x';
   if (::write(report, &done, 1) != 1) ::_exit(14);
@@ -308,30 +271,32 @@ constexpr const char* kOtherUsersVerdicts =
   const auto say = [report](char verdict) { say_and_wait(report, verdict); };
   constexpr uid_t kNobody = 65534;
   if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) say('u');
-  raw_client raw(socket_path);
-  const auto attached =
-      raw.call<proto::sync_attach_reply>(proto::message_type::attach_sync, proto::empty_payload{});
-  const unique_fd own_page = std::move(raw.fds.at(0));
-  raw.fds.clear();
+  raw_client raw = greeted(socket_path);
+  auto attach =
+      must<proto::sync_attach_reply>(raw, proto::message_type::attach_sync, proto::empty_payload{});
+  const proto::sync_attach_reply& attached = attach.reply;
+  const unique_fd own_page = std::move(attach.fds.at(0));
   proto::sync_open_request open{};
   open.kind = proto::sync_kind::lock;
   (void)proto::make_wire_name("others.private", open.name);
-  const auto private_lock = raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+  const auto private_lock =
+      must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open).reply;
   if (private_lock.page != attached.page) say('o');
   (void)proto::make_wire_name(shared_lock, open.name);
-  const auto shared = raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+  const auto shared = must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open).reply;
   constexpr std::uint32_t kGuessedPages = 64;
   for (std::uint32_t page = 0; page < kGuessedPages; ++page) {
     const bool may_use = page == attached.page || page == shared.page;
-    proto::sync_page_reply host{};
     const proto::errc host_answer =
-        raw.exchange(proto::message_type::get_sync_page, proto::sync_page_request{page, 0}, host);
+        raw.call<proto::sync_page_reply>(proto::message_type::get_sync_page,
+                                         proto::sync_page_request{page, 0})
+            .code;
     if (host_answer != (may_use ? proto::errc::ok : proto::errc::not_found)) say('p');
-    proto::signal_page_reply signal{};
-    const proto::errc signal_answer = raw.exchange(proto::message_type::get_signal_page,
-                                                   proto::signal_page_request{0, page}, signal);
+    const proto::errc signal_answer =
+        raw.call<proto::signal_page_reply>(proto::message_type::get_signal_page,
+                                           proto::signal_page_request{0, page})
+            .code;
     if (!may_use && signal_answer != proto::errc::not_found) say('s');
-    raw.fds.clear();
   }
   void* page =
       ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, own_page.get(), 0);
@@ -387,14 +352,14 @@ TEST(SyncLifetime, AClosedConnectionsHostMemoryIsLetGoAtOnceAndItsLockWhenItsPro
   constexpr std::uint64_t kBytes = 64 << 20;
   forked_child leaver([&](int report) {
     {
-      raw_client raw(daemon.socket_path());
-      raw.call<proto::allocation_reply>(proto::message_type::allocate,
-                                        proto::allocate_request{kBytes, kHost, 0, {}, {}});
-      raw.call<proto::sync_attach_reply>(proto::message_type::attach_sync, proto::empty_payload{});
+      raw_client raw = greeted(daemon.socket_path());
+      must<proto::allocation_reply>(raw, proto::message_type::allocate,
+                                    proto::allocate_request{kBytes, kHost, 0, {}, {}});
+      must<proto::sync_attach_reply>(raw, proto::message_type::attach_sync, proto::empty_payload{});
       proto::sync_open_request open{};
       (void)proto::make_wire_name("left.open", open.name);
       open.kind = proto::sync_kind::lock;
-      raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+      must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open);
     }  // the connection closes; the process lives on
     const char done = 'x';
     if (::write(report, &done, 1) != 1) ::_exit(14);
