@@ -3,10 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <string>
-#include <system_error>
-
 #include "gpumem/shared/os/memfd.hpp"
 
 namespace gpumem::daemon {
@@ -15,21 +11,12 @@ namespace {
 std::uint64_t page_size() {
   return static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
-
-unique_fd reopen_read_only(int fd) {
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  unique_fd reopened(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!reopened) {
-    throw std::system_error(errno, std::generic_category(), "reopening a pool read-only");
-  }
-  return reopened;
-}
 }  // namespace
 
 host_pool::host_pool(std::uint32_t id, pool_config config)
     : pool(id, std::move(config)),
       memfd_(os::make_sealed_memfd("gpumemd:" + this->config().name, this->config().size)),
-      read_only_(reopen_read_only(memfd_.get())),
+      read_only_(os::reopen_read_only(memfd_.get())),
       ranges_(this->config().size, page_size()) {}
 
 std::optional<placement> host_pool::do_allocate(std::uint64_t size) {

@@ -38,7 +38,7 @@ memory_book::memory_book(ledger& rows, const access_policy& access, const quota_
       make_reservation_(std::move(make_reservation)) {
   // The daemon's own instance of each pool is made now, so that a pool the machine cannot
   // make stops the start with the pool's name instead of failing its first allocation.
-  const access_class daemons = class_of(::geteuid(), ::getegid(), 0600);
+  const access_class daemons = access_class::for_memory(::geteuid(), ::getegid(), 0600);
   families_.reserve(config.pools.size());
   for (const pool_config& each : config.pools) {
     families_.push_back({each, {}, 0});
@@ -48,13 +48,6 @@ memory_book::memory_book(ledger& rows, const access_policy& access, const quota_
       throw config_error("pool '" + each.name + "': " + error.what());
     }
   }
-}
-
-memory_book::access_class memory_book::class_of(uid_t owner, gid_t group, mode_t mode) noexcept {
-  // The group counts whenever others get anything: a group member gets the group's bits, not
-  // the others', so 0606 refuses the group what it gives everyone else.
-  const mode_t shared = mode & 0066;
-  return {owner, shared != 0 ? std::optional<gid_t>(group) : std::nullopt, shared};
 }
 
 memory_book::pool_family& memory_book::choose_family(const proto::allocate_request& request) {
@@ -131,7 +124,7 @@ proto::allocation_reply memory_book::allocate(client_id client,
   quotas_.check(rows_, client, charge::memory(request.device, request.size));
   const credentials& who = rows_.client(client).who;
   const mode_t mode = access_.mode_for(request.flags);
-  pool& home = instance(family, class_of(who.uid, who.gid, mode), request.size);
+  pool& home = instance(family, access_class::for_memory(who.uid, who.gid, mode), request.size);
   const placement where = home.allocate(request.size);
   family.bytes_in_use += request.size;
   object_id id = 0;
@@ -279,10 +272,7 @@ std::pair<const pool*, int> memory_book::pool_for(client_id client, std::uint32_
   if (pool_id >= pools_.size()) throw refuse();
   const access_class& tenant = pool_owner_[pool_id].second;
   // The rights of a client on every object of the instance are the same: ask for one of them.
-  object_row sample{};
-  sample.owner_uid = tenant.owner;
-  sample.owner_gid = tenant.group.value_or(static_cast<gid_t>(-1));
-  sample.mode = 0600 | tenant.shared_bits;
+  const object_row sample = tenant.sample();
   const credentials& who = rows_.client(client).who;
   const pool& found = *pools_[pool_id];
   if (access_.may_open(who, sample, wanted_access::read_write)) {

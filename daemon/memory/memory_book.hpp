@@ -30,6 +30,7 @@
 #include "memory/pool.hpp"
 #include "memory/pool_factory.hpp"
 #include "memory/reservation.hpp"
+#include "policy/access_class.hpp"
 #include "policy/access_policy.hpp"
 #include "policy/quota_policy.hpp"
 
@@ -100,15 +101,6 @@ class memory_book {
     pool* home;
     placement where;
   };
-  /// Who may reach an instance: one owner uid, its group when the mode shares anything, and
-  /// the mode's group and other bits.
-  struct access_class {
-    uid_t owner;
-    std::optional<gid_t> group;
-    mode_t shared_bits;
-    auto operator<=>(const access_class&) const = default;
-  };
-  static access_class class_of(uid_t owner, gid_t group, mode_t mode) noexcept;
   /// A configured pool, its instances and their total use (bounded by the configured size).
   struct pool_family {
     pool_config config;

@@ -64,7 +64,7 @@ sync_book::attachment sync_book::attach(client_id client) {
   const credentials& who = rows_.client(client).who;
   for (std::uint16_t slot = 1; slot <= sync::kMaxSlots; ++slot) {
     if (slot_taken_.test(slot)) continue;
-    sync_page& own = page_of_class(sync_class::of(who.uid, who.gid, access_.mode_for(0)));
+    sync_page& own = page_of_class(access_class::for_sync(who.uid, who.gid, access_.mode_for(0)));
     own.attach();
     slot_taken_.set(slot);
     attached_.emplace(client, attached_client{slot, who.pid, own.id()});
@@ -74,7 +74,7 @@ sync_book::attachment sync_book::attach(client_id client) {
                       fmt::format("all {} lock slots are taken", sync::kMaxSlots));
 }
 
-sync_page& sync_book::page_of_class(const sync_class& tenant) {
+sync_page& sync_book::page_of_class(const access_class& tenant) {
   if (const auto found = page_ids_.find(tenant); found != page_ids_.end()) {
     return *pages_.at(found->second);
   }
@@ -235,7 +235,7 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
     sync_page* page = nullptr;
     std::optional<std::uint32_t> cell;
     try {
-      page = &page_of_class(sync_class::of(made.owner_uid, made.owner_gid, made.mode));
+      page = &page_of_class(access_class::for_sync(made.owner_uid, made.owner_gid, made.mode));
       cell = take_cell(id, *page);
       objects_.emplace(id, cell_entry{page->id(), *cell, request.parties,
                                       std::vector<client_id>(request.parties, 0)});

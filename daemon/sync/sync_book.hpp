@@ -111,7 +111,7 @@ class sync_book {
     return *reinterpret_cast<Cell*>(pages_.at(entry.page)->cell(entry.cell));
   }
   /// The page of @p tenant, made if there is none.
-  sync_page& page_of_class(const sync_class& tenant);
+  sync_page& page_of_class(const access_class& tenant);
   void free_page_if_unused(std::uint32_t page_id) noexcept;
   /// @throws request_error(out_of_memory) naming the class when its page is full.
   std::uint32_t take_cell(object_id id, sync_page& page);
@@ -150,7 +150,7 @@ class sync_book {
   const quota_policy& quotas_;
   signal_page_maker make_signal_page_;
   std::map<std::uint32_t, std::unique_ptr<sync_page>> pages_;
-  std::map<sync_class, std::uint32_t> page_ids_;
+  std::map<access_class, std::uint32_t> page_ids_;
   std::map<object_id, cell_entry> objects_;
   std::map<client_id, attached_client> attached_;
   sync::slot_set slot_taken_;

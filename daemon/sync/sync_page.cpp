@@ -1,7 +1,5 @@
 #include "sync/sync_page.hpp"
 
-#include <fmt/format.h>
-
 #include <cstring>
 
 #include "gpumem/shared/os/memfd.hpp"
@@ -9,28 +7,7 @@
 
 namespace gpumem::daemon {
 
-sync_class sync_class::of(uid_t owner, gid_t group, mode_t mode) noexcept {
-  const bool group_uses = (mode & 0060) == 0060;
-  const bool others_use = (mode & 0006) == 0006;
-  // The group matters to others too: like a file, a member of it gets the group's bits only.
-  return {owner, group_uses || others_use ? std::optional<gid_t>(group) : std::nullopt, group_uses,
-          others_use};
-}
-
-object_row sync_class::sample() const {
-  object_row row{};
-  row.owner_uid = owner;
-  row.owner_gid = group.value_or(static_cast<gid_t>(-1));
-  row.mode = 0600 | (group_uses ? 0060 : 0) | (others_use ? 0006 : 0);
-  return row;
-}
-
-std::string sync_class::describe() const {
-  if (!group) return fmt::format("uid {}, mode 0600", owner);
-  return fmt::format("uid {}, group {}, mode {:04o}", owner, *group, sample().mode);
-}
-
-sync_page::sync_page(std::uint32_t id, sync_class tenant)
+sync_page::sync_page(std::uint32_t id, access_class tenant)
     : id_(id),
       tenant_(tenant),
       fd_(os::make_sealed_memfd("gpumemd-sync", sync::kHostPageSize)),

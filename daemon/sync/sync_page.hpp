@@ -22,35 +22,20 @@
 #include "gpumem/shared/os/mapping.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "ledger/ledger.hpp"
+#include "policy/access_class.hpp"
 #include "sync/signal_page.hpp"
 
 namespace gpumem::daemon {
 
-struct sync_class {
-  uid_t owner;
-  std::optional<gid_t> group;  ///< set when anyone but the owner may use the objects
-  bool group_uses;
-  bool others_use;
-
-  auto operator<=>(const sync_class&) const = default;
-
-  static sync_class of(uid_t owner, gid_t group, mode_t mode) noexcept;
-  /// @brief A row that gives its users what every object of the class gives them, to ask
-  /// access_policy about.
-  object_row sample() const;
-  /// "uid 1000, mode 0600" (the mode of its sample) for messages.
-  std::string describe() const;
-};
-
 class sync_page {
  public:
   /// @throws std::system_error when the memfd cannot be made or mapped.
-  sync_page(std::uint32_t id, sync_class tenant);
+  sync_page(std::uint32_t id, access_class tenant);
   sync_page(const sync_page&) = delete;
   sync_page& operator=(const sync_page&) = delete;
 
   std::uint32_t id() const noexcept { return id_; }
-  const sync_class& tenant() const noexcept { return tenant_; }
+  const access_class& tenant() const noexcept { return tenant_; }
   int fd() const noexcept { return fd_.get(); }
   std::byte* cell(std::uint32_t index) const noexcept;
 
@@ -79,7 +64,7 @@ class sync_page {
 
  private:
   std::uint32_t id_;
-  sync_class tenant_;
+  access_class tenant_;
   unique_fd fd_;
   os::mapping mapping_;
   std::vector<object_id> cell_objects_;

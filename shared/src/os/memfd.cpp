@@ -21,4 +21,11 @@ unique_fd make_sealed_memfd(const std::string& name, std::size_t size) {
   return fd;
 }
 
+unique_fd reopen_read_only(int memfd) {
+  const std::string path = "/proc/self/fd/" + std::to_string(memfd);
+  unique_fd reopened(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!reopened) throw std::system_error(errno, std::system_category(), "reopening " + path);
+  return reopened;
+}
+
 }  // namespace gpumem::os

@@ -15,4 +15,8 @@ namespace gpumem::os {
 /// @throws std::system_error naming the step that failed.
 unique_fd make_sealed_memfd(const std::string& name, std::size_t size);
 
+/// @brief The same memfd opened again read-only: mmap refuses to map it writable, so a client
+/// given it can read and never write. @throws std::system_error
+unique_fd reopen_read_only(int memfd);
+
 }  // namespace gpumem::os
