@@ -4,20 +4,24 @@
 // include: config/ (the configuration), ledger/ (the one table of objects and clients),
 // memory/ (pools, reservations and their book), sync/ (locks, barriers, channels and their
 // book), books.hpp (the ledger and the domain books together), handlers/ (one handler per
-// message, by domain), net/ (socket, sessions, systemd). A request crosses
+// message, by domain), net/ (socket, sessions), systemd/ (notification, passed fds, watchdog).
+// A request crosses
 // proto -> net/session -> handlers -> one book -> one backend.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "books.hpp"
 #include "config/config.hpp"
 #include "memory/pool_factory.hpp"
 #include "net/server.hpp"
+#include "systemd/activation.hpp"
 
 using namespace gpumem::daemon;
 
@@ -47,6 +51,20 @@ int main(int argc, char** argv) {
   // pipe whose reader went away), which must not kill the daemon and lose every client.
   std::signal(SIGPIPE, SIG_IGN);
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpumemd"));
+  // Taken once, before anything else opens fds: the socket unit's listening socket
+  // (FileDescriptorName=listen) and what the fd store kept of an earlier gpumemd.
+  std::vector<systemd::passed_fd> passed = systemd::take_passed_fds();
+  gpumem::unique_fd listen_socket;
+  if (const auto listen = std::ranges::find(passed, "listen", &systemd::passed_fd::name);
+      listen != passed.end()) {
+    listen_socket = std::move(listen->fd);
+    passed.erase(listen);
+  }
+  // the fd store's fds: daemon/restart/ re-adopts them
+  std::vector<systemd::passed_fd> stored_fds = std::move(passed);
+  if (!stored_fds.empty()) {
+    spdlog::info("systemd passed {} fd(s) besides the listening socket", stored_fds.size());
+  }
   try {
     daemon_config config =
         config_path.empty() ? embedded_default_config() : load_config_file(config_path);
@@ -62,7 +80,7 @@ int main(int argc, char** argv) {
     boost::asio::io_context io(1);
     config.pools = resolve_pools(config);
     books state(config, make_pool_maker(), make_reservation_maker(), make_signal_page_maker());
-    server listener(io, config, state);
+    server listener(io, config, state, std::move(listen_socket));
     listener.run();
     return 0;
   } catch (const config_error& error) {

@@ -6,11 +6,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <filesystem>
 #include <stdexcept>
 
 #include "gpumem/shared/socket_path.hpp"
-#include "net/systemd_notify.hpp"
+#include "systemd/notify.hpp"
+#include "systemd/watchdog.hpp"
 
 namespace gpumem::daemon {
 
@@ -65,7 +67,8 @@ void prepare_folder(const std::string& path) {
 }
 }  // namespace
 
-server::server(asio::io_context& io, const daemon_config& config, books& state)
+server::server(asio::io_context& io, const daemon_config& config, books& state,
+               unique_fd passed_listener)
     : io_(io),
       config_(config),
       books_(state),
@@ -74,11 +77,20 @@ server::server(asio::io_context& io, const daemon_config& config, books& state)
       acceptor_(io),
       signals_(io, SIGINT, SIGTERM, SIGQUIT),
       settle_timer_(io),
+      watchdog_timer_(io),
       accept_pause_(io),
       accept_log_(kAcceptLogInterval),
       refusal_log_(kAcceptLogInterval) {
   signals_.add(SIGHUP);
   signals_.add(SIGUSR1);
+  if (passed_listener) {
+    adopt_socket(std::move(passed_listener));
+  } else {
+    bind_socket(config);
+  }
+}
+
+void server::bind_socket(const daemon_config& config) {
   if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
     fail(socket_path_, "path longer than the " + std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
                            " bytes a Unix socket address holds");
@@ -100,16 +112,63 @@ server::server(asio::io_context& io, const daemon_config& config, books& state)
   acceptor_.listen(kListenBacklog);
 }
 
+void server::adopt_socket(unique_fd listener) {
+  const std::string which =
+      "the socket passed by systemd (fd " + std::to_string(listener.get()) + ")";
+  const auto option = [&listener](int name) {
+    int value = -1;
+    socklen_t size = sizeof value;
+    return ::getsockopt(listener.get(), SOL_SOCKET, name, &value, &size) == 0 ? value : -1;
+  };
+  if (option(SO_DOMAIN) != AF_UNIX || option(SO_TYPE) != SOCK_STREAM ||
+      option(SO_ACCEPTCONN) != 1) {
+    throw std::runtime_error(which +
+                             " is not a listening Unix stream socket: gpumemd.socket must say "
+                             "ListenStream=/path/of/the/socket and FileDescriptorName=listen");
+  }
+  sockaddr_un address{};
+  socklen_t size = sizeof address;
+  if (::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &size) == 0 &&
+      size > offsetof(sockaddr_un, sun_path)) {
+    const std::size_t length = size - offsetof(sockaddr_un, sun_path);
+    std::string bound(address.sun_path, length);
+    if (bound.front() == '\0') {
+      bound.front() = '@';  // an abstract name, written as systemd writes it
+    } else {
+      bound.resize(bound.find('\0') == std::string::npos ? bound.size() : bound.find('\0'));
+    }
+    if (bound != socket_path_) {
+      spdlog::warn("the socket passed by systemd is {}, not the configured {}: serving on {}",
+                   bound, socket_path_, bound);
+    }
+    socket_path_ = std::move(bound);
+  }
+  boost::system::error_code error;
+  acceptor_.assign(stream(), listener.get(), error);
+  if (error) throw std::runtime_error(which + ": " + error.message());
+  listener.release();  // the acceptor owns it now
+  owns_socket_file_ = false;
+  spdlog::info(
+      "serving on {}, the socket passed by systemd (socket activation): clients wait "
+      "in its backlog while gpumemd restarts",
+      socket_path_);
+}
+
 server::~server() {
-  if (acceptor_.is_open()) ::unlink(socket_path_.c_str());
+  if (owns_socket_file_ && acceptor_.is_open()) ::unlink(socket_path_.c_str());
 }
 
 void server::run() {
   wait_for_signal();
   asio::co_spawn(io_, accept_loop(), asio::detached);
+  if (const auto interval = systemd::watchdog_interval()) {
+    spdlog::info("systemd watchdog: {} ms, pinging every {} ms", interval->count() / 1000,
+                 interval->count() / 2000);
+    asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
+  }
   spdlog::info("gpumemd {} listening on {} with {} pool(s)", ::getpid(), socket_path_,
                books_.memory.pool_count());
-  notify_systemd("READY=1\nSTATUS=accepting clients");
+  systemd::notify("READY=1\nSTATUS=accepting clients");
   io_.run();
 }
 
@@ -189,6 +248,18 @@ void server::admit(stream::socket socket) {
   }
 }
 
+asio::awaitable<void> server::watchdog_loop(std::chrono::microseconds interval) {
+  // Pinged from the loop that serves clients: if it wedges, the pings stop and systemd
+  // restarts the daemon.
+  for (;;) {
+    systemd::notify("WATCHDOG=1");
+    watchdog_timer_.expires_after(interval / 2);
+    boost::system::error_code error;
+    co_await watchdog_timer_.async_wait(asio::redirect_error(asio::use_awaitable, error));
+    if (error) break;
+  }
+}
+
 void server::settle_pending() {
   if (settling_ || !books_.sync.has_pending() || !acceptor_.is_open()) return;
   settling_ = true;
@@ -207,12 +278,13 @@ asio::awaitable<void> server::settle_loop() {
 
 void server::shut_down(const char* why) {
   spdlog::info("{}: shutting down, releasing {} client(s)", why, sessions_.size());
-  notify_systemd("STOPPING=1");
+  systemd::notify("STOPPING=1");
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   settle_timer_.cancel();
+  watchdog_timer_.cancel();
   accept_pause_.cancel();
-  ::unlink(socket_path_.c_str());
+  if (owns_socket_file_) ::unlink(socket_path_.c_str());
   const auto live = sessions_;  // stop() removes each from sessions_
   for (const auto& [key, each] : live) each->stop("daemon shutting down");
   io_.stop();

@@ -4,15 +4,19 @@
 /// the signal handling and the live sessions; a session reads a client's frames, hands each to
 /// the request handler and writes the replies with their descriptors, and ends when the
 /// client's process exits (pidfd) or its socket closes; peer_process finds who is on the other
-/// end; systemd_notify speaks the NOTIFY_SOCKET protocol. Nothing here keeps books.
+/// end. Under systemd the server takes its listening socket from the socket unit, tells systemd
+/// it is ready and pings its watchdog (daemon/systemd/). Nothing here keeps books.
 /// May include: proto/ and shared/ headers, daemon/handlers/, daemon/books.hpp (and what it
-/// includes), daemon/config/. Nothing includes daemon/net/ but main.cpp.
+/// includes), daemon/config/, daemon/systemd/. Nothing includes daemon/net/ but main.cpp.
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "config/config.hpp"
+#include "gpumem/shared/unique_fd.hpp"
 #include "handlers/request_handler.hpp"
 #include "net/asio.hpp"
 #include "net/session.hpp"
@@ -22,22 +26,29 @@ namespace gpumem::daemon {
 
 class server {
  public:
-  /// @brief Binds the socket (creating its folder) and refuses to start if another daemon
-  /// answers on it, or if the folder belongs to another uid or others may write to it; a
-  /// stale socket file is replaced.
-  /// @throws std::runtime_error naming the path, the cause and the fix.
-  server(boost::asio::io_context& io, const daemon_config& config, books& state);
+  /// @brief Serves on @p passed_listener when given: a listening Unix stream socket passed by
+  /// systemd's socket unit, whose file the server neither makes nor removes, so that clients
+  /// wait in its backlog while the daemon restarts. Otherwise binds the configured socket
+  /// (creating its folder) and refuses to start if another daemon answers on it, or if the
+  /// folder belongs to another uid or others may write to it; a stale socket file is replaced.
+  /// @throws std::runtime_error naming the path (or the passed fd), the cause and the fix.
+  server(boost::asio::io_context& io, const daemon_config& config, books& state,
+         unique_fd passed_listener = {});
   ~server();
 
   /// @brief Accepts clients until SIGINT, SIGTERM or SIGQUIT, then ends every session and
-  /// returns. SIGHUP and SIGUSR1 are answered in the log (reload is not implemented; a stats
-  /// line); SIGPIPE is ignored by the caller (main).
+  /// returns. Under a systemd watchdog ($WATCHDOG_USEC), pings it from this loop every half
+  /// interval, so that a wedged loop gets the daemon restarted. SIGHUP and SIGUSR1 are answered in
+  /// the log (reload is not implemented; a stats line); SIGPIPE is ignored by the caller (main).
   void run();
 
   const std::string& socket_path() const noexcept { return socket_path_; }
 
  private:
+  void bind_socket(const daemon_config& config);
+  void adopt_socket(unique_fd listener);
   boost::asio::awaitable<void> accept_loop();
+  boost::asio::awaitable<void> watchdog_loop(std::chrono::microseconds interval);
   /// Starts a session for @p socket, or closes it at once when max_connections are open.
   void admit(boost::asio::local::stream_protocol::socket socket);
   void wait_for_signal();
@@ -57,11 +68,14 @@ class server {
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer settle_timer_;
+  boost::asio::steady_timer watchdog_timer_;
   /// Accepting pauses on it when the process is out of descriptors.
   boost::asio::steady_timer accept_pause_;
   rate_limited_log accept_log_;
   rate_limited_log refusal_log_;  ///< connections beyond max_connections
   bool settling_ = false;
+  /// False when systemd's socket unit made the socket file: it must outlive this daemon.
+  bool owns_socket_file_ = true;
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
 };
 
