@@ -117,14 +117,13 @@ std::error_code barrier(std::chrono::milliseconds timeout) {
   write_end.reset();  // systemd's copy is the last one now
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() < 0) return std::make_error_code(std::errc::timed_out);
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::make_error_code(std::errc::timed_out);
     pollfd hang_up{read_end.get(), 0, 0};  // POLLHUP is always reported
     const int ready = ::poll(&hang_up, 1, static_cast<int>(left.count()));
     if (ready > 0 && (hang_up.revents & POLLHUP) != 0) return {};
     if (ready < 0 && errno != EINTR) return {errno, std::generic_category()};
-    if (ready == 0) return std::make_error_code(std::errc::timed_out);
   }
 }
 
