@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <vector>
 
 #include "gpumem/shared/unique_fd.hpp"
 
@@ -50,11 +49,12 @@ std::error_code send_datagram(int socket, const notify_address& to, std::string_
   message.msg_iovlen = 1;
   const std::size_t rights_size = fds.empty() ? 0 : CMSG_SPACE(sizeof(int) * fds.size());
   const std::size_t credentials_size = with_credentials ? CMSG_SPACE(sizeof(ucred)) : 0;
-  // cmsghdr alignment: the buffer is a vector of cmsghdr-sized elements.
-  std::vector<cmsghdr> control((rights_size + credentials_size + sizeof(cmsghdr) - 1) /
-                               sizeof(cmsghdr));
-  if (!control.empty()) {
-    message.msg_control = control.data();
+  union {
+    cmsghdr alignment;
+    char bytes[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage) + CMSG_SPACE(sizeof(ucred))];
+  } control{};
+  if (rights_size + credentials_size > 0) {
+    message.msg_control = control.bytes;
     message.msg_controllen = rights_size + credentials_size;
     cmsghdr* header = CMSG_FIRSTHDR(&message);
     if (!fds.empty()) {
