@@ -15,12 +15,15 @@ std::uint64_t milliseconds_since(std::chrono::steady_clock::time_point then) {
 }  // namespace
 
 books::books(const daemon_config& config, pool_maker make_pool, reservation_maker make_reservation,
-             signal_page_maker make_signal_page)
+             signal_page_maker make_signal_page, const adopter& adopt)
     // The socket is made by this process, so its group is the daemon's group.
     : access(config.access, ::geteuid(), ::getegid()),
       quotas(config.quotas),
       memory(rows, access, quotas, config, std::move(make_pool), std::move(make_reservation)),
-      sync(rows, access, quotas, std::move(make_signal_page)) {}
+      sync(rows, access, quotas, std::move(make_signal_page)) {
+  if (adopt) adopt(*this);
+  memory.open_pools();
+}
 
 void books::check_connection(client_id client) const {
   access.check_connect(rows.client(client).who);
@@ -60,6 +63,7 @@ proto::stats_reply books::stats() const {
   proto::stats_reply reply = memory.stats();
   reply.head.client_count = static_cast<std::uint32_t>(rows.clients().size());
   reply.head.uptime_ms = milliseconds_since(started_);
+  if (keeper_ != nullptr) reply.head.features |= proto::kFeatureStateKept;
   return reply;
 }
 

@@ -7,6 +7,7 @@
 /// drive it directly.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,13 +18,28 @@
 
 namespace gpumem::daemon {
 
+/// @brief Keeps the books' state where it outlives the daemon (daemon/restart/): told of each
+/// client's process, and asked to write the changes down before any reply goes out, so that
+/// a restarted daemon knows everything a client was told.
+class state_keeper {
+ public:
+  virtual ~state_keeper() = default;
+  /// @param pidfd the client's process; the keeper dups what it keeps.
+  virtual void keep_process(client_id client, int pidfd) = 0;
+  virtual void write_changes() noexcept = 0;
+};
+
 class books {
  public:
+  /// What re-adopts a previous daemon's state (daemon/restart/) into the books, before their
+  /// pools open.
+  using adopter = std::function<void(books&)>;
+
   /// @param config with its pools resolved (resolve_pools).
   /// @param make_reservation, make_signal_page empty when CUDA is unavailable.
   /// @throws config_error when a configured pool cannot be made.
   books(const daemon_config& config, pool_maker make_pool, reservation_maker make_reservation = {},
-        signal_page_maker make_signal_page = {});
+        signal_page_maker make_signal_page = {}, const adopter& adopt = {});
 
   client_id add_client(const credentials& who) { return rows.add_client(who); }
   /// @brief The policy's say on a new connection, once it is in the ledger.
@@ -37,6 +53,16 @@ class books {
   /// (it may still be inside a critical section, and its streams may still write its turns).
   /// @return true when something was kept: remove_client() must wait for the process to exit.
   bool end_connection(client_id client) noexcept;
+
+  void set_keeper(state_keeper* keeper) noexcept { keeper_ = keeper; }
+  bool keeps_state() const noexcept { return keeper_ != nullptr; }
+  void keep_process(client_id client, int pidfd) {
+    if (keeper_ != nullptr && pidfd >= 0) keeper_->keep_process(client, pidfd);
+  }
+  /// @brief Writes what changed down, when a keeper is set; before every reply.
+  void write_changes() noexcept {
+    if (keeper_ != nullptr && rows.changed()) keeper_->write_changes();
+  }
 
   proto::stats_reply stats() const;
   /// @brief Use and quota per uid: the asker's own, or every uid for an administrator.
@@ -53,6 +79,7 @@ class books {
 
  private:
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  state_keeper* keeper_ = nullptr;
 };
 
 }  // namespace gpumem::daemon

@@ -21,6 +21,7 @@
 #include "config/config.hpp"
 #include "memory/pool_factory.hpp"
 #include "net/server.hpp"
+#include "restart/state_store.hpp"
 #include "systemd/activation.hpp"
 
 using namespace gpumem::daemon;
@@ -60,11 +61,6 @@ int main(int argc, char** argv) {
     listen_socket = std::move(listen->fd);
     passed.erase(listen);
   }
-  // the fd store's fds: daemon/restart/ re-adopts them
-  std::vector<systemd::passed_fd> stored_fds = std::move(passed);
-  if (!stored_fds.empty()) {
-    spdlog::info("systemd passed {} fd(s) besides the listening socket", stored_fds.size());
-  }
   try {
     daemon_config config =
         config_path.empty() ? embedded_default_config() : load_config_file(config_path);
@@ -79,8 +75,29 @@ int main(int argc, char** argv) {
     }
     boost::asio::io_context io(1);
     config.pools = resolve_pools(config);
-    books state(config, make_pool_maker(), make_reservation_maker(), make_signal_page_maker());
-    server listener(io, config, state, std::move(listen_socket));
+    // What the fd store kept of an earlier gpumemd is re-adopted; a state that cannot be read
+    // means a clean start, never a crash loop.
+    restart::state_store store(std::move(passed));
+    std::unique_ptr<books> state;
+    if (store.active()) {
+      try {
+        state = std::make_unique<books>(config, make_pool_maker(), make_reservation_maker(),
+                                        make_signal_page_maker(),
+                                        [&](books& adopting) { store.adopt(adopting); });
+      } catch (const config_error&) {
+        throw;
+      } catch (const std::exception& error) {
+        spdlog::error("re-adopting the previous gpumemd's state failed ({}): starting clean",
+                      error.what());
+      }
+    }
+    if (!state) {
+      state = std::make_unique<books>(config, make_pool_maker(), make_reservation_maker(),
+                                      make_signal_page_maker());
+    }
+    store.start(*state);
+    server listener(io, config, *state, std::move(listen_socket));
+    listener.watch_adopted(store.take_adopted_processes());
     listener.run();
     return 0;
   } catch (const config_error& error) {

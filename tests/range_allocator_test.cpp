@@ -73,5 +73,20 @@ TEST(RangeAllocator, RandomWorkloadNeverOverlaps) {
   EXPECT_EQ(total, ranges.bytes_allocated());
 }
 
+// A restarted daemon puts back the blocks its predecessor had handed out, then allocates
+// around them.
+TEST(RangeAllocator, TakeMarksExactlyTheGivenBlockAndRefusesOverlaps) {
+  range_allocator ranges(16 * 4096, 4096);
+  EXPECT_TRUE(ranges.take(4 * 4096, 4096 + 1));  // rounds to two pages: 4 and 5
+  EXPECT_EQ(ranges.bytes_allocated(), 2u * 4096);
+  EXPECT_FALSE(ranges.take(5 * 4096, 4096));       // overlaps the block taken
+  EXPECT_FALSE(ranges.take(4096 + 1, 4096));       // not aligned
+  EXPECT_FALSE(ranges.take(15 * 4096, 2 * 4096));  // past the end
+  EXPECT_EQ(ranges.bytes_allocated(), 2u * 4096);
+  EXPECT_EQ(ranges.largest_free_block(), 10u * 4096);  // pages 6 to 15
+  ranges.free(4 * 4096, 4096 + 1);
+  EXPECT_EQ(ranges.largest_free_block(), 16u * 4096);
+}
+
 }  // namespace
 }  // namespace gpumem

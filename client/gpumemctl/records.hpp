@@ -71,6 +71,11 @@ inline constexpr field<daemon_status> kStatusFields[] = {
        if (!status.cuda) return "-";
        return mps.get<bool>() ? "active" : "not active";
      }},
+    {"state kept", "state_kept", member<&Stats::state_kept>,
+     [](const json& kept, const daemon_status&) -> std::string {
+       return kept.get<bool>() ? "yes (systemd fd store: a restart loses nothing)"
+                               : "no (no systemd fd store: a restart starts clean)";
+     }},
     {"ipc events live", "", member<&Stats::ipc_events_live>},
     {"pools", "pools", [](const daemon_status& status) -> json { return status.pools.size(); }},
     {"clients", "clients", member<&Stats::clients>},

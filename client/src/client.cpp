@@ -59,7 +59,8 @@ Stats to_info(const proto::stats_reply& reply) {
               .daemon_pid = reply.head.daemon_pid,
               .cuda = (reply.head.features & proto::kFeatureCuda) != 0,
               .mps = (reply.head.features & proto::kFeatureMps) != 0,
-              .ipc_events_live = reply.head.ipc_events_live};
+              .ipc_events_live = reply.head.ipc_events_live,
+              .state_kept = (reply.head.features & proto::kFeatureStateKept) != 0};
   for (const auto& record : reply.records) stats.pools.push_back(to_info(record));
   return stats;
 }

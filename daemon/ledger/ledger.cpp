@@ -41,11 +41,52 @@ client_id ledger::add_client(const credentials& who) {
   clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}});
   ++by_uid_[who.uid].connections;
   ++by_gid_[who.gid].connections;
+  touch_client(id);
   return id;
 }
 
 void ledger::set_label(client_id client, std::string label) {
   clients_.at(client).label = std::move(label);
+  touch_client(client);
+}
+
+void ledger::track_changes() noexcept {
+  tracking_ = true;
+  for (const auto& [id, row] : clients_) changes_.clients.insert(id);
+  for (const auto& [id, row] : objects_) changes_.objects.insert(id);
+}
+
+void ledger::restore_client(client_id id, client_row row) {
+  row.holds.clear();
+  row.owns = {};
+  ++by_uid_[row.who.uid].connections;
+  ++by_gid_[row.who.gid].connections;
+  clients_.insert_or_assign(id, std::move(row));
+}
+
+void ledger::restore_object(object_id id, object_row row) {
+  std::erase_if(row.holders, [&](const auto& holder) {
+    return holder.second == 0 || !clients_.contains(holder.first);
+  });
+  if (!clients_.contains(row.owner) || !row.holders.contains(row.owner)) row.owner = 0;
+  const auto family = index(family_of(row.kind));
+  if (!row.name.empty() && !names_[family].emplace(row.name, id).second) {
+    throw request_error(errc::already_exists,
+                        fmt::format("{} {} and another object are both named '{}'",
+                                    kind_name(row.kind), id, row.name));
+  }
+  ids_[family].insert(id);
+  for (const auto& [holder, references] : row.holders) clients_.at(holder).holds.insert(id);
+  const object_row& placed = objects_.insert_or_assign(id, std::move(row)).first->second;
+  count(by_uid_[placed.owner_uid], placed, +1);
+  count(by_gid_[placed.owner_gid], placed, +1);
+  if (placed.owner != 0) count(clients_.at(placed.owner).owns, placed, +1);
+  next_object_id_ = std::max(next_object_id_, id + 1);
+}
+
+void ledger::restore_next_ids(object_id next_object, client_id next_client) noexcept {
+  next_object_id_ = std::max(next_object_id_, next_object);
+  next_client_id_ = std::max(next_client_id_, next_client);
 }
 
 const client_row& ledger::client(client_id client) const {
@@ -76,6 +117,7 @@ object_id ledger::add(client_id owner, object_spec spec) {
                                                       {{owner, 1}}})
                               .first->second;
   try {
+    touch(id);
     ids_[family].insert(id);
     if (!row.name.empty()) names_[family].emplace(row.name, id);
     maker.holds.insert(id);
@@ -121,6 +163,7 @@ void ledger::set_bytes(object_id id, std::uint64_t bytes) noexcept {
   recount(-1);
   row->bytes = bytes;
   recount(+1);
+  touch(id);
 }
 
 usage ledger::usage_of_uid(uid_t uid) const {
@@ -172,6 +215,7 @@ bool ledger::hold(object_id id, client_id client) {
   auto [references, first] = objects_.at(id).holders.try_emplace(client, 0);
   ++references->second;
   if (first) holder.holds.insert(id);
+  touch(id);
   return first;
 }
 
@@ -179,6 +223,7 @@ bool ledger::drop_reference(object_id id, client_id client) {
   object_row& row = objects_.at(id);
   const auto references = row.holders.find(client);
   if (references == row.holders.end()) return true;
+  touch(id);
   if (--references->second > 0) return false;
   row.holders.erase(references);
   if (row.owner == client) disown(row);
@@ -191,6 +236,7 @@ bool ledger::drop_reference(object_id id, client_id client) {
 void ledger::erase(object_id id) noexcept {
   const auto found = objects_.find(id);
   if (found == objects_.end()) return;
+  touch(id);
   const auto family = index(family_of(found->second.kind));
   auto& names = names_[family];
   if (const auto named = names.find(found->second.name);

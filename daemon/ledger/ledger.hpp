@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "gpumem/proto/messages.hpp"
@@ -106,6 +107,20 @@ struct client_row {
   std::chrono::steady_clock::time_point connected;
   std::set<object_id> holds;  ///< objects of which it holds at least one reference
   usage owns;                 ///< what it made and still holds
+  bool serving = false;       ///< a connection serves the row now
+};
+
+/// What changed since the state store (daemon/restart/) last wrote the daemon's state down:
+/// the keys of the rows and backends to write again (or to forget, when gone). Kept only while
+/// a store is in use, so that a daemon without one pays nothing.
+struct change_set {
+  std::set<object_id> objects;
+  std::set<client_id> clients;
+  std::set<std::uint32_t> pools;  ///< pool instances (daemon/memory/)
+  std::set<std::uint32_t> pages;  ///< lock and barrier pages (daemon/sync/)
+  bool any() const noexcept {
+    return !objects.empty() || !clients.empty() || !pools.empty() || !pages.empty();
+  }
 };
 
 /// What one client, or every client of one uid, holds of one family.
@@ -173,6 +188,35 @@ class ledger {
   std::map<uid_t, usage> usage_by_uid() const;
   usage usage_of_gid(gid_t gid) const;
   std::size_t count(object_family family) const noexcept { return ids_[index(family)].size(); }
+  const std::map<object_id, object_row>& objects() const noexcept { return objects_; }
+
+  /// @brief Starts keeping a change_set; every row is marked changed once.
+  void track_changes() noexcept;
+  /// @brief Marks what the ledger cannot see change: a book's part of an object, a client's,
+  /// a pool's or a page's. No-ops unless changes are tracked.
+  void touch(object_id id) {
+    if (tracking_) changes_.objects.insert(id);
+  }
+  void touch_client(client_id id) {
+    if (tracking_) changes_.clients.insert(id);
+  }
+  void touch_pool(std::uint32_t id) {
+    if (tracking_) changes_.pools.insert(id);
+  }
+  void touch_page(std::uint32_t id) {
+    if (tracking_) changes_.pages.insert(id);
+  }
+  bool changed() const noexcept { return changes_.any(); }
+  change_set take_changes() noexcept { return std::exchange(changes_, {}); }
+
+  /// @brief Re-adoption (daemon/restart/): puts back a client and its row as a previous
+  /// daemon left them. Clients first, then objects, whose holders must be known clients
+  /// (others are dropped), then the id counters.
+  void restore_client(client_id id, client_row row);
+  void restore_object(object_id id, object_row row);
+  void restore_next_ids(object_id next_object, client_id next_client) noexcept;
+  object_id next_object_id() const noexcept { return next_object_id_; }
+  client_id next_client_id() const noexcept { return next_client_id_; }
 
   /// @brief One page of @p family's rows with ids above @p after for which @p keep(row) holds,
   /// in id order, each turned into a record by @p make(id, row).
@@ -204,6 +248,8 @@ class ledger {
   std::unordered_map<gid_t, usage> by_gid_;
   object_id next_object_id_ = 1;
   client_id next_client_id_ = 1;
+  bool tracking_ = false;
+  change_set changes_;
 };
 
 template <class LetGo>
@@ -211,6 +257,8 @@ void ledger::remove_client(client_id client, LetGo&& let_go) noexcept {
   const auto found = clients_.find(client);
   if (found == clients_.end()) return;
   const std::set<object_id> held = std::move(found->second.holds);
+  touch_client(client);
+  for (const object_id id : held) touch(id);
   --by_uid_[found->second.who.uid].connections;
   --by_gid_[found->second.who.gid].connections;
   for (const object_id id : held) {

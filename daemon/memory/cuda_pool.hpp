@@ -39,6 +39,9 @@ class cuda_pool final : public pool {
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;
   void do_free(const placement& where, std::uint64_t size) noexcept override;
+  /// A live pool only holds what it allocated itself: a restarted daemon's pools from before
+  /// are adopted_device_pool.
+  bool do_adopt(const placement&, std::uint64_t, const grant_details&) override { return false; }
   std::uint64_t largest_possible() const noexcept override;
   /// Makes the pool's device context current for the calls that follow.
   void enter() const;

@@ -15,14 +15,35 @@ namespace {
 std::atomic<std::uint64_t> next_chunk_id{1};
 }
 
+void cuda_reservation::enter_device() {
+  context_ = retain_device(cu_, device_);
+  properties_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  properties_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  properties_.location.id = device_;
+  properties_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t device,
+                                   std::uint64_t max_size, std::uint64_t chunk_size,
+                                   std::vector<adopted_chunk> chunks)
+    : cu_(driver), device_(device), chunk_size_(chunk_size), max_size_(max_size) {
+  enter_device();
+  for (adopted_chunk& each : chunks) {
+    // Ids stay unique across the restart: clients know their mapped chunks by id.
+    std::uint64_t next = next_chunk_id.load();
+    while (next <= each.id && !next_chunk_id.compare_exchange_weak(next, each.id + 1)) {
+    }
+    physical kept;
+    kept.id = each.id;
+    kept.exported = std::move(each.fd);
+    chunks_.push_back(std::move(kept));
+  }
+}
+
 cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t device,
                                    std::uint64_t max_size)
     : cu_(driver), device_(device) {
-  context_ = retain_device(cu_, device);
-  properties_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  properties_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  properties_.location.id = device;
-  properties_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  enter_device();
   std::size_t granularity = 0;
   check(cu_.cuMemGetAllocationGranularity(&granularity, &properties_,
                                           CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
@@ -72,6 +93,14 @@ void cuda_reservation::resize(std::size_t chunks) {
 reservation_maker cuda_reservation_maker(const cuda::driver_api& driver) {
   return [&driver](std::int32_t device, std::uint64_t max_size) -> std::unique_ptr<reservation> {
     return std::make_unique<cuda_reservation>(driver, device, max_size);
+  };
+}
+
+reservation_adopter cuda_reservation_adopter(const cuda::driver_api& driver) {
+  return [&driver](std::int32_t device, std::uint64_t max_size, std::uint64_t chunk_size,
+                   std::vector<adopted_chunk> chunks) -> std::unique_ptr<reservation> {
+    return std::make_unique<cuda_reservation>(driver, device, max_size, chunk_size,
+                                              std::move(chunks));
   };
 }
 

@@ -18,6 +18,10 @@ class cuda_reservation final : public reservation {
  public:
   /// @throws request_error for a bad device; cuda_error for driver failures.
   cuda_reservation(const cuda::driver_api& driver, std::int32_t device, std::uint64_t max_size);
+  /// @brief Re-adoption: a previous daemon's chunks, held by their fds only. The driver lets
+  /// no process but the maker export a chunk again, and none needs to: clients import the fd.
+  cuda_reservation(const cuda::driver_api& driver, std::int32_t device, std::uint64_t max_size,
+                   std::uint64_t chunk_size, std::vector<adopted_chunk> chunks);
 
   std::uint64_t chunk_size() const noexcept override { return chunk_size_; }
   std::uint64_t max_size() const noexcept override { return max_size_; }
@@ -29,9 +33,11 @@ class cuda_reservation final : public reservation {
  private:
   struct physical {
     std::uint64_t id = 0;
-    cuda::allocation_handle handle;
+    cuda::allocation_handle handle;  ///< empty for an adopted chunk
     unique_fd exported;
   };
+  /// Sets the allocation properties for @p device and retains its context.
+  void enter_device();
 
   const cuda::driver_api& cu_;
   std::int32_t device_;
@@ -44,5 +50,6 @@ class cuda_reservation final : public reservation {
 
 /// @brief The maker gpumemd uses when the CUDA driver is there.
 reservation_maker cuda_reservation_maker(const cuda::driver_api& driver);
+reservation_adopter cuda_reservation_adopter(const cuda::driver_api& driver);
 
 }  // namespace gpumem::daemon

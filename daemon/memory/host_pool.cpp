@@ -19,6 +19,12 @@ host_pool::host_pool(std::uint32_t id, pool_config config)
       read_only_(os::reopen_read_only(memfd_.get())),
       ranges_(this->config().size, page_size()) {}
 
+host_pool::host_pool(std::uint32_t id, pool_config config, unique_fd memfd)
+    : pool(id, std::move(config)),
+      memfd_(std::move(memfd)),
+      read_only_(os::reopen_read_only(memfd_.get())),
+      ranges_(os::file_size(memfd_.get()), page_size()) {}
+
 std::optional<placement> host_pool::do_allocate(std::uint64_t size) {
   const auto offset = ranges_.allocate(size);
   if (!offset) return std::nullopt;

@@ -13,6 +13,9 @@ class host_pool final : public pool {
  public:
   /// @throws std::system_error when the memfd cannot be made.
   host_pool(std::uint32_t id, pool_config config);
+  /// @brief Re-adoption: the memfd a previous daemon made, with its bytes; its size wins over
+  /// the configured one. @throws std::system_error
+  host_pool(std::uint32_t id, pool_config config, unique_fd memfd);
 
   int shareable_fd() const noexcept override { return memfd_.get(); }
   int read_only_fd() const noexcept override { return read_only_.get(); }
@@ -21,6 +24,9 @@ class host_pool final : public pool {
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;
   void do_free(const placement& where, std::uint64_t size) noexcept override;
+  bool do_adopt(const placement& where, std::uint64_t size, const grant_details&) override {
+    return ranges_.take(where.offset, size);
+  }
   std::uint64_t largest_possible() const noexcept override { return ranges_.largest_free_block(); }
 
   unique_fd memfd_;

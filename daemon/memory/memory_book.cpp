@@ -1,6 +1,7 @@
 #include "memory/memory_book.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -36,18 +37,96 @@ memory_book::memory_book(ledger& rows, const access_policy& access, const quota_
       quotas_(quotas),
       make_pool_(std::move(make_pool)),
       make_reservation_(std::move(make_reservation)) {
-  // The daemon's own instance of each pool is made now, so that a pool the machine cannot
-  // make stops the start with the pool's name instead of failing its first allocation.
+  // Room for pools a previous daemon had that the configuration no longer names (adopt_pool):
+  // instances point into families_, so it must never move.
+  families_.reserve(config.pools.size() + kUnconfiguredPools);
+  for (const pool_config& each : config.pools) families_.push_back({each, {}, {}, 0});
+}
+
+void memory_book::open_pools() {
   const access_class daemons = access_class::for_memory(::geteuid(), ::getegid(), 0600);
-  families_.reserve(config.pools.size());
-  for (const pool_config& each : config.pools) {
-    families_.push_back({each, {}, 0});
+  for (pool_family& family : families_) {
     try {
-      instance(families_.back(), daemons, 0);
+      instance(family, daemons, 0);
     } catch (const std::exception& error) {
-      throw config_error("pool '" + each.name + "': " + error.what());
+      throw config_error("pool '" + family.config.name + "': " + error.what());
     }
+    for (pool* each : std::vector<pool*>(family.retired)) release_if_retired_and_empty(*each);
   }
+}
+
+memory_book::pool_family& memory_book::family_named(const pool_config& config) {
+  for (pool_family& family : families_) {
+    if (family.config.name == config.name) return family;
+  }
+  spdlog::warn("pool '{}' is no longer configured: it keeps what a previous gpumemd put in it",
+               config.name);
+  if (families_.size() == families_.capacity()) {
+    throw request_error(errc::internal, "too many pools are no longer configured");
+  }
+  families_.push_back({config, {}, {}, 0});
+  return families_.back();
+}
+
+void memory_book::adopt_pool(std::unique_ptr<pool> adopted, const access_class& tenant) {
+  pool_family& family = family_named(adopted->config());
+  const std::uint32_t id = adopted->id();
+  if (pools_.size() <= id) {
+    pools_.resize(id + 1);
+    pool_owner_.resize(id + 1, {0, tenant});
+  }
+  pool_owner_[id] = {static_cast<std::size_t>(&family - families_.data()), tenant};
+  if (adopted->takes_allocations() && !family.instances.contains(tenant)) {
+    family.instances.emplace(tenant, adopted.get());
+  } else {
+    family.retired.push_back(adopted.get());
+  }
+  pools_[id] = std::move(adopted);
+  rows_.touch_pool(id);
+}
+
+void memory_book::adopt_allocation(object_id id, std::uint32_t pool_id, const placement& where,
+                                   const grant_details& grant) {
+  const object_row* row = rows_.find(id);
+  if (row == nullptr || pool_id >= pools_.size() || !pools_[pool_id]) {
+    throw request_error(
+        errc::internal,
+        fmt::format("allocation {} lies in pool instance {}, which is gone", id, pool_id));
+  }
+  pool& home = *pools_[pool_id];
+  home.adopt(where, row->bytes, grant);
+  families_[pool_owner_[pool_id].first].bytes_in_use += row->bytes;
+  allocations_.emplace(id, placed{&home, where});
+}
+
+void memory_book::adopt_reservation(object_id id, std::unique_ptr<reservation> adopted) {
+  reservations_.insert_or_assign(id, std::move(adopted));
+}
+
+const pool* memory_book::pool_by_id(std::uint32_t pool_id) const noexcept {
+  return pool_id < pools_.size() ? pools_[pool_id].get() : nullptr;
+}
+
+std::optional<std::pair<const pool*, placement>> memory_book::placement_of(object_id id) const {
+  const auto found = allocations_.find(id);
+  if (found == allocations_.end()) return std::nullopt;
+  return std::pair<const pool*, placement>{found->second.home, found->second.where};
+}
+
+const reservation* memory_book::reservation_of(object_id id) const noexcept {
+  const auto found = reservations_.find(id);
+  return found == reservations_.end() ? nullptr : found->second.get();
+}
+
+void memory_book::release_if_retired_and_empty(pool& instance) noexcept {
+  if (instance.takes_allocations() || instance.usage().allocations > 0) return;
+  const std::uint32_t id = instance.id();
+  auto& retired = families_[pool_owner_[id].first].retired;
+  std::erase(retired, &instance);
+  spdlog::info("pool '{}': instance {} from before the restart holds nothing any more: closed",
+               instance.config().name, id);
+  pools_[id].reset();
+  rows_.touch_pool(id);
 }
 
 memory_book::pool_family& memory_book::choose_family(const proto::allocate_request& request) {
@@ -96,6 +175,7 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
   pools_.push_back(std::move(made));
   pool_owner_.emplace_back(static_cast<std::size_t>(&family - families_.data()), tenant);
   family.instances.emplace(tenant, pools_.back().get());
+  rows_.touch_pool(id);
   return *pools_.back();
 }
 
@@ -251,6 +331,7 @@ void memory_book::let_go(object_id id, const object_row& row) noexcept {
       home.free(found->second.where, row.bytes);
       families_[pool_owner_[home.id()].first].bytes_in_use -= row.bytes;
       allocations_.erase(found);
+      release_if_retired_and_empty(home);
     }
   } else {
     reservations_.erase(id);
@@ -269,7 +350,7 @@ std::pair<const pool*, int> memory_book::pool_for(client_id client, std::uint32_
     return request_error(errc::not_found,
                          fmt::format("no pool with id {} that this client may reach", pool_id));
   };
-  if (pool_id >= pools_.size()) throw refuse();
+  if (pool_id >= pools_.size() || !pools_[pool_id]) throw refuse();
   const access_class& tenant = pool_owner_[pool_id].second;
   // The rights of a client on every object of the instance are the same: ask for one of them.
   const object_row sample = tenant.sample();
@@ -312,7 +393,7 @@ proto::reservation_reply memory_book::grant(object_id id, const reservation& bac
 
 std::uint32_t memory_book::features() const noexcept {
   for (const auto& candidate : pools_) {
-    if (candidate->is_device_memory()) {
+    if (candidate && candidate->is_device_memory()) {
       return proto::kFeatureCuda | (mps_active() ? proto::kFeatureMps : 0u);
     }
   }
@@ -332,7 +413,9 @@ proto::stats_reply memory_book::stats() const {
     record.pool_id = static_cast<std::uint32_t>(pools_.size());
     record.device = family.config.device;
     record.size_limit = family.config.size;
-    for (const auto& [tenant, each] : family.instances) {
+    std::vector<const pool*> instances(family.retired.begin(), family.retired.end());
+    for (const auto& [tenant, each] : family.instances) instances.push_back(each);
+    for (const pool* each : instances) {
       const pool_usage& usage = each->usage();
       const driver_usage driver = each->driver_counters();
       record.pool_id = std::min(record.pool_id, each->id());

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -38,12 +39,44 @@ namespace gpumem::daemon {
 
 class memory_book {
  public:
-  /// @param config its pools are made (one instance each, for the daemon's uid) at once.
+  /// @param config its pools; open_pools() makes their first instances.
   /// @param make_reservation empty when reservations are not available (no CUDA).
-  /// @throws config_error when a configured pool cannot be made.
   memory_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
               const daemon_config& config, pool_maker make_pool,
               reservation_maker make_reservation = {});
+
+  /// @brief Makes each configured pool's instance for the daemon's own uid, so that a pool the
+  /// machine cannot make stops the start with its name instead of failing a first allocation;
+  /// after re-adoption, lets go of adopted CUDA pools that hold nothing.
+  /// @throws config_error when a configured pool cannot be made.
+  void open_pools();
+
+  /// @name Re-adoption (daemon/restart/), before open_pools().
+  /// @{
+  /// @brief A pool instance a previous daemon made, with its id and class. A pool no longer
+  /// configured keeps serving what it holds, under its old settings.
+  void adopt_pool(std::unique_ptr<pool> adopted, const access_class& tenant);
+  /// @brief Allocation @p id (its ledger row restored) lives in pool @p pool_id at @p where.
+  /// @throws request_error(internal) when the pool is unknown or cannot take it back.
+  void adopt_allocation(object_id id, std::uint32_t pool_id, const placement& where,
+                        const grant_details& grant);
+  void adopt_reservation(object_id id, std::unique_ptr<reservation> adopted);
+  /// @}
+
+  /// @name What the state store writes down (daemon/restart/).
+  /// @{
+  /// @return nullptr for an id no instance has (any more).
+  const pool* pool_by_id(std::uint32_t pool_id) const noexcept;
+  /// @brief Every pool id is below it.
+  std::uint32_t pool_id_limit() const noexcept { return static_cast<std::uint32_t>(pools_.size()); }
+  const access_class& tenant_of_pool(std::uint32_t pool_id) const {
+    return pool_owner_.at(pool_id).second;
+  }
+  /// @return the pool and place of allocation @p id, nullopt for no such allocation.
+  std::optional<std::pair<const pool*, placement>> placement_of(object_id id) const;
+  /// @return nullptr for no such reservation.
+  const reservation* reservation_of(object_id id) const noexcept;
+  /// @}
 
   /// @throws request_error for an unknown device or pool, a taken name, or a full pool.
   proto::allocation_reply allocate(client_id client, const proto::allocate_request& request);
@@ -95,6 +128,8 @@ class memory_book {
   proto::reservation_list_reply list_reservations(client_id asker, object_id after) const;
 
   static constexpr std::size_t kPageSize = 256;
+  /// Pools a restarted daemon keeps serving though its configuration dropped them.
+  static constexpr std::size_t kUnconfiguredPools = 16;
 
  private:
   struct placed {
@@ -105,10 +140,15 @@ class memory_book {
   struct pool_family {
     pool_config config;
     std::map<access_class, pool*> instances;
+    /// Instances adopted from a previous daemon that serve what they hold and take nothing new.
+    std::vector<pool*> retired;
     std::uint64_t bytes_in_use = 0;
   };
 
   pool_family& choose_family(const proto::allocate_request& request);
+  pool_family& family_named(const pool_config& config);
+  /// Closes an adopted instance that holds nothing any more.
+  void release_if_retired_and_empty(pool& instance) noexcept;
   /// @throws request_error(out_of_memory) when the family has no room for @p size.
   pool& instance(pool_family& family, const access_class& tenant, std::uint64_t size);
   /// The id of the object named @p name in @p family, held once more by @p client.
@@ -127,7 +167,7 @@ class memory_book {
   const quota_policy& quotas_;
   pool_maker make_pool_;
   std::vector<pool_family> families_;
-  std::vector<std::unique_ptr<pool>> pools_;                      ///< every instance, by id
+  std::vector<std::unique_ptr<pool>> pools_;  ///< every instance, by id; empty once released
   std::vector<std::pair<std::size_t, access_class>> pool_owner_;  ///< by id: family, class
   reservation_maker make_reservation_;
   std::unordered_map<object_id, placed> allocations_;

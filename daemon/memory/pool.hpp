@@ -57,6 +57,12 @@ class pool {
   /// @throws request_error(out_of_memory) saying how much is free when @p size does not fit.
   placement allocate(std::uint64_t size);
   void free(const placement& where, std::uint64_t size) noexcept;
+  /// @brief Re-adoption: counts an allocation that a previous daemon made here as live.
+  /// @throws request_error(internal) when the backend cannot take it back (overlap, range).
+  void adopt(const placement& where, std::uint64_t size, const grant_details& grant);
+  /// @brief False for a pool adopted from a previous daemon that can only serve what it holds
+  /// (the CUDA driver lets no process but the pool's maker allocate from it).
+  virtual bool takes_allocations() const noexcept { return true; }
 
   /// @brief The handle clients import the pool by (a memfd, or a CUDA pool's POSIX fd); owned
   /// by the pool.
@@ -83,6 +89,8 @@ class pool {
  protected:
   virtual std::optional<placement> do_allocate(std::uint64_t size) = 0;
   virtual void do_free(const placement& where, std::uint64_t size) noexcept = 0;
+  /// @return false when the allocation cannot be taken back.
+  virtual bool do_adopt(const placement& where, std::uint64_t size, const grant_details& grant) = 0;
   /// @brief The largest request that would succeed now, for the error text.
   virtual std::uint64_t largest_possible() const noexcept = 0;
 

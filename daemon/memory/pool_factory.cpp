@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "memory/adopted_device_pool.hpp"
 #include "memory/host_pool.hpp"
 #ifdef GPUMEM_WITH_CUDA
 #include "memory/cuda_pool.hpp"
@@ -71,6 +72,27 @@ pool_maker make_pool_maker() {
 #endif
     throw std::runtime_error("CUDA is unavailable for pool '" + config.name + "'");
   };
+}
+
+std::unique_ptr<pool> adopt_pool(std::uint32_t id, const pool_config& config, unique_fd fd) {
+  if (config.device == proto::kHostDevice) {
+    return std::make_unique<host_pool>(id, config, std::move(fd));
+  }
+  return std::make_unique<adopted_device_pool>(id, config, std::move(fd));
+}
+
+reservation_adopter make_reservation_adopter() {
+#ifdef GPUMEM_WITH_CUDA
+  if (const cuda::driver_api* driver = cuda::driver()) return cuda_reservation_adopter(*driver);
+#endif
+  return {};
+}
+
+signal_page_adopter make_signal_page_adopter() {
+#ifdef GPUMEM_WITH_CUDA
+  if (const cuda::driver_api* driver = cuda::driver()) return cuda_signal_page_adopter(*driver);
+#endif
+  return {};
 }
 
 reservation_maker make_reservation_maker() {

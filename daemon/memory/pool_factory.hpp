@@ -29,6 +29,15 @@ pool_maker make_pool_maker();
 /// @brief How VMM reservations are made here; empty when CUDA is unavailable.
 reservation_maker make_reservation_maker();
 
+/// @brief Re-adoption of a pool instance a previous daemon made, from its kept fd: a host pool
+/// whole (it allocates again), a CUDA pool as an adopted_device_pool. Needs no CUDA call.
+/// @throws std::system_error
+std::unique_ptr<pool> adopt_pool(std::uint32_t id, const pool_config& config, unique_fd fd);
+
+/// @brief How kept reservations and signal pages are adopted here; empty without CUDA.
+reservation_adopter make_reservation_adopter();
+signal_page_adopter make_signal_page_adopter();
+
 /// @brief How signal pages (for stream-ordered and device locks) are made; empty without CUDA.
 signal_page_maker make_signal_page_maker();
 

@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
+
+#include "gpumem/shared/unique_fd.hpp"
 
 namespace gpumem::daemon {
 
@@ -39,5 +42,16 @@ class reservation {
 /// Makes the reservation of @p max_size bytes on @p device; throws request_error.
 using reservation_maker =
     std::function<std::unique_ptr<reservation>(std::int32_t device, std::uint64_t max_size)>;
+
+/// A chunk that a previous daemon made, kept by its shareable fd (daemon/restart/).
+struct adopted_chunk {
+  std::uint64_t id;
+  unique_fd fd;
+};
+/// Re-adoption: the reservation a previous daemon left, its chunks in order. Chunks made
+/// later come after them. Throws request_error, cuda::cuda_error.
+using reservation_adopter = std::function<std::unique_ptr<reservation>(
+    std::int32_t device, std::uint64_t max_size, std::uint64_t chunk_size,
+    std::vector<adopted_chunk> chunks)>;
 
 }  // namespace gpumem::daemon

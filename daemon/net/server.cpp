@@ -80,7 +80,8 @@ server::server(asio::io_context& io, const daemon_config& config, books& state,
       watchdog_timer_(io),
       accept_pause_(io),
       accept_log_(kAcceptLogInterval),
-      refusal_log_(kAcceptLogInterval) {
+      refusal_log_(kAcceptLogInterval),
+      adopted_(io, state, [this] { settle_pending(); }) {
   signals_.add(SIGHUP);
   signals_.add(SIGUSR1);
   if (passed_listener) {
@@ -277,7 +278,7 @@ asio::awaitable<void> server::settle_loop() {
 }
 
 void server::shut_down(const char* why) {
-  spdlog::info("{}: shutting down, releasing {} client(s)", why, sessions_.size());
+  spdlog::info("{}: shutting down, {} client(s) connected", why, sessions_.size());
   systemd::notify("STOPPING=1");
   boost::system::error_code ignored;
   acceptor_.close(ignored);
@@ -285,8 +286,10 @@ void server::shut_down(const char* why) {
   watchdog_timer_.cancel();
   accept_pause_.cancel();
   if (owns_socket_file_) ::unlink(socket_path_.c_str());
-  const auto live = sessions_;  // stop() removes each from sessions_
-  for (const auto& [key, each] : live) each->stop("daemon shutting down");
+  // Nothing a live client maps is freed or zeroed: its process keeps its mappings, and a
+  // daemon restarted with the fd store re-adopts the rest, as after a crash.
+  for (const auto& [key, each] : sessions_) each->abandon();
+  sessions_.clear();
   io_.stop();
 }
 

@@ -18,6 +18,7 @@
 #include "config/config.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "handlers/request_handler.hpp"
+#include "net/adopted_processes.hpp"
 #include "net/asio.hpp"
 #include "net/session.hpp"
 #include "rate_limited_log.hpp"
@@ -43,6 +44,12 @@ class server {
   void run();
 
   const std::string& socket_path() const noexcept { return socket_path_; }
+
+  /// @brief Watches clients re-adopted from a previous daemon (daemon/restart/) until their
+  /// processes exit.
+  void watch_adopted(std::vector<std::pair<client_id, unique_fd>> processes) {
+    adopted_.watch(std::move(processes));
+  }
 
  private:
   void bind_socket(const daemon_config& config);
@@ -77,6 +84,7 @@ class server {
   /// False when systemd's socket unit made the socket file: it must outlive this daemon.
   bool owns_socket_file_ = true;
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
+  adopted_processes adopted_;
 };
 
 }  // namespace gpumem::daemon

@@ -55,7 +55,10 @@ void session::start() {
   unique_fd pidfd = peer_pidfd(socket_.native_handle(), who_);
   spdlog::debug("client {} connected: pid {} uid {} gid {}{}", state_.client, who_.pid, who_.uid,
                 who_.gid, pidfd ? "" : " (process not visible: watching the socket only)");
-  if (pidfd) watch_process_exit(std::move(pidfd));
+  if (pidfd) {
+    books_.keep_process(state_.client, pidfd.get());
+    watch_process_exit(std::move(pidfd));
+  }
   asio::co_spawn(
       socket_.get_executor(), [self = shared_from_this()] { return self->read_loop(); },
       asio::detached);
@@ -91,6 +94,7 @@ void session::end_of_stream() {
         "client {} closed the connection holding device memory or locks: its host memory is "
         "let go, the rest kept until its process exits",
         state_.client);
+    books_.write_changes();
     boost::system::error_code ignored;
     socket_.close(ignored);
     frame_timer_.cancel();
@@ -114,8 +118,19 @@ void session::stop(const char* reason) {
   process_watch_.close(ignored);
   frame_timer_.cancel();
   books_.remove_client(state_.client);
+  books_.write_changes();
   out_fds_.clear();
   ended_(*this);
+}
+
+void session::abandon() {
+  if (stopped_) return;
+  stopped_ = true;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  process_watch_.close(ignored);
+  frame_timer_.cancel();
+  out_fds_.clear();
 }
 
 asio::awaitable<void> session::read_loop() {
@@ -273,6 +288,8 @@ bool session::stopped_for_not_reading() {
 }
 
 bool session::flush() {
+  // Nothing a reply tells a client may be lost by a crash after it went out.
+  books_.write_changes();
   if (waiting_to_write_) return true;
   while (out_sent_ < out_.size()) {
     std::size_t end = out_.size();

@@ -37,6 +37,9 @@ class session : public std::enable_shared_from_this<session> {
   void start();
   /// @brief Closes the connection and releases everything the client held. Idempotent.
   void stop(const char* reason);
+  /// @brief Closes the connection and keeps what the client holds: the daemon is stopping, and
+  /// what a live client maps must outlive it.
+  void abandon();
 
  private:
   enum class input_state {

@@ -23,13 +23,28 @@ cuda_signal_page::cuda_signal_page(const cuda::driver_api& driver, std::int32_t 
                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
         "cuMemExportToShareableHandle");
   exported_.reset(fd);
+  map_into_daemon(device);
+  check(cu_.cuMemsetD32(range_.get(), 0, size_ / sizeof(std::uint32_t)), "cuMemsetD32");
+}
+
+cuda_signal_page::cuda_signal_page(const cuda::driver_api& driver, std::int32_t device,
+                                   unique_fd exported)
+    : cu_(driver), size_(sync::kSignalPageSize), exported_(std::move(exported)) {
+  context_ = retain_device(cu_, device);
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+  check(cuda::allocation_handle::import_fd(cu_, exported_.get(), handle_),
+        "cuMemImportFromShareableHandle(signal page)");
+  map_into_daemon(device);
+}
+
+void cuda_signal_page::map_into_daemon(std::int32_t device) {
   check(cuda::address_range::reserve(cu_, size_, size_, range_), "cuMemAddressReserve");
   check(cuda::mapped_range::map(cu_, range_.get(), size_, handle_.get(), mapped_), "cuMemMap");
   CUmemAccessDesc access{};
-  access.location = properties.location;
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   check(cu_.cuMemSetAccess(range_.get(), size_, &access, 1), "cuMemSetAccess");
-  check(cu_.cuMemsetD32(range_.get(), 0, size_ / sizeof(std::uint32_t)), "cuMemsetD32");
   check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, repairs_),
         "cuStreamCreate");
 }
@@ -72,6 +87,12 @@ void cuda_signal_page::clear(std::uint32_t cell) {
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver) {
   return [&driver](std::int32_t device) -> std::unique_ptr<signal_page> {
     return std::make_unique<cuda_signal_page>(driver, device);
+  };
+}
+
+signal_page_adopter cuda_signal_page_adopter(const cuda::driver_api& driver) {
+  return [&driver](std::int32_t device, unique_fd exported) -> std::unique_ptr<signal_page> {
+    return std::make_unique<cuda_signal_page>(driver, device, std::move(exported));
   };
 }
 

@@ -15,6 +15,8 @@ class cuda_signal_page final : public signal_page {
  public:
   /// @throws request_error(no_such_device), cuda::cuda_error
   cuda_signal_page(const cuda::driver_api& driver, std::int32_t device);
+  /// @brief Re-adoption: the page a previous daemon made, by its kept fd, words intact.
+  cuda_signal_page(const cuda::driver_api& driver, std::int32_t device, unique_fd exported);
 
   int fd() const noexcept override { return exported_.get(); }
   std::uint64_t size() const noexcept override { return size_; }
@@ -26,6 +28,8 @@ class cuda_signal_page final : public signal_page {
 
  private:
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
+  /// Maps handle_ into the daemon and makes the repairs' stream.
+  void map_into_daemon(std::int32_t device);
 
   const cuda::driver_api& cu_;
   std::uint64_t size_ = 0;
@@ -39,5 +43,6 @@ class cuda_signal_page final : public signal_page {
 };
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver);
+signal_page_adopter cuda_signal_page_adopter(const cuda::driver_api& driver);
 
 }  // namespace gpumem::daemon

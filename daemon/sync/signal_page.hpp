@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "gpumem/shared/sync/signal_words.hpp"
+#include "gpumem/shared/unique_fd.hpp"
 
 namespace gpumem::daemon {
 
@@ -20,5 +21,8 @@ class signal_page : public sync::signal_words {
 
 /// Makes the signal page of @p device; throws request_error.
 using signal_page_maker = std::function<std::unique_ptr<signal_page>(std::int32_t device)>;
+/// Re-adoption: the signal page of @p device that a previous daemon made, from its kept fd.
+using signal_page_adopter =
+    std::function<std::unique_ptr<signal_page>(std::int32_t device, unique_fd exported)>;
 
 }  // namespace gpumem::daemon

@@ -68,6 +68,7 @@ sync_book::attachment sync_book::attach(client_id client) {
     own.attach();
     slot_taken_.set(slot);
     attached_.emplace(client, attached_client{slot, who.pid, own.id()});
+    rows_.touch_client(client);
     return {slot, own};
   }
   throw request_error(errc::out_of_memory,
@@ -90,6 +91,7 @@ sync_page& sync_book::page_of_class(const access_class& tenant) {
   }
   auto made = std::make_unique<sync_page>(id, tenant);
   page_ids_.emplace(tenant, id);
+  rows_.touch_page(id);
   return *pages_.emplace(id, std::move(made)).first->second;
 }
 
@@ -98,6 +100,7 @@ void sync_book::free_page_if_unused(std::uint32_t page_id) noexcept {
   if (found == pages_.end() || !found->second->unused()) return;
   page_ids_.erase(found->second->tenant());
   pages_.erase(found);
+  rows_.touch_page(page_id);
 }
 
 const sync_page& sync_book::page_for(client_id client, std::uint32_t page_id) const {
@@ -160,6 +163,7 @@ void sync_book::mark_corrupt(object_id id, const object_row& row, cell_entry& en
                              const char* rule) noexcept {
   if (entry.corrupt_rule != nullptr) return;
   entry.corrupt_rule = rule;
+  rows_.touch(id);
   spdlog::warn("{} '{}' (id {}) found corrupt: {}; refused until `gpumemctl reset {}`",
                kind_name(row.kind), row.name, id, rule, row.name);
   // Its users go on with the page without asking the daemon: tell them there.
@@ -366,6 +370,7 @@ const signal_page& sync_book::signal_page_of(client_id client, std::uint32_t pag
                         "stream-ordered and device locks and barriers need CUDA, which this "
                         "daemon does not have");
   }
+  rows_.touch_page(page.id());
   return pages_.at(page.id())->make_signal_page(device, make_signal_page_);
 }
 
@@ -467,6 +472,7 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
 
 void sync_book::break_party(object_id id, const object_row& row, cell_entry& entry,
                             std::uint32_t party) {
+  rows_.touch(id);
   auto& cell = cell_as<sync::counter_cell>(entry);
   if (const char* rule = sync::check_counter_cell(cell, counter_facts_of(row, entry))) {
     mark_corrupt(id, row, entry, rule);
@@ -542,7 +548,86 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
   }
   // A kept lock was kept for the state the reset just cleared.
   entry.kept = false;
+  rows_.touch(id);
   forget_if_unused(id);
+}
+
+std::optional<sync_book::saved_cell> sync_book::cell_of(object_id id) const {
+  const auto found = objects_.find(id);
+  if (found == objects_.end()) return std::nullopt;
+  const cell_entry& entry = found->second;
+  return saved_cell{entry.page,          entry.cell,  entry.parties,
+                    entry.party_clients, entry.epoch, entry.corrupt_rule != nullptr,
+                    entry.kept};
+}
+
+std::optional<sync_book::saved_attachment> sync_book::attachment_of(client_id client) const {
+  const auto found = attached_.find(client);
+  if (found == attached_.end()) return std::nullopt;
+  return saved_attachment{found->second.slot, found->second.own_page};
+}
+
+std::vector<sync_book::saved_reclaim> sync_book::pending_reclaims() const {
+  std::vector<saved_reclaim> saved;
+  for (const pending_reclaim& each : pending_) saved.push_back({each.slot, each.id});
+  return saved;
+}
+
+const sync_page* sync_book::page_by_id(std::uint32_t page_id) const noexcept {
+  const auto found = pages_.find(page_id);
+  return found == pages_.end() ? nullptr : found->second.get();
+}
+
+std::vector<std::uint32_t> sync_book::page_ids() const {
+  std::vector<std::uint32_t> ids;
+  for (const auto& [id, page] : pages_) ids.push_back(id);
+  return ids;
+}
+
+void sync_book::adopt_page(std::unique_ptr<sync_page> adopted) {
+  const std::uint32_t id = adopted->id();
+  page_ids_.insert_or_assign(adopted->tenant(), id);
+  pages_.insert_or_assign(id, std::move(adopted));
+  rows_.touch_page(id);
+}
+
+void sync_book::adopt_cell(object_id id, const saved_cell& saved) {
+  const auto page = pages_.find(saved.page);
+  if (page == pages_.end() || !page->second->restore_cell(saved.cell, id) ||
+      saved.party_clients.size() != saved.parties) {
+    throw request_error(
+        errc::internal,
+        fmt::format("object {}: cell {} of page {} is gone or taken", id, saved.cell, saved.page));
+  }
+  cell_entry entry{saved.page, saved.cell, saved.parties, saved.party_clients, saved.epoch};
+  entry.kept = saved.kept;
+  const object_row* row = rows_.find(id);
+  if (saved.corrupt && row != nullptr) {
+    // The rule's text is not kept: the cell is checked again, and still refused if it passes.
+    const char* rule = check(*row, entry);
+    entry.corrupt_rule = rule != nullptr ? rule : "found corrupt before gpumemd restarted";
+  }
+  objects_.insert_or_assign(id, std::move(entry));
+}
+
+void sync_book::adopt_attachment(client_id client, const saved_attachment& saved) {
+  const auto page = pages_.find(saved.own_page);
+  if (page == pages_.end() || saved.slot == 0 || saved.slot > sync::kMaxSlots ||
+      slot_taken_.test(saved.slot)) {
+    throw request_error(errc::internal,
+                        fmt::format("client {}: slot {} or page {} is gone or taken", client,
+                                    saved.slot, saved.own_page));
+  }
+  page->second->attach();
+  slot_taken_.set(saved.slot);
+  attached_.insert_or_assign(
+      client, attached_client{saved.slot, rows_.client(client).who.pid, saved.own_page});
+}
+
+void sync_book::adopt_pending(const saved_reclaim& saved) {
+  if (saved.slot == 0 || saved.slot > sync::kMaxSlots) return;
+  slot_taken_.set(saved.slot);
+  pending_.push_back({saved.slot, saved.id});
 }
 
 proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gpumem/proto/messages.hpp"
@@ -84,6 +85,42 @@ class sync_book {
   /// @return true when none is left.
   bool settle() noexcept;
   bool has_pending() const noexcept { return !pending_.empty(); }
+
+  /// @name What the state store (daemon/restart/) writes down and puts back.
+  /// @{
+  struct saved_cell {
+    std::uint32_t page = 0;
+    std::uint32_t cell = 0;
+    std::uint32_t parties = 0;
+    std::vector<client_id> party_clients;
+    std::uint32_t epoch = 0;
+    bool corrupt = false;
+    bool kept = false;
+  };
+  struct saved_attachment {
+    std::uint16_t slot = 0;
+    std::uint32_t own_page = 0;
+  };
+  struct saved_reclaim {
+    std::uint16_t slot = 0;
+    object_id id = 0;
+  };
+  std::optional<saved_cell> cell_of(object_id id) const;
+  std::optional<saved_attachment> attachment_of(client_id client) const;
+  std::vector<saved_reclaim> pending_reclaims() const;
+  /// @return nullptr for a page id in no use.
+  const sync_page* page_by_id(std::uint32_t page_id) const noexcept;
+  std::vector<std::uint32_t> page_ids() const;
+
+  void adopt_page(std::unique_ptr<sync_page> adopted);
+  /// @brief Object @p id (its ledger row restored) keeps its cell, parties and state.
+  /// @throws request_error(internal) when its page is unknown or the cell is taken.
+  void adopt_cell(object_id id, const saved_cell& saved);
+  /// @brief Client @p client (its ledger row restored) keeps its slot: a lock it held stays
+  /// held by it.
+  void adopt_attachment(client_id client, const saved_attachment& saved);
+  void adopt_pending(const saved_reclaim& saved);
+  /// @}
 
  private:
   struct cell_entry {

@@ -1,6 +1,8 @@
 #include "sync/sync_page.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <system_error>
 
 #include "gpumem/shared/os/memfd.hpp"
 #include "gpumem/shared/sync/layout.hpp"
@@ -13,6 +15,36 @@ sync_page::sync_page(std::uint32_t id, access_class tenant)
       fd_(os::make_sealed_memfd("gpumemd-sync", sync::kHostPageSize)),
       mapping_(os::mapping::share(fd_.get(), sync::kHostPageSize, os::access::read_write)),
       cell_objects_(sync::kCellCount, 0) {}
+
+namespace {
+/// A kept page shorter than a page would fault the daemon on its first touch (SIGBUS).
+unique_fd whole_page(unique_fd memfd) {
+  if (os::file_size(memfd.get()) < sync::kHostPageSize) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "a kept lock page is shorter than a page");
+  }
+  return memfd;
+}
+}  // namespace
+
+sync_page::sync_page(std::uint32_t id, access_class tenant, unique_fd memfd)
+    : id_(id),
+      tenant_(tenant),
+      fd_(whole_page(std::move(memfd))),
+      mapping_(os::mapping::share(fd_.get(), sync::kHostPageSize, os::access::read_write)),
+      cell_objects_(sync::kCellCount, 0) {}
+
+bool sync_page::restore_cell(std::uint32_t index, object_id object) noexcept {
+  if (index >= sync::kCellCount || cell_objects_[index] != 0) return false;
+  cell_objects_[index] = object;
+  ++cells_used_;
+  next_cell_ = std::max(next_cell_, index + 1);
+  return true;
+}
+
+void sync_page::adopt_signal_page(std::int32_t device, std::unique_ptr<signal_page> adopted) {
+  signal_pages_.insert_or_assign(device, std::move(adopted));
+}
 
 std::byte* sync_page::cell(std::uint32_t index) const noexcept {
   return static_cast<std::byte*>(mapping_.get()) + std::size_t{index} * sync::kCellSize;

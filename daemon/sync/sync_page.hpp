@@ -31,6 +31,9 @@ class sync_page {
  public:
   /// @throws std::system_error when the memfd cannot be made or mapped.
   sync_page(std::uint32_t id, access_class tenant);
+  /// @brief Re-adoption: the page a previous daemon made, by its kept memfd, words intact.
+  /// @throws std::system_error when it cannot be mapped.
+  sync_page(std::uint32_t id, access_class tenant, unique_fd memfd);
   sync_page(const sync_page&) = delete;
   sync_page& operator=(const sync_page&) = delete;
 
@@ -42,6 +45,9 @@ class sync_page {
   /// @return a free cell, zeroed, now @p object's; nullopt when every cell is taken.
   std::optional<std::uint32_t> take_cell(object_id object) noexcept;
   void free_cell(std::uint32_t index) noexcept;
+  /// @brief Re-adoption: cell @p index holds @p object, as before the restart.
+  /// @return false when the index is out of range or the cell is taken.
+  bool restore_cell(std::uint32_t index, object_id object) noexcept;
   /// @return the object in cell @p index, 0 when free or out of range.
   object_id object_in(std::uint32_t index) const noexcept;
 
@@ -53,6 +59,10 @@ class sync_page {
   signal_page* signal_page_on(std::int32_t device) const noexcept;
   /// @throws request_error from @p make.
   const signal_page& make_signal_page(std::int32_t device, const signal_page_maker& make);
+  void adopt_signal_page(std::int32_t device, std::unique_ptr<signal_page> adopted);
+  const std::map<std::int32_t, std::unique_ptr<signal_page>>& signal_pages() const noexcept {
+    return signal_pages_;
+  }
 
   /// Whether the page can go. Never once it has a signal page: a repair queued on that page's
   /// stream may still wait for a word of it, and unmapping device memory under a pending stream

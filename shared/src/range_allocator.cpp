@@ -30,6 +30,21 @@ std::optional<std::uint64_t> range_allocator::allocate(std::uint64_t size) {
   return offset;
 }
 
+bool range_allocator::take(std::uint64_t offset, std::uint64_t size) {
+  const auto need = rounded(size);
+  if (!need || (offset & (alignment_ - 1)) != 0) return false;
+  auto block = free_by_offset_.upper_bound(offset);
+  if (block == free_by_offset_.begin()) return false;
+  --block;
+  const auto [start, length] = *block;
+  if (offset + *need > start + length) return false;
+  erase_free(block);
+  if (offset > start) insert_free(start, offset - start);
+  if (start + length > offset + *need) insert_free(offset + *need, start + length - offset - *need);
+  allocated_ += *need;
+  return true;
+}
+
 void range_allocator::free(std::uint64_t offset, std::uint64_t size) {
   std::uint64_t start = offset;
   std::uint64_t length = *rounded(size);

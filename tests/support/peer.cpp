@@ -9,6 +9,10 @@
 //                               open a slab by name, check one piece, print "ok" or why not
 //   lock-count LOCK BUFFER N    N times: lock, increment a plain counter, unlock; "done"
 //   lock-hold LOCK              lock, print "held", wait to be killed
+//   allocate-until-error PREFIX SIZE
+//                               allocate PREFIX0, PREFIX1, ... filled with their number as
+//                               seed, printing "made NAME" after each, until a call fails;
+//                               then print "stopped" and hold them until killed
 //   barrier-rounds NAME PARTIES ROUNDS BUFFER
 //                               ROUNDS rounds of arrive_and_wait, checking every party's
 //                               progress word; print "done", "broken R" or "behind R"
@@ -25,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/slab.hpp"
@@ -120,6 +125,21 @@ int run(int argc, char** argv) {
     gpumem::testing::fill_pattern(buffer.data(), size,
                                   static_cast<std::uint32_t>(std::stoul(argv[4])));
     say("ready " + std::to_string(buffer.id()));
+    wait_forever();
+  }
+  if (command == "allocate-until-error" && argc == 4) {
+    const std::size_t size = std::stoull(argv[3]);
+    std::vector<gpumem::Buffer> held;
+    try {
+      for (std::uint32_t index = 0;; ++index) {
+        const std::string name = argv[2] + std::to_string(index);
+        held.push_back(client.allocate(size, {.name = name}));
+        gpumem::testing::fill_pattern(held.back().data(), size, index);
+        say("made " + name);
+      }
+    } catch (const gpumem::Error&) {
+      say("stopped");
+    }
     wait_forever();
   }
   if (command == "hold-open" && argc == 3) {

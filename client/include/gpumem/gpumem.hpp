@@ -196,6 +196,9 @@ struct Stats {
   /// device-side locks hand off in about a microsecond (milliseconds without MPS).
   bool mps = false;
   std::uint32_t ipc_events_live = 0;  ///< interprocess events the daemon holds
+  /// The daemon keeps its state in systemd's fd store: a restart, even a crash, loses nothing
+  /// that a client holds or named. Without it a restarted daemon starts clean.
+  bool state_kept = false;
 };
 
 struct ClientInfo {

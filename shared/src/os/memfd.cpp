@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,6 +27,14 @@ unique_fd reopen_read_only(int memfd) {
   unique_fd reopened(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!reopened) throw std::system_error(errno, std::system_category(), "reopening " + path);
   return reopened;
+}
+
+std::uint64_t file_size(int fd) {
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) {
+    throw std::system_error(errno, std::system_category(), "fstat of a memfd");
+  }
+  return static_cast<std::uint64_t>(status.st_size);
 }
 
 }  // namespace gpumem::os

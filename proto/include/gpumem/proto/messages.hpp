@@ -20,6 +20,8 @@ inline constexpr std::int32_t kHostDevice = -1;
 inline constexpr std::uint32_t kFeatureCuda = 1u << 0;
 /// The daemon's CUDA contexts are MPS clients: kernels of several processes run concurrently.
 inline constexpr std::uint32_t kFeatureMps = 1u << 1;
+/// The daemon keeps its state in systemd's fd store across restarts.
+inline constexpr std::uint32_t kFeatureStateKept = 1u << 2;
 
 enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
 

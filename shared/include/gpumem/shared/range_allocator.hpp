@@ -23,6 +23,11 @@ class range_allocator {
   /// @return the offset of a block of rounded(@p size) bytes, or nullopt when none is free.
   std::optional<std::uint64_t> allocate(std::uint64_t size);
 
+  /// @brief Marks the block of rounded(@p size) bytes at @p offset taken, as allocate() would
+  /// have: for putting back what a previous owner of the range had allocated.
+  /// @return false, changing nothing, when the block is not wholly free or not aligned.
+  bool take(std::uint64_t offset, std::uint64_t size);
+
   /// @brief Returns a block; @p size as given to allocate().
   void free(std::uint64_t offset, std::uint64_t size);
 

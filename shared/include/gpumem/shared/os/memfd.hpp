@@ -3,6 +3,7 @@
 /// @brief Anonymous shared memory that the daemon hands to clients: a memfd of a fixed size.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "gpumem/shared/unique_fd.hpp"
@@ -18,5 +19,8 @@ unique_fd make_sealed_memfd(const std::string& name, std::size_t size);
 /// @brief The same memfd opened again read-only: mmap refuses to map it writable, so a client
 /// given it can read and never write. @throws std::system_error
 unique_fd reopen_read_only(int memfd);
+
+/// @brief The size of the file behind @p fd. @throws std::system_error
+std::uint64_t file_size(int fd);
 
 }  // namespace gpumem::os

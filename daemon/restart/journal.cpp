@@ -1,0 +1,88 @@
+#include "restart/journal.hpp"
+
+#include "restart/record_codec.hpp"
+
+namespace gpumem::daemon::restart {
+
+namespace {
+constexpr std::uint64_t kFileMagic = 0x31'6473'6d65'6d70'67ull;  // "gpmemsd1", little-endian
+constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kBatchMagic = 0x4254'4147u;  // "GATB"
+constexpr std::size_t kHeaderSize = 8 + 4 + 4 + 8;
+constexpr std::size_t kBatchHeaderSize = 4 + 4 + 4;
+}  // namespace
+
+std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation) {
+  record_writer out;
+  out.put(kFileMagic);
+  out.put(kFormatVersion);
+  out.put(kind);
+  out.put(generation);
+  return std::move(out.bytes());
+}
+
+std::vector<std::byte> batch(std::span<const record_change> changes) {
+  record_writer body;
+  body.put(static_cast<std::uint32_t>(changes.size()));
+  for (const record_change& change : changes) {
+    body.put(change.key.type);
+    body.put(change.key.id);
+    body.put(change.body.has_value());
+    if (change.body) body.put_bytes(*change.body);
+  }
+  record_writer framed;
+  framed.put(kBatchMagic);
+  framed.put(static_cast<std::uint32_t>(body.bytes().size()));
+  framed.put(crc32(body.bytes()));
+  framed.bytes().insert(framed.bytes().end(), body.bytes().begin(), body.bytes().end());
+  return std::move(framed.bytes());
+}
+
+replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,
+                     record_map& into) {
+  record_reader header(file.first(std::min(file.size(), kHeaderSize)));
+  if (header.get<std::uint64_t>() != kFileMagic) throw format_error("not a gpumemd state file");
+  if (header.get<std::uint32_t>() != kFormatVersion) {
+    throw format_error("a state file of another format version");
+  }
+  if (header.get<file_kind>() != kind || header.get<std::uint64_t>() != generation) {
+    throw format_error("a state file of another kind or generation than its name says");
+  }
+  replay_result result;
+  std::span<const std::byte> rest = file.subspan(kHeaderSize);
+  while (!rest.empty()) {
+    if (rest.size() < kBatchHeaderSize) break;
+    record_reader frame(rest.first(kBatchHeaderSize));
+    const auto magic = frame.get<std::uint32_t>();
+    const auto length = frame.get<std::uint32_t>();
+    const auto checksum = frame.get<std::uint32_t>();
+    if (magic != kBatchMagic || length > rest.size() - kBatchHeaderSize) break;
+    const std::span<const std::byte> body = rest.subspan(kBatchHeaderSize, length);
+    if (crc32(body) != checksum) break;
+    record_reader records(body);
+    // A batch whose CRC matches was written whole by the daemon: a malformed one is a bug,
+    // and format_error says so.
+    std::vector<record_change> changes(records.get_count(1 + 8 + 1));
+    for (record_change& change : changes) {
+      change.key.type = records.get<record_type>();
+      change.key.id = records.get<std::uint64_t>();
+      if (records.get_bool()) {
+        const auto run = records.get_bytes();
+        change.body.emplace(run.begin(), run.end());
+      }
+    }
+    for (record_change& change : changes) {
+      if (change.body) {
+        into.insert_or_assign(change.key, std::move(*change.body));
+      } else {
+        into.erase(change.key);
+      }
+    }
+    ++result.batches;
+    rest = rest.subspan(kBatchHeaderSize + length);
+  }
+  result.torn_tail = !rest.empty();
+  return result;
+}
+
+}  // namespace gpumem::daemon::restart

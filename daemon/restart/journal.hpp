@@ -1,0 +1,54 @@
+#pragma once
+/// @file
+/// @brief How the daemon's state is laid out in its two memfds (daemon/restart/): a snapshot,
+/// written whole and sealed, and a journal of the changes since, appended in batches. Both are
+/// a header and then batches; a batch is a set of records (a key, and the record's bytes or
+/// "erased") with its length and CRC-32 in front, so that a batch cut short by a crash is
+/// recognised and ignored whole: a reader sees the state as it was after some request, never
+/// in the middle of one.
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace gpumem::daemon::restart {
+
+enum class record_type : std::uint8_t { meta = 1, client = 2, object = 3, pool = 4, page = 5 };
+
+struct record_key {
+  record_type type;
+  std::uint64_t id;
+  auto operator<=>(const record_key&) const = default;
+};
+
+/// Every live record by key: what replaying a snapshot and its journal gives.
+using record_map = std::map<record_key, std::vector<std::byte>>;
+
+struct record_change {
+  record_key key;
+  std::optional<std::vector<std::byte>> body;  ///< nullopt: the record is erased
+};
+
+enum class file_kind : std::uint32_t { snapshot = 1, journal = 2 };
+
+/// @brief The first bytes of a snapshot or journal of @p generation.
+std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation);
+
+/// @brief One batch of @p changes, ready to append.
+std::vector<std::byte> batch(std::span<const record_change> changes);
+
+struct replay_result {
+  std::size_t batches = 0;
+  bool torn_tail = false;  ///< bytes after the last whole batch were ignored
+};
+
+/// @brief Applies the batches of @p file to @p into, in order, up to the first that is not
+/// whole (a crash while appending), which is ignored with what follows it.
+/// @throws format_error when the header is not one of @p kind and @p generation.
+replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,
+                     record_map& into);
+
+}  // namespace gpumem::daemon::restart

@@ -1,0 +1,93 @@
+#pragma once
+/// @file
+/// @brief Bytes in and out for the state the daemon writes down (daemon/restart/): fixed-width
+/// little-endian integers, length-prefixed strings and byte runs, and the CRC-32 that tells a
+/// record written whole from a torn one. A reader never reads past its bytes: every read
+/// checks the length and a short or malformed input throws format_error.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace gpumem::daemon::restart {
+
+struct format_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// CRC-32 (IEEE 802.3, as zlib computes it).
+std::uint32_t crc32(std::span<const std::byte> bytes) noexcept;
+
+class record_writer {
+ public:
+  template <class Integer>
+  requires std::is_integral_v<Integer> || std::is_enum_v<Integer>
+  void put(Integer value) {
+    auto wide = static_cast<std::uint64_t>(value);
+    for (std::size_t byte = 0; byte < sizeof(Integer); ++byte) {
+      bytes_.push_back(static_cast<std::byte>(wide & 0xff));
+      wide >>= 8;
+    }
+  }
+  void put(bool value) { put(static_cast<std::uint8_t>(value)); }
+  void put_bytes(std::span<const std::byte> run) {
+    put(static_cast<std::uint32_t>(run.size()));
+    bytes_.insert(bytes_.end(), run.begin(), run.end());
+  }
+  void put_string(const std::string& text) {
+    put_bytes(std::as_bytes(std::span(text.data(), text.size())));
+  }
+
+  std::vector<std::byte>& bytes() noexcept { return bytes_; }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
+class record_reader {
+ public:
+  explicit record_reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
+
+  template <class Integer>
+  requires std::is_integral_v<Integer> || std::is_enum_v<Integer> Integer get() {
+    const std::span<const std::byte> raw = take(sizeof(Integer));
+    std::uint64_t wide = 0;
+    for (std::size_t byte = sizeof(Integer); byte-- > 0;) {
+      wide = wide << 8 | static_cast<std::uint64_t>(raw[byte]);
+    }
+    return static_cast<Integer>(wide);
+  }
+  bool get_bool() { return get<std::uint8_t>() != 0; }
+  std::span<const std::byte> get_bytes() { return take(get<std::uint32_t>()); }
+  std::string get_string() {
+    const auto run = get_bytes();
+    return {reinterpret_cast<const char*>(run.data()), run.size()};
+  }
+  /// @brief A count of items of at least @p min_item_size bytes each, checked against what is
+  /// left, so that a bad count cannot make the caller reserve a huge vector.
+  std::size_t get_count(std::size_t min_item_size) {
+    const auto count = get<std::uint32_t>();
+    if (min_item_size > 0 && count > remaining() / min_item_size) {
+      throw format_error("a count larger than the record");
+    }
+    return count;
+  }
+  std::span<const std::byte> take(std::size_t size) {
+    if (size > remaining()) throw format_error("a record ends early");
+    const auto run = bytes_.subspan(offset_, size);
+    offset_ += size;
+    return run;
+  }
+  std::size_t remaining() const noexcept { return bytes_.size() - offset_; }
+
+ private:
+  std::span<const std::byte> bytes_;
+  std::size_t offset_ = 0;
+};
+
+}  // namespace gpumem::daemon::restart

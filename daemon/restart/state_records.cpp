@@ -1,0 +1,346 @@
+#include "restart/state_records.hpp"
+
+#include <fmt/format.h>
+
+#include "restart/record_codec.hpp"
+
+namespace gpumem::daemon::restart {
+
+namespace {
+
+void put_tenant(record_writer& out, const access_class& tenant) {
+  out.put(tenant.owner);
+  out.put(tenant.group.has_value());
+  out.put(tenant.group.value_or(0));
+  out.put(tenant.shared_bits);
+}
+
+access_class get_tenant(record_reader& in) {
+  access_class tenant{};
+  tenant.owner = in.get<uid_t>();
+  const bool has_group = in.get_bool();
+  const auto group = in.get<gid_t>();
+  if (has_group) tenant.group = group;
+  tenant.shared_bits = in.get<mode_t>();
+  return tenant;
+}
+
+void put_meta(record_writer& out, const books& state, std::uint64_t instance) {
+  out.put(instance);
+  out.put(state.rows.next_object_id());
+  out.put(state.rows.next_client_id());
+  const auto pending = state.sync.pending_reclaims();
+  out.put(static_cast<std::uint32_t>(pending.size()));
+  for (const auto& each : pending) {
+    out.put(each.slot);
+    out.put(each.id);
+  }
+}
+
+saved_meta get_meta(record_reader& in) {
+  saved_meta meta;
+  meta.instance = in.get<std::uint64_t>();
+  meta.next_object = in.get<object_id>();
+  meta.next_client = in.get<client_id>();
+  meta.pending.resize(in.get_count(2 + 8));
+  for (auto& each : meta.pending) {
+    each.slot = in.get<std::uint16_t>();
+    each.id = in.get<object_id>();
+  }
+  return meta;
+}
+
+void put_client(record_writer& out, const books& state, client_id id, const client_row& row) {
+  out.put(row.who.pid);
+  out.put(row.who.uid);
+  out.put(row.who.gid);
+  out.put(static_cast<std::uint32_t>(row.who.groups.size()));
+  for (const gid_t each : row.who.groups) out.put(each);
+  out.put_string(row.label);
+  const auto attachment = state.sync.attachment_of(id);
+  out.put(attachment.has_value());
+  if (attachment) {
+    out.put(attachment->slot);
+    out.put(attachment->own_page);
+  }
+}
+
+saved_client get_client(record_reader& in) {
+  saved_client client;
+  credentials& who = client.row.who;
+  who.pid = in.get<pid_t>();
+  who.uid = in.get<uid_t>();
+  who.gid = in.get<gid_t>();
+  who.groups.resize(in.get_count(sizeof(gid_t)));
+  for (gid_t& each : who.groups) each = in.get<gid_t>();
+  client.row.label = in.get_string();
+  client.row.connected = std::chrono::steady_clock::now();
+  if (in.get_bool()) {
+    auto& attachment = client.attachment.emplace();
+    attachment.slot = in.get<std::uint16_t>();
+    attachment.own_page = in.get<std::uint32_t>();
+  }
+  return client;
+}
+
+void put_object(record_writer& out, const books& state, object_id id, const object_row& row) {
+  out.put(row.kind);
+  out.put_string(row.name);
+  out.put(row.owner);
+  out.put(row.owner_uid);
+  out.put(row.owner_gid);
+  out.put(row.mode);
+  out.put(row.device);
+  out.put(row.bytes);
+  out.put(static_cast<std::uint32_t>(row.holders.size()));
+  for (const auto& [holder, references] : row.holders) {
+    out.put(holder);
+    out.put(references);
+  }
+  if (const auto placed = state.memory.placement_of(id)) {
+    const auto& [home, where] = *placed;
+    out.put(std::uint8_t{1});
+    out.put(home->id());
+    out.put(where.offset);
+    out.put(where.reserved_bytes);
+    const grant_details grant = home->grant_of(where);
+    out.put(grant.offset);
+    out.put_bytes(grant.pointer_export);
+  } else if (const reservation* backing = state.memory.reservation_of(id)) {
+    out.put(std::uint8_t{2});
+    out.put(backing->device());
+    out.put(backing->max_size());
+    out.put(backing->chunk_size());
+    out.put(static_cast<std::uint32_t>(backing->chunk_count()));
+    for (std::size_t index = 0; index < backing->chunk_count(); ++index) {
+      out.put(backing->chunk_at(index).id);
+    }
+  } else if (const auto cell = state.sync.cell_of(id)) {
+    out.put(std::uint8_t{3});
+    out.put(cell->page);
+    out.put(cell->cell);
+    out.put(cell->parties);
+    for (const client_id party : cell->party_clients) out.put(party);
+    out.put(cell->epoch);
+    out.put(cell->corrupt);
+    out.put(cell->kept);
+  } else {
+    out.put(std::uint8_t{0});
+  }
+}
+
+saved_object get_object(record_reader& in) {
+  saved_object object;
+  object_row& row = object.row;
+  row.kind = in.get<object_kind>();
+  if (row.kind > object_kind::channel) throw format_error("an object of an unknown kind");
+  row.name = in.get_string();
+  row.owner = in.get<client_id>();
+  row.owner_uid = in.get<uid_t>();
+  row.owner_gid = in.get<gid_t>();
+  row.mode = in.get<mode_t>();
+  row.device = in.get<std::int32_t>();
+  row.bytes = in.get<std::uint64_t>();
+  const std::size_t holders = in.get_count(8 + 4);
+  for (std::size_t each = 0; each < holders; ++each) {
+    const auto holder = in.get<client_id>();
+    row.holders[holder] = in.get<std::uint32_t>();
+  }
+  switch (in.get<std::uint8_t>()) {
+    case 1: {
+      auto& allocation = object.allocation.emplace();
+      allocation.pool = in.get<std::uint32_t>();
+      allocation.where.offset = in.get<std::uint64_t>();
+      allocation.where.reserved_bytes = in.get<std::uint64_t>();
+      allocation.grant.offset = in.get<std::uint64_t>();
+      const auto exported = in.get_bytes();
+      if (exported.size() != allocation.grant.pointer_export.size()) {
+        throw format_error("export data of the wrong size");
+      }
+      std::copy(exported.begin(), exported.end(), allocation.grant.pointer_export.begin());
+      break;
+    }
+    case 2: {
+      auto& backing = object.reservation.emplace();
+      backing.device = in.get<std::int32_t>();
+      backing.max_size = in.get<std::uint64_t>();
+      backing.chunk_size = in.get<std::uint64_t>();
+      backing.chunks.resize(in.get_count(8));
+      for (auto& chunk : backing.chunks) chunk = in.get<std::uint64_t>();
+      break;
+    }
+    case 3: {
+      auto& cell = object.cell.emplace();
+      cell.page = in.get<std::uint32_t>();
+      cell.cell = in.get<std::uint32_t>();
+      cell.parties = in.get<std::uint32_t>();
+      if (cell.parties > in.remaining() / 8) throw format_error("more parties than bytes");
+      cell.party_clients.resize(cell.parties);
+      for (client_id& party : cell.party_clients) party = in.get<client_id>();
+      cell.epoch = in.get<std::uint32_t>();
+      cell.corrupt = in.get_bool();
+      cell.kept = in.get_bool();
+      break;
+    }
+    case 0:
+      break;
+    default:
+      throw format_error("an object with an unknown backing");
+  }
+  return object;
+}
+
+void put_pool(record_writer& out, const books& state, std::uint32_t id, const pool& instance) {
+  const pool_config& config = instance.config();
+  out.put_string(config.name);
+  out.put(config.device);
+  out.put(config.size);
+  out.put(config.release_threshold);
+  out.put(static_cast<std::uint32_t>(config.peer_access.size()));
+  for (const std::int32_t peer : config.peer_access) out.put(peer);
+  put_tenant(out, state.memory.tenant_of_pool(id));
+}
+
+saved_pool get_pool(record_reader& in) {
+  saved_pool saved;
+  saved.config.name = in.get_string();
+  saved.config.device = in.get<std::int32_t>();
+  saved.config.size = in.get<std::uint64_t>();
+  saved.config.release_threshold = in.get<std::uint64_t>();
+  saved.config.peer_access.resize(in.get_count(4));
+  for (auto& peer : saved.config.peer_access) peer = in.get<std::int32_t>();
+  saved.tenant = get_tenant(in);
+  return saved;
+}
+
+void put_page(record_writer& out, const sync_page& page) {
+  put_tenant(out, page.tenant());
+  out.put(static_cast<std::uint32_t>(page.signal_pages().size()));
+  for (const auto& [device, signal] : page.signal_pages()) out.put(device);
+}
+
+saved_page get_page(record_reader& in) {
+  saved_page saved;
+  saved.tenant = get_tenant(in);
+  saved.signal_devices.resize(in.get_count(4));
+  for (auto& device : saved.signal_devices) device = in.get<std::int32_t>();
+  return saved;
+}
+
+template <class Id>
+Id narrow_id(std::uint64_t id) {
+  if (id > std::numeric_limits<Id>::max()) throw format_error("an id out of range");
+  return static_cast<Id>(id);
+}
+
+}  // namespace
+
+std::optional<std::vector<std::byte>> encode(const books& state, record_key key,
+                                             std::uint64_t instance) {
+  record_writer out;
+  switch (key.type) {
+    case record_type::meta:
+      put_meta(out, state, instance);
+      break;
+    case record_type::client: {
+      const auto found = state.rows.clients().find(key.id);
+      if (found == state.rows.clients().end()) return std::nullopt;
+      put_client(out, state, key.id, found->second);
+      break;
+    }
+    case record_type::object: {
+      const object_row* row = state.rows.find(key.id);
+      if (row == nullptr) return std::nullopt;
+      put_object(out, state, key.id, *row);
+      break;
+    }
+    case record_type::pool: {
+      const pool* instance_of_pool = state.memory.pool_by_id(static_cast<std::uint32_t>(key.id));
+      if (instance_of_pool == nullptr) return std::nullopt;
+      put_pool(out, state, static_cast<std::uint32_t>(key.id), *instance_of_pool);
+      break;
+    }
+    case record_type::page: {
+      const sync_page* page = state.sync.page_by_id(static_cast<std::uint32_t>(key.id));
+      if (page == nullptr) return std::nullopt;
+      put_page(out, *page);
+      break;
+    }
+  }
+  return std::move(out.bytes());
+}
+
+state_image decode(const record_map& records) {
+  state_image image;
+  for (const auto& [key, body] : records) {
+    record_reader in(body);
+    switch (key.type) {
+      case record_type::meta:
+        image.meta = get_meta(in);
+        break;
+      case record_type::client:
+        image.clients.emplace(key.id, get_client(in));
+        break;
+      case record_type::object:
+        image.objects.emplace(key.id, get_object(in));
+        break;
+      case record_type::pool:
+        image.pools.emplace(narrow_id<std::uint32_t>(key.id), get_pool(in));
+        break;
+      case record_type::page:
+        image.pages.emplace(narrow_id<std::uint32_t>(key.id), get_page(in));
+        break;
+      default:
+        throw format_error(fmt::format("a record of unknown type {}", static_cast<int>(key.type)));
+    }
+  }
+  return image;
+}
+
+std::string pool_fd_name(std::uint32_t pool_id) {
+  return fmt::format("pool.{}", pool_id);
+}
+std::string chunk_fd_name(std::uint64_t chunk_id) {
+  return fmt::format("chunk.{}", chunk_id);
+}
+std::string page_fd_name(std::uint32_t page_id) {
+  return fmt::format("page.{}", page_id);
+}
+std::string signal_fd_name(std::uint32_t page_id, std::int32_t device) {
+  return fmt::format("signal.{}.{}", page_id, device);
+}
+std::string client_fd_name(client_id client) {
+  return fmt::format("client.{}", client);
+}
+
+std::vector<std::pair<std::string, int>> descriptors_of(const books& state, record_key key) {
+  std::vector<std::pair<std::string, int>> named;
+  switch (key.type) {
+    case record_type::pool:
+      if (const pool* found = state.memory.pool_by_id(static_cast<std::uint32_t>(key.id))) {
+        named.emplace_back(pool_fd_name(found->id()), found->shareable_fd());
+      }
+      break;
+    case record_type::page:
+      if (const sync_page* page = state.sync.page_by_id(static_cast<std::uint32_t>(key.id))) {
+        named.emplace_back(page_fd_name(page->id()), page->fd());
+        for (const auto& [device, signal] : page->signal_pages()) {
+          named.emplace_back(signal_fd_name(page->id(), device), signal->fd());
+        }
+      }
+      break;
+    case record_type::object:
+      if (const reservation* backing = state.memory.reservation_of(key.id)) {
+        for (std::size_t index = 0; index < backing->chunk_count(); ++index) {
+          const reservation::chunk each = backing->chunk_at(index);
+          named.emplace_back(chunk_fd_name(each.id), each.fd);
+        }
+      }
+      break;
+    default:
+      break;
+  }
+  return named;
+}
+
+}  // namespace gpumem::daemon::restart

@@ -1,0 +1,80 @@
+#pragma once
+/// @file
+/// @brief The daemon's state as records (daemon/restart/journal.hpp): one per client, object,
+/// pool instance and lock page, plus one of counters ("meta"), each written from the books as
+/// they are and read back into plain data for re-adoption. Descriptors are not in records:
+/// they are kept in systemd's fd store under the names made here.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "books.hpp"
+#include "restart/journal.hpp"
+
+namespace gpumem::daemon::restart {
+
+struct saved_meta {
+  std::uint64_t instance = 0;
+  object_id next_object = 1;
+  client_id next_client = 1;
+  std::vector<sync_book::saved_reclaim> pending;
+};
+struct saved_client {
+  client_row row;
+  std::optional<sync_book::saved_attachment> attachment;
+};
+struct saved_allocation {
+  std::uint32_t pool = 0;
+  placement where;
+  grant_details grant;
+};
+struct saved_reservation {
+  std::int32_t device = 0;
+  std::uint64_t max_size = 0;
+  std::uint64_t chunk_size = 0;
+  std::vector<std::uint64_t> chunks;  ///< ids, in order
+};
+struct saved_object {
+  object_row row;
+  std::optional<saved_allocation> allocation;
+  std::optional<saved_reservation> reservation;
+  std::optional<sync_book::saved_cell> cell;
+};
+struct saved_pool {
+  pool_config config;
+  access_class tenant;
+};
+struct saved_page {
+  access_class tenant;
+  std::vector<std::int32_t> signal_devices;
+};
+struct state_image {
+  saved_meta meta;
+  std::map<client_id, saved_client> clients;
+  std::map<object_id, saved_object> objects;
+  std::map<std::uint32_t, saved_pool> pools;
+  std::map<std::uint32_t, saved_page> pages;
+};
+
+/// @brief The record of @p key as the books hold it now; nullopt when it is gone.
+std::optional<std::vector<std::byte>> encode(const books& state, record_key key,
+                                             std::uint64_t instance);
+/// @throws format_error for a record that does not decode.
+state_image decode(const record_map& records);
+
+/// Names of the descriptors in systemd's fd store.
+std::string pool_fd_name(std::uint32_t pool_id);
+std::string chunk_fd_name(std::uint64_t chunk_id);
+std::string page_fd_name(std::uint32_t page_id);
+std::string signal_fd_name(std::uint32_t page_id, std::int32_t device);
+std::string client_fd_name(client_id client);
+
+/// @brief The descriptors the books hold for @p key (not clients': their pidfds are the
+/// store's), by fd-store name.
+std::vector<std::pair<std::string, int>> descriptors_of(const books& state, record_key key);
+
+}  // namespace gpumem::daemon::restart

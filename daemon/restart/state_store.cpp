@@ -1,0 +1,433 @@
+#include "restart/state_store.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <system_error>
+
+#include "gpumem/shared/os/memfd.hpp"
+#include "memory/pool_factory.hpp"
+#include "request_error.hpp"
+#include "restart/record_codec.hpp"
+#include "systemd/notify.hpp"
+
+namespace gpumem::daemon::restart {
+
+namespace {
+
+/// The journal is folded into a new snapshot once it is larger than the snapshot and this.
+constexpr std::uint64_t kMinimumJournalBytes = 64 << 10;
+/// How long a write waits for systemd to take the fds it stored.
+constexpr auto kStoreTimeout = std::chrono::seconds(5);
+
+std::uint64_t random_instance() {
+  std::uint64_t value = 0;
+  while (value == 0) {
+    if (::getrandom(&value, sizeof value, 0) != sizeof value) {
+      throw std::system_error(errno, std::system_category(), "getrandom");
+    }
+  }
+  return value;
+}
+
+std::string snapshot_name(std::uint64_t generation) {
+  return "state." + std::to_string(generation);
+}
+std::string journal_name(std::uint64_t generation) {
+  return "journal." + std::to_string(generation);
+}
+
+/// The generation in "state.N", nullopt for any other name.
+std::optional<std::uint64_t> snapshot_generation(const std::string& name) {
+  constexpr std::string_view prefix = "state.";
+  if (!name.starts_with(prefix)) return std::nullopt;
+  std::uint64_t generation = 0;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  const auto [end, error] = std::from_chars(first, last, generation);
+  if (error != std::errc{} || end != last) return std::nullopt;
+  return generation;
+}
+
+std::vector<std::byte> read_whole(int fd) {
+  std::vector<std::byte> bytes(os::file_size(fd));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got =
+        ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw format_error("a state file cannot be read to its end");
+    done += static_cast<std::size_t>(got);
+  }
+  return bytes;
+}
+
+void write_at(int fd, std::span<const std::byte> bytes, std::uint64_t offset) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t wrote =
+        ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote < 0) throw std::system_error(errno, std::system_category(), "writing the state");
+    done += static_cast<std::size_t>(wrote);
+  }
+}
+
+unique_fd state_memfd(const char* name) {
+  unique_fd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create");
+  return fd;
+}
+
+bool process_exited(int pidfd) {
+  pollfd exited{pidfd, POLLIN, 0};
+  return ::poll(&exited, 1, 0) == 1;
+}
+
+std::vector<record_key> keys_of(const change_set& changes) {
+  std::vector<record_key> keys;
+  for (const auto id : changes.clients) keys.push_back({record_type::client, id});
+  for (const auto id : changes.pools) keys.push_back({record_type::pool, id});
+  for (const auto id : changes.pages) keys.push_back({record_type::page, id});
+  // Objects last: a batch's fds are stored before it is written, whatever the order, but a
+  // reader of a snapshot finds the pools and pages before the objects in them.
+  for (const auto id : changes.objects) keys.push_back({record_type::object, id});
+  return keys;
+}
+
+}  // namespace
+
+state_store::state_store(std::vector<systemd::passed_fd> passed)
+    : active_(systemd::notify_socket_set()), instance_(random_instance()) {
+  for (systemd::passed_fd& each : passed) {
+    stored_.insert(each.name);
+    passed_.insert_or_assign(std::move(each.name), std::move(each.fd));
+  }
+}
+
+unique_fd state_store::take_passed(const std::string& name) {
+  const auto found = passed_.find(name);
+  if (found == passed_.end()) return {};
+  unique_fd fd = std::move(found->second);
+  passed_.erase(found);
+  return fd;
+}
+
+record_map state_store::read_generation(std::uint64_t generation) {
+  record_map records;
+  const auto snapshot = passed_.find(snapshot_name(generation));
+  const std::vector<std::byte> bytes = read_whole(snapshot->second.get());
+  replay(bytes, file_kind::snapshot, generation, records);
+  if (const auto journal = passed_.find(journal_name(generation)); journal != passed_.end()) {
+    const replay_result replayed =
+        replay(read_whole(journal->second.get()), file_kind::journal, generation, records);
+    if (replayed.torn_tail) {
+      spdlog::warn(
+          "state {}: the journal ends in a batch cut short (a crash while writing it): "
+          "the state before it is used",
+          generation);
+    }
+  }
+  return records;
+}
+
+void state_store::adopt(books& state) {
+  std::vector<std::uint64_t> generations;
+  for (const auto& [name, fd] : passed_) {
+    if (const auto generation = snapshot_generation(name)) generations.push_back(*generation);
+  }
+  if (generations.empty()) {
+    if (!passed_.empty()) {
+      spdlog::warn("systemd passed {} descriptor(s) but no state snapshot: starting clean",
+                   passed_.size());
+    }
+    return;
+  }
+  std::sort(generations.rbegin(), generations.rend());
+  for (const std::uint64_t generation : generations) {
+    try {
+      const state_image image = decode(read_generation(generation));
+      generation_ = generation;
+      adopt_image(state, image);
+      return;
+    } catch (const format_error& error) {
+      spdlog::error("state snapshot {} is unreadable ({}): trying an older one", generation,
+                    error.what());
+    }
+  }
+  throw format_error("no state snapshot passed by systemd is readable");
+}
+
+void state_store::adopt_image(books& state, const state_image& image) {
+  instance_ = image.meta.instance;
+  std::size_t lost = 0;
+  const auto drop = [&](std::string_view what, auto id, const std::string& why) {
+    spdlog::error("{} {} from before the restart is lost: {}", what, id, why);
+    ++lost;
+  };
+  for (const auto& [id, client] : image.clients) state.rows.restore_client(id, client.row);
+  for (const auto& [id, saved] : image.pools) {
+    unique_fd fd = take_passed(pool_fd_name(id));
+    if (!fd) {
+      drop("pool instance", id, "systemd kept no descriptor of it");
+      continue;
+    }
+    try {
+      state.memory.adopt_pool(adopt_pool(id, saved.config, std::move(fd)), saved.tenant);
+    } catch (const std::exception& error) {
+      drop("pool instance", id, error.what());
+    }
+  }
+  const signal_page_adopter adopt_signal_page = make_signal_page_adopter();
+  for (const auto& [id, saved] : image.pages) {
+    unique_fd fd = take_passed(page_fd_name(id));
+    if (!fd) {
+      drop("lock page", id, "systemd kept no descriptor of it");
+      continue;
+    }
+    try {
+      auto page = std::make_unique<sync_page>(id, saved.tenant, std::move(fd));
+      for (const std::int32_t device : saved.signal_devices) {
+        unique_fd signal = take_passed(signal_fd_name(id, device));
+        if (!signal || !adopt_signal_page) {
+          throw std::runtime_error("its signal page on device " + std::to_string(device) +
+                                   (signal ? " needs CUDA" : " was not kept"));
+        }
+        page->adopt_signal_page(device, adopt_signal_page(device, std::move(signal)));
+      }
+      state.sync.adopt_page(std::move(page));
+    } catch (const std::exception& error) {
+      drop("lock page", id, error.what());
+    }
+  }
+  const reservation_adopter adopt_reservation = make_reservation_adopter();
+  for (const auto& [id, saved] : image.objects) {
+    try {
+      std::vector<adopted_chunk> chunks;
+      if (saved.reservation) {
+        if (!adopt_reservation) throw std::runtime_error("reservations need CUDA");
+        for (const std::uint64_t chunk : saved.reservation->chunks) {
+          unique_fd fd = take_passed(chunk_fd_name(chunk));
+          if (!fd) throw std::runtime_error("chunk " + std::to_string(chunk) + " was not kept");
+          chunks.push_back({chunk, std::move(fd)});
+        }
+      }
+      state.rows.restore_object(id, saved.row);
+      try {
+        if (saved.allocation) {
+          state.memory.adopt_allocation(id, saved.allocation->pool, saved.allocation->where,
+                                        saved.allocation->grant);
+        } else if (saved.reservation) {
+          state.memory.adopt_reservation(
+              id, adopt_reservation(saved.reservation->device, saved.reservation->max_size,
+                                    saved.reservation->chunk_size, std::move(chunks)));
+        } else if (saved.cell) {
+          state.sync.adopt_cell(id, *saved.cell);
+        }
+      } catch (...) {
+        state.rows.erase(id);
+        throw;
+      }
+    } catch (const std::exception& error) {
+      drop(kind_name(saved.row.kind), id, error.what());
+    }
+  }
+  for (const auto& [id, client] : image.clients) {
+    if (!client.attachment) continue;
+    try {
+      state.sync.adopt_attachment(id, *client.attachment);
+    } catch (const std::exception& error) {
+      drop("lock slot of client", id, error.what());
+    }
+  }
+  for (const auto& pending : image.meta.pending) state.sync.adopt_pending(pending);
+  state.rows.restore_next_ids(image.meta.next_object, image.meta.next_client);
+  for (const auto& [id, client] : image.clients) {
+    unique_fd pidfd = take_passed(client_fd_name(id));
+    if (pidfd && !process_exited(pidfd.get())) {
+      processes_.emplace(id, unique_fd(::fcntl(pidfd.get(), F_DUPFD_CLOEXEC, 3)));
+      adopted_processes_.emplace_back(id, std::move(pidfd));
+    } else {
+      dead_clients_.push_back(id);
+    }
+  }
+  spdlog::info(
+      "re-adopted state {} of gpumemd instance {:016x}: {} client(s) ({} alive), {} object(s), "
+      "{} pool instance(s), {} lock page(s); {} lost",
+      generation_, instance_, image.clients.size(), adopted_processes_.size(),
+      state.rows.objects().size(), image.pools.size(), image.pages.size(), lost);
+}
+
+std::vector<std::pair<client_id, unique_fd>> state_store::take_adopted_processes() {
+  return std::exchange(adopted_processes_, {});
+}
+
+void state_store::start(books& state) {
+  if (!active_) return;
+  books_ = &state;
+  for (const client_id dead : dead_clients_) {
+    spdlog::info("client {} exited while no gpumemd ran: what it held is let go", dead);
+    state.remove_client(dead);
+  }
+  dead_clients_.clear();
+  // Objects that no client holds any more go, as they would have if the daemon had lived.
+  std::vector<object_id> unheld;
+  for (const auto& [id, row] : state.rows.objects()) {
+    if (row.holders.empty()) unheld.push_back(id);
+  }
+  for (const object_id id : unheld) {
+    const object_row row = *state.rows.find(id);
+    if (family_of(row.kind) == object_family::sync) {
+      state.sync.let_go(id, row, 0);
+    } else {
+      state.memory.let_go(id, row);
+    }
+  }
+  state.rows.track_changes();
+  for (std::uint32_t id = 0; id < state.memory.pool_id_limit(); ++id) state.rows.touch_pool(id);
+  for (const std::uint32_t id : state.sync.page_ids()) state.rows.touch_page(id);
+  std::vector<std::string> removed;
+  collect(state.rows.take_changes(), removed);
+  wait_for_store();
+  write_snapshot();
+  // What systemd passed that no record refers to: a previous daemon's leftovers.
+  std::set<std::string> wanted = {snapshot_name(generation_), journal_name(generation_)};
+  for (const auto& [key, names] : names_by_key_) wanted.insert(names.begin(), names.end());
+  for (const std::string& name : std::set<std::string>(stored_)) {
+    if (!wanted.contains(name)) remove_fd(name);
+  }
+  passed_.clear();
+  state.set_keeper(this);
+  spdlog::info("state kept in systemd's fd store: {} descriptor(s), snapshot {}", stored_.size(),
+               generation_);
+}
+
+void state_store::keep_process(client_id client, int pidfd) {
+  unique_fd kept(::fcntl(pidfd, F_DUPFD_CLOEXEC, 3));
+  if (kept) processes_.insert_or_assign(client, std::move(kept));
+}
+
+std::vector<record_change> state_store::collect(const change_set& changes,
+                                                std::vector<std::string>& removed) {
+  std::vector<record_change> records;
+  for (const record_key& key : keys_of(changes)) {
+    std::optional<std::vector<std::byte>> body = encode(*books_, key, instance_);
+    std::vector<std::pair<std::string, int>> wanted;
+    if (body && key.type == record_type::client) {
+      if (const auto process = processes_.find(key.id); process != processes_.end()) {
+        wanted.emplace_back(client_fd_name(key.id), process->second.get());
+      }
+    } else if (body) {
+      wanted = descriptors_of(*books_, key);
+    }
+    std::vector<std::string>& had = names_by_key_[key];
+    std::vector<std::string> now;
+    for (const auto& [name, fd] : wanted) {
+      if (!stored_.contains(name)) store_fd(name, fd);
+      now.push_back(name);
+    }
+    for (const std::string& name : had) {
+      if (std::find(now.begin(), now.end(), name) == now.end()) removed.push_back(name);
+    }
+    if (now.empty()) {
+      names_by_key_.erase(key);
+    } else {
+      had = std::move(now);
+    }
+    if (!body && key.type == record_type::client) processes_.erase(key.id);
+    records.push_back({key, std::move(body)});
+  }
+  return records;
+}
+
+void state_store::write_changes() noexcept {
+  try {
+    std::vector<std::string> removed;
+    const std::size_t stored_before = stored_.size();
+    std::vector<record_change> records = collect(books_->rows.take_changes(), removed);
+    records.push_back({{record_type::meta, 0}, encode(*books_, {record_type::meta, 0}, instance_)});
+    if (stored_.size() > stored_before) wait_for_store();
+    const std::vector<std::byte> appended = batch(records);
+    write_at(journal_.get(), appended, journal_size_);
+    journal_size_ += appended.size();
+    for (const std::string& name : removed) remove_fd(name);
+    if (journal_size_ > std::max(kMinimumJournalBytes, snapshot_size_)) write_snapshot();
+  } catch (const std::exception& error) {
+    // The daemon goes on serving; what changed is lost to a restart until the next write.
+    spdlog::error("writing the state down for a restart failed: {}", error.what());
+  }
+}
+
+void state_store::write_snapshot() {
+  std::vector<record_key> keys;
+  keys.push_back({record_type::meta, 0});
+  for (const auto& [id, row] : books_->rows.clients()) keys.push_back({record_type::client, id});
+  for (std::uint32_t id = 0; id < books_->memory.pool_id_limit(); ++id) {
+    if (books_->memory.pool_by_id(id) != nullptr) keys.push_back({record_type::pool, id});
+  }
+  for (const std::uint32_t id : books_->sync.page_ids()) keys.push_back({record_type::page, id});
+  for (const auto& [id, row] : books_->rows.objects()) keys.push_back({record_type::object, id});
+  std::vector<record_change> records;
+  records.reserve(keys.size());
+  for (const record_key& key : keys) records.push_back({key, encode(*books_, key, instance_)});
+
+  const std::uint64_t generation = generation_ + 1;
+  unique_fd snapshot = state_memfd("gpumemd-state");
+  std::vector<std::byte> bytes = file_header(file_kind::snapshot, generation);
+  const std::vector<std::byte> body = batch(records);
+  bytes.insert(bytes.end(), body.begin(), body.end());
+  write_at(snapshot.get(), bytes, 0);
+  // Sealed: nothing, not even this daemon by mistake, changes a snapshot once stored.
+  if (::fcntl(snapshot.get(), F_ADD_SEALS,
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    throw std::system_error(errno, std::system_category(), "sealing the state snapshot");
+  }
+  unique_fd journal = state_memfd("gpumemd-journal");
+  const std::vector<std::byte> header = file_header(file_kind::journal, generation);
+  write_at(journal.get(), header, 0);
+  // Appended to only: a journal never loses a batch it had.
+  if (::fcntl(journal.get(), F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+    throw std::system_error(errno, std::system_category(), "sealing the state journal");
+  }
+  store_fd(journal_name(generation), journal.get());
+  store_fd(snapshot_name(generation), snapshot.get());
+  wait_for_store();
+  // Only now may the previous generation go: until the new one is stored, it is the state.
+  remove_fd(snapshot_name(generation_));
+  remove_fd(journal_name(generation_));
+  generation_ = generation;
+  journal_ = std::move(journal);
+  journal_size_ = header.size();
+  snapshot_size_ = bytes.size();
+}
+
+void state_store::store_fd(const std::string& name, int fd) {
+  const int fds[] = {fd};
+  if (const std::error_code error =
+          systemd::notify_with_fds("FDSTORE=1\nFDNAME=" + name, std::span<const int>(fds));
+      error) {
+    throw std::system_error(error, "storing " + name + " in systemd's fd store");
+  }
+  stored_.insert(name);
+}
+
+void state_store::remove_fd(const std::string& name) {
+  if (stored_.erase(name) == 0) return;
+  systemd::notify("FDSTOREREMOVE=1\nFDNAME=" + name);
+}
+
+void state_store::wait_for_store() {
+  if (const std::error_code error = systemd::barrier(kStoreTimeout); error) {
+    spdlog::warn("systemd did not confirm the fd store within {} s: {}",
+                 std::chrono::duration_cast<std::chrono::seconds>(kStoreTimeout).count(),
+                 error.message());
+  }
+}
+
+}  // namespace gpumem::daemon::restart

@@ -1,0 +1,94 @@
+#pragma once
+/// @file
+/// @brief daemon/restart/: what lets a restarted gpumemd carry on where the previous one
+/// stopped, killed or not.
+///
+/// Under systemd (NOTIFY_SOCKET), the state store keeps in the service's fd store every
+/// descriptor that holds memory or state (pool instances, reservation chunks, lock pages and
+/// their signal pages, each client's pidfd) and the books themselves, as a sealed snapshot memfd
+/// plus a journal memfd of the changes since. Changes are appended before any reply goes out
+/// (books::write_changes), a batch per turn of the loop; the journal is folded into a new
+/// snapshot once it outgrows it. A descriptor is stored before the first record that refers to
+/// it and removed after the last one that did, so the stored fds cover every snapshot a crash
+/// can leave.
+///
+/// When systemd hands the stored fds back (LISTEN_FDS), the store reads the newest readable
+/// snapshot and its journal and re-adopts: clients (their process watched through the stored
+/// pidfd), objects with their holders, pools (host pools whole; CUDA pools as
+/// adopted_device_pool), reservations, lock pages and slots. Whatever cannot be read is logged
+/// and the daemon starts clean; whatever cannot be adopted alone is logged and dropped.
+/// Without NOTIFY_SOCKET nothing is kept: a restarted daemon starts clean.
+/// May include: daemon/books.hpp (and what it includes), daemon/systemd/, daemon/memory/
+/// pool_factory.hpp. Nothing includes daemon/restart/ but main.cpp and daemon/net/.
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "books.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+#include "restart/journal.hpp"
+#include "restart/state_records.hpp"
+#include "systemd/activation.hpp"
+
+namespace gpumem::daemon::restart {
+
+class state_store final : public state_keeper {
+ public:
+  /// @param passed what systemd passed at start, less the listening socket.
+  explicit state_store(std::vector<systemd::passed_fd> passed);
+  state_store(const state_store&) = delete;
+  state_store& operator=(const state_store&) = delete;
+
+  /// @brief Whether state is kept: the daemon runs under systemd's notify socket.
+  bool active() const noexcept { return active_; }
+
+  /// @brief For the books' constructor: re-adopts the newest readable snapshot among the
+  /// passed fds, if any. @throws format_error when no passed snapshot is readable (the caller
+  /// starts clean, with books made again without it).
+  void adopt(books& state);
+  /// @brief Once the books are made: reclaims what clients that died while no daemon ran held,
+  /// stores what is not stored yet, writes a whole snapshot, lets go of stored fds nothing
+  /// refers to, and becomes the books' keeper. A no-op when not active.
+  void start(books& state);
+  /// @brief Adopted clients whose processes still run, with their pidfds: the caller watches
+  /// them and removes each client whose process exits while no session serves it.
+  std::vector<std::pair<client_id, unique_fd>> take_adopted_processes();
+
+  void keep_process(client_id client, int pidfd) override;
+  void write_changes() noexcept override;
+
+  std::uint64_t instance() const noexcept { return instance_; }
+
+ private:
+  /// The snapshot of @p generation and its journal, replayed; throws format_error.
+  record_map read_generation(std::uint64_t generation);
+  void adopt_image(books& state, const state_image& image);
+  unique_fd take_passed(const std::string& name);
+  /// Records @p keys as they are now, storing and listing the fds they need.
+  std::vector<record_change> collect(const change_set& changes, std::vector<std::string>& removed);
+  void write_snapshot();
+  void store_fd(const std::string& name, int fd);
+  void remove_fd(const std::string& name);
+  /// Waits until systemd has taken every fd sent so far (BARRIER=1).
+  void wait_for_store();
+
+  bool active_;
+  books* books_ = nullptr;
+  std::uint64_t instance_;
+  std::uint64_t generation_ = 0;
+  unique_fd journal_;
+  std::uint64_t journal_size_ = 0;
+  std::uint64_t snapshot_size_ = 0;
+  std::map<std::string, unique_fd> passed_;
+  std::set<std::string> stored_;  ///< names systemd keeps for this service
+  std::map<record_key, std::vector<std::string>> names_by_key_;
+  std::map<client_id, unique_fd> processes_;  ///< each client's pidfd, a dup of the session's
+  std::vector<std::pair<client_id, unique_fd>> adopted_processes_;
+  std::vector<client_id> dead_clients_;
+};
+
+}  // namespace gpumem::daemon::restart

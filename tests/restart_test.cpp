@@ -1,0 +1,213 @@
+// Restart without loss: a real gpumemd under a stand-in for systemd (support/systemd_supervisor)
+// keeps its state in the fd store; it is SIGKILLed (also in the middle of requests and of
+// writing its snapshot) and started again with what the store kept, while real client processes
+// hold buffers, locks and barrier places.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <random>
+#include <thread>
+
+#include "gpumem/gpumem.hpp"
+#include "gpumem/sync.hpp"
+#include "support/child_process.hpp"
+#include "support/daemon_process.hpp"
+#include "support/pattern.hpp"
+#include "support/systemd_supervisor.hpp"
+
+namespace gpumem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::size_t kSize = 1 << 20;
+
+child_process peer(const systemd_supervisor& daemon, const std::vector<std::string>& args,
+                   std::vector<std::string> env = {}) {
+  std::vector<std::string> argv{peer_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  env.push_back(daemon.socket_env());
+  return child_process(argv, env);
+}
+
+std::string ready(child_process& child) {
+  const auto line = child.read_line();
+  return line.value_or("(nothing)");
+}
+
+std::uint64_t host_bytes_in_use(gpumem::Client& client) {
+  std::uint64_t total = 0;
+  for (const auto& each : client.stats().pools) {
+    if (each.device == gpumem::kHost) total += each.bytes_in_use;
+  }
+  return total;
+}
+
+bool opens(gpumem::Client& client, const std::string& name) {
+  try {
+    client.open(name);
+    return true;
+  } catch (const gpumem::Error& error) {
+    EXPECT_EQ(error.status(), gpumem::errc::not_found) << error.what();
+    return false;
+  }
+}
+
+TEST(Restart, StatusSaysWhetherStateIsKept) {
+  systemd_supervisor kept({});
+  kept.start();
+  EXPECT_TRUE(kept.connect().stats().state_kept);
+  daemon_process plain;
+  EXPECT_FALSE(plain.connect().stats().state_kept);
+}
+
+TEST(Restart, NamedBufferKeepsItsBytesAndHoldersThroughASigkill) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", "weights", std::to_string(kSize), "7"});
+  ASSERT_TRUE(ready(holder).starts_with("ready")) << daemon.log_tail();
+
+  daemon.restart(SIGKILL);
+  auto client = daemon.connect("after");
+  auto weights = client.open("weights");
+  ASSERT_EQ(weights.size(), kSize);
+  EXPECT_EQ(first_mismatch(weights.data(), kSize, 7), kSize);
+  const auto listed = client.allocations();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].holders, 2u);  // the peer from before, and this client
+  EXPECT_EQ(host_bytes_in_use(client), kSize);
+
+  // The peer is still the owner: when it goes, only this client's reference is left.
+  holder.signal(SIGKILL);
+  holder.wait();
+  ASSERT_TRUE(daemon.wait_for([&] { return client.allocations().at(0).holders == 1; }, 1s));
+}
+
+TEST(Restart, WhatAClientThatDiedWhileNoDaemonRanHeldIsFreed) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", "orphaned", std::to_string(kSize), "3"});
+  ASSERT_TRUE(ready(holder).starts_with("ready"));
+  daemon.kill(SIGKILL);
+  holder.signal(SIGKILL);
+  holder.wait();
+  daemon.start();
+  auto client = daemon.connect();
+  EXPECT_FALSE(opens(client, "orphaned"));
+  EXPECT_EQ(host_bytes_in_use(client), 0u);
+}
+
+TEST(Restart, AClientThatDiesAfterTheRestartIsReclaimedWithinASecond) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", "-", std::to_string(kSize), "5"});
+  ASSERT_TRUE(ready(holder).starts_with("ready"));
+  daemon.restart(SIGKILL);
+  auto client = daemon.connect();
+  EXPECT_EQ(host_bytes_in_use(client), kSize);
+  holder.signal(SIGKILL);
+  holder.wait();
+  EXPECT_TRUE(daemon.wait_for([&] { return host_bytes_in_use(client) == 0; }, 1s));
+}
+
+TEST(Restart, ALockHeldAcrossTheRestartStaysHeldAndItsOwnersDeathIsNoticed) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto holder = peer(daemon, {"lock-hold", "kept.lock"});
+  ASSERT_EQ(ready(holder), "held");
+  daemon.restart(SIGKILL);
+
+  auto client = daemon.connect();
+  auto lock = client.lock("kept.lock");
+  EXPECT_FALSE(lock.try_lock()) << "the holder from before the restart lost its lock";
+  holder.signal(SIGKILL);
+  holder.wait();
+  ASSERT_TRUE(lock.try_lock_for(2s));
+  EXPECT_TRUE(lock.owner_died());
+  lock.mark_consistent();
+  lock.unlock();
+}
+
+TEST(Restart, BarrierPlacesTakenBeforeTheRestartStayTaken) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto joined = peer(daemon, {"barrier-join", "kept.barrier", "2"});
+  ASSERT_TRUE(ready(joined).starts_with("ready"));
+  daemon.restart(SIGKILL);
+
+  auto first = daemon.connect();
+  auto second = daemon.connect();
+  auto barrier = first.barrier("kept.barrier", 2);
+  try {
+    second.barrier("kept.barrier", 2);
+    ADD_FAILURE() << "a third party joined a barrier of two";
+  } catch (const gpumem::Error& error) {
+    EXPECT_EQ(error.status(), gpumem::errc::no_party_left) << error.what();
+  }
+}
+
+TEST(Restart, SigtermZeroesNothingALiveClientMaps) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto buffer = client.allocate(kSize, {.name = "mapped"});
+  fill_pattern(buffer.data(), kSize, 11);
+  daemon.stop(SIGTERM);
+  EXPECT_EQ(first_mismatch(buffer.data(), kSize, 11), kSize);
+}
+
+TEST(Restart, SigtermUnderSystemdHandsTheStateOnLikeACrash) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", "graceful", std::to_string(kSize), "9"});
+  ASSERT_TRUE(ready(holder).starts_with("ready"));
+  daemon.restart(SIGTERM);
+  auto client = daemon.connect();
+  auto kept = client.open("graceful");
+  EXPECT_EQ(first_mismatch(kept.data(), kSize, 9), kSize);
+}
+
+// Killed at random instants while a client allocates as fast as it can: every buffer the
+// client was told about is there after each restart, with its bytes, and nothing leaks.
+TEST(Restart, TenSigkillsMidRequestLoseNothingAClientWasToldAndLeakNoDescriptor) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  const std::size_t fds_at_start = daemon.open_fd_count();
+  std::mt19937 random(42);
+  std::vector<std::string> told;
+  std::vector<child_process> allocators;
+  for (int round = 0; round < 10; ++round) {
+    const std::string prefix = "r" + std::to_string(round) + ".";
+    // Each allocator stops at its first failed call (no reconnecting): what it was told is
+    // exactly what it printed.
+    allocators.push_back(
+        peer(daemon, {"allocate-until-error", prefix, "65536"}, {"GPUMEM_RECONNECT_MS=0"}));
+    child_process& allocator = allocators.back();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + random() % 80));
+    daemon.kill(SIGKILL);
+    // Everything it printed before its call failed was granted.
+    for (auto line = allocator.read_line(5s); line && *line != "stopped";
+         line = allocator.read_line(5s)) {
+      ASSERT_TRUE(line->starts_with("made ")) << *line;
+      told.push_back(line->substr(5));
+    }
+    daemon.start();
+  }
+  {
+    auto client = daemon.connect();
+    for (const std::string& name : told) {
+      auto buffer = client.open(name);
+      const auto index = static_cast<std::uint32_t>(std::stoul(name.substr(name.find('.') + 1)));
+      ASSERT_EQ(first_mismatch(buffer.data(), 65536, index), 65536u) << name;
+    }
+    EXPECT_GT(told.size(), 10u);
+    allocators.clear();  // SIGKILLs them: everything they held goes
+    ASSERT_TRUE(daemon.wait_for([&] { return host_bytes_in_use(client) == 0; }, 2s))
+        << host_bytes_in_use(client) << " bytes still in use";
+  }
+  // Polled: the daemon closes this client's session, and a notification's socket, a moment later.
+  EXPECT_TRUE(daemon.wait_for([&] { return daemon.open_fd_count() <= fds_at_start; }, 1s))
+      << daemon.open_fd_count() << " fds open, " << fds_at_start << " at the start";
+}
+
+}  // namespace
+}  // namespace gpumem::testing

@@ -1,0 +1,94 @@
+// The state file format of daemon/restart/: batches that a crash cuts short are ignored whole,
+// and what a snapshot plus its journal replay to is the state after the last whole batch.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "restart/journal.hpp"
+#include "restart/record_codec.hpp"
+
+namespace gpumem::daemon::restart {
+namespace {
+
+std::vector<std::byte> bytes_of(const std::string& text) {
+  const auto view = std::as_bytes(std::span(text.data(), text.size()));
+  return {view.begin(), view.end()};
+}
+
+record_change upsert(record_type type, std::uint64_t id, const std::string& text) {
+  return {{type, id}, bytes_of(text)};
+}
+
+std::vector<std::byte> journal_of(std::uint64_t generation,
+                                  const std::vector<std::vector<record_change>>& batches) {
+  std::vector<std::byte> file = file_header(file_kind::journal, generation);
+  for (const auto& changes : batches) {
+    const std::vector<std::byte> framed = batch(changes);
+    file.insert(file.end(), framed.begin(), framed.end());
+  }
+  return file;
+}
+
+TEST(StateJournal, Crc32IsTheIeeeOne) {
+  EXPECT_EQ(crc32(bytes_of("123456789")), 0xCBF43926u);
+}
+
+TEST(StateJournal, BatchesApplyInOrderAndErase) {
+  const auto file = journal_of(
+      7, {{upsert(record_type::object, 1, "one"), upsert(record_type::client, 1, "c")},
+          {upsert(record_type::object, 1, "one again"), {{record_type::client, 1}, std::nullopt}}});
+  record_map state;
+  const replay_result result = replay(file, file_kind::journal, 7, state);
+  EXPECT_EQ(result.batches, 2u);
+  EXPECT_FALSE(result.torn_tail);
+  ASSERT_EQ(state.size(), 1u);
+  EXPECT_EQ(state.at({record_type::object, 1}), bytes_of("one again"));
+}
+
+TEST(StateJournal, ABatchCutShortAtAnyByteIsIgnoredWhole) {
+  const auto whole = journal_of(3, {{upsert(record_type::object, 1, "first")},
+                                    {upsert(record_type::object, 1, "second"),
+                                     upsert(record_type::object, 2, "also second")}});
+  const std::size_t first_end = journal_of(3, {{upsert(record_type::object, 1, "first")}}).size();
+  for (std::size_t cut = first_end; cut < whole.size(); ++cut) {
+    record_map state;
+    const auto result = replay(std::span(whole).first(cut), file_kind::journal, 3, state);
+    EXPECT_EQ(result.batches, 1u) << "cut at " << cut;
+    EXPECT_EQ(result.torn_tail, cut > first_end) << "cut at " << cut;
+    ASSERT_EQ(state.size(), 1u) << "cut at " << cut;
+    EXPECT_EQ(state.at({record_type::object, 1}), bytes_of("first"));
+  }
+}
+
+TEST(StateJournal, AFlippedBitEndsTheReplayBeforeItsBatch) {
+  auto file = journal_of(
+      3, {{upsert(record_type::object, 1, "first")}, {upsert(record_type::object, 1, "second")}});
+  file[file.size() - 2] ^= std::byte{0x10};
+  record_map state;
+  const auto result = replay(file, file_kind::journal, 3, state);
+  EXPECT_EQ(result.batches, 1u);
+  EXPECT_TRUE(result.torn_tail);
+  EXPECT_EQ(state.at({record_type::object, 1}), bytes_of("first"));
+}
+
+TEST(StateJournal, AHeaderOfAnotherKindOrGenerationIsRefused) {
+  const auto file = journal_of(3, {});
+  record_map state;
+  EXPECT_THROW(replay(file, file_kind::snapshot, 3, state), format_error);
+  EXPECT_THROW(replay(file, file_kind::journal, 4, state), format_error);
+  EXPECT_THROW(replay(std::span(file).first(5), file_kind::journal, 3, state), format_error);
+  EXPECT_THROW(replay(bytes_of("not a state file at all, no"), file_kind::journal, 3, state),
+               format_error);
+}
+
+TEST(StateJournal, ReadersNeverReadPastTheirBytes) {
+  record_writer out;
+  out.put(std::uint32_t{1000000});  // a count far beyond what follows
+  record_reader in(out.bytes());
+  EXPECT_THROW(in.get_count(8), format_error);
+  record_reader short_string(bytes_of("\x05\x00\x00\x00ab"));
+  EXPECT_THROW(short_string.get_string(), format_error);
+}
+
+}  // namespace
+}  // namespace gpumem::daemon::restart
