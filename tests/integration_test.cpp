@@ -95,7 +95,7 @@ proto::errc first_error_code(const std::vector<std::byte>& stream) {
 std::vector<std::byte> hello_frame() {
   std::vector<std::byte> frame;
   proto::append_frame(frame, static_cast<std::uint16_t>(proto::message_type::hello), 1,
-                      proto::hello_request{proto::kProtocolVersion, 0, {}});
+                      proto::hello_request{proto::kProtocolVersion, 0, {}, 0, {}});
   return frame;
 }
 

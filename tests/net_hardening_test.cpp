@@ -52,7 +52,7 @@ void send_all(int fd, std::span<const std::byte> bytes) {
 void append_request(std::vector<std::byte>& stream, proto::message_type type, std::uint32_t id) {
   if (type == proto::message_type::hello) {
     proto::append_frame(stream, static_cast<std::uint16_t>(type), id,
-                        proto::hello_request{proto::kProtocolVersion, 0, {}});
+                        proto::hello_request{proto::kProtocolVersion, 0, {}, 0, {}});
   } else if (type == proto::message_type::list_allocations) {
     proto::append_frame(stream, static_cast<std::uint16_t>(type), id, proto::list_request{0});
   } else {

@@ -36,9 +36,9 @@ const char* family_name(object_family family) noexcept {
   return "object";
 }
 
-client_id ledger::add_client(const credentials& who) {
+client_id ledger::add_client(const credentials& who, const proto::session_token& token) {
   const client_id id = next_client_id_++;
-  clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}});
+  clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}, token, true, {}});
   ++by_uid_[who.uid].connections;
   ++by_gid_[who.gid].connections;
   return id;
@@ -46,6 +46,22 @@ client_id ledger::add_client(const credentials& who) {
 
 void ledger::set_label(client_id client, std::string label) {
   clients_.at(client).label = std::move(label);
+}
+
+void ledger::set_serving(client_id client, bool serving) noexcept {
+  if (const auto found = clients_.find(client); found != clients_.end()) {
+    found->second.serving = serving;
+  }
+}
+
+void ledger::set_answered(client_id client, std::uint32_t request_id, proto::message_type type,
+                          std::span<const std::byte> reply) {
+  const auto found = clients_.find(client);
+  if (found == clients_.end()) return;
+  answered_request& last = found->second.last_answered;
+  last.request_id = request_id;
+  last.type = type;
+  last.reply.assign(reply.begin(), reply.end());
 }
 
 const client_row& ledger::client(client_id client) const {
