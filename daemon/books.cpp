@@ -1,8 +1,13 @@
 #include "books.hpp"
 
+#include <sys/random.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <set>
+#include <stdexcept>
+#include <string>
 
 namespace gpumem::daemon {
 
@@ -12,6 +17,24 @@ std::uint64_t milliseconds_since(std::chrono::steady_clock::time_point then) {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - then)
           .count());
 }
+
+// Never zero: zero means "none" on the wire.
+std::uint64_t random_nonzero() {
+  std::uint64_t value = 0;
+  while (value == 0) {
+    // A getrandom of at most 256 bytes is never cut short once the pool is ready.
+    if (::getrandom(&value, sizeof value, 0) != static_cast<ssize_t>(sizeof value)) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    }
+  }
+  return value;
+}
+
+// No early exit: how long a refusal takes must not tell how much of a guess was right.
+bool same_token(const proto::session_token& a, const proto::session_token& b) noexcept {
+  return ((a.words[0] ^ b.words[0]) | (a.words[1] ^ b.words[1])) == 0;
+}
 }  // namespace
 
 books::books(const daemon_config& config, pool_maker make_pool, reservation_maker make_reservation,
@@ -20,9 +43,27 @@ books::books(const daemon_config& config, pool_maker make_pool, reservation_make
     : access(config.access, ::geteuid(), ::getegid()),
       quotas(config.quotas),
       memory(rows, access, quotas, config, std::move(make_pool), std::move(make_reservation)),
-      sync(rows, access, quotas, std::move(make_signal_page)) {
+      sync(rows, access, quotas, std::move(make_signal_page)),
+      instance(random_nonzero()) {
   if (adopt) adopt(*this);
   memory.open_pools();
+}
+
+client_id books::add_client(const credentials& who) {
+  return rows.add_client(who, {{random_nonzero(), random_nonzero()}});
+}
+
+std::optional<client_id> books::resume(client_id id, const proto::session_token& token,
+                                       const credentials& who) {
+  const auto found = rows.clients().find(id);
+  if (found == rows.clients().end()) return std::nullopt;
+  const client_row& row = found->second;
+  if (!same_token(row.token, token) || row.serving || row.who.uid != who.uid ||
+      row.who.pid != who.pid) {
+    return std::nullopt;
+  }
+  rows.set_serving(id, true);
+  return id;
 }
 
 void books::check_connection(client_id client) const {
@@ -44,6 +85,7 @@ void books::remove_client(client_id client) noexcept {
 bool books::end_connection(client_id client) noexcept {
   const auto found = rows.clients().find(client);
   if (found == rows.clients().end()) return false;
+  rows.set_serving(client, false);
   const std::set<object_id> held = found->second.holds;
   bool kept = false;
   for (const object_id id : held) {

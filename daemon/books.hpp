@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "config/config.hpp"
@@ -41,7 +42,14 @@ class books {
   books(const daemon_config& config, pool_maker make_pool, reservation_maker make_reservation = {},
         signal_page_maker make_signal_page = {}, const adopter& adopt = {});
 
-  client_id add_client(const credentials& who) { return rows.add_client(who); }
+  /// @brief A new session's row, with a fresh random token.
+  client_id add_client(const credentials& who);
+  /// @brief Carries a session on for a new connection: the row of @p id when it exists, no
+  /// connection serves it (client_row::serving), @p token is its token and @p who is the same
+  /// process (uid and pid). The row is served again from here on.
+  /// @return nullopt, changing nothing, otherwise.
+  std::optional<client_id> resume(client_id id, const proto::session_token& token,
+                                  const credentials& who);
   /// @brief The policy's say on a new connection, once it is in the ledger.
   /// @throws request_error(permission_denied, quota_exceeded)
   void check_connection(client_id client) const;
@@ -51,6 +59,7 @@ class books {
   /// nothing of the process can still use (host memory), and keeps what must wait for its
   /// exit: CUDA memory its GPU work may still use, and its locks, barrier and channel parties
   /// (it may still be inside a critical section, and its streams may still write its turns).
+  /// The row is no longer served: the same process may resume() it until it exits.
   /// @return true when something was kept: remove_client() must wait for the process to exit.
   bool end_connection(client_id client) noexcept;
 
@@ -76,6 +85,9 @@ class books {
   ledger rows;
   memory_book memory;
   sync_book sync;
+  /// This daemon's identity in hello replies: random at a clean start, kept when a restarted
+  /// daemon takes its predecessor's state over (then ids of pools, pages, objects still hold).
+  std::uint64_t instance;
 
  private:
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

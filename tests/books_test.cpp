@@ -131,6 +131,52 @@ TEST_F(Books, ADeathWalksTheClientsLedgerOnceThroughEveryBook) {
   ::munmap(page, sync::kHostPageSize);
 }
 
+TEST_F(Books, EverySessionHasItsOwnTokenAndTheDaemonAnInstance) {
+  const proto::session_token& first = book.rows.client(owner).token;
+  const proto::session_token& second = book.rows.client(reader).token;
+  EXPECT_FALSE(first.empty());
+  EXPECT_FALSE(first.words[0] == second.words[0] && first.words[1] == second.words[1]);
+  EXPECT_NE(book.instance, 0u);
+  EXPECT_NE(make().instance, book.instance);
+}
+
+TEST_F(Books, AnUnservedSessionResumesForItsOwnProcessWithItsToken) {
+  const auto made = book.memory.allocate(owner, request(4096, "kept"));
+  const credentials who = book.rows.client(owner).who;
+  const proto::session_token token = book.rows.client(owner).token;
+  EXPECT_EQ(book.resume(owner, token, who), std::nullopt) << "a served session is not taken over";
+  book.end_connection(owner);
+  EXPECT_FALSE(book.rows.client(owner).serving);
+
+  proto::session_token guessed = token;
+  guessed.words[1] ^= 1;
+  EXPECT_EQ(book.resume(owner, guessed, who), std::nullopt);
+  credentials other_user = who;
+  other_user.uid = 2000;
+  EXPECT_EQ(book.resume(owner, token, other_user), std::nullopt);
+  credentials other_process = who;
+  other_process.pid = 999;
+  EXPECT_EQ(book.resume(owner, token, other_process), std::nullopt);
+  EXPECT_EQ(book.resume(reader + 100, token, who), std::nullopt) << "no such session";
+  EXPECT_FALSE(book.rows.client(owner).serving) << "refusals change nothing";
+
+  EXPECT_EQ(book.resume(owner, token, who), owner);
+  EXPECT_TRUE(book.rows.client(owner).serving);
+  EXPECT_EQ(book.resume(owner, token, who), std::nullopt) << "served again";
+  // Host memory is let go when the connection ends (end_connection); the row and its counts
+  // carry on.
+  EXPECT_EQ(book.rows.find(made.alloc_id), nullptr);
+  EXPECT_EQ(book.rows.usage_of_uid(1000).connections, 2u);
+}
+
+TEST_F(Books, ARemovedSessionCannotBeResumed) {
+  const credentials who = book.rows.client(owner).who;
+  const proto::session_token token = book.rows.client(owner).token;
+  book.end_connection(owner);
+  book.remove_client(owner);
+  EXPECT_EQ(book.resume(owner, token, who), std::nullopt);
+}
+
 TEST_F(Books, BadRequestsAreClearErrorsThatChangeNothing) {
   book.memory.allocate(owner, request(4096, "taken"));
   const auto before = book.stats().records.at(0);

@@ -95,7 +95,7 @@ proto::errc first_error_code(const std::vector<std::byte>& stream) {
 std::vector<std::byte> hello_frame() {
   std::vector<std::byte> frame;
   proto::append_frame(frame, static_cast<std::uint16_t>(proto::message_type::hello), 1,
-                      proto::hello_request{proto::kProtocolVersion, 0, {}});
+                      proto::hello_request{proto::kProtocolVersion, 0, {}, 0, {}});
   return frame;
 }
 
@@ -436,7 +436,9 @@ TEST(Integration, ASecondDaemonOnTheSameSocketRefusesAndAStaleSocketIsReplaced) 
 
 TEST(Integration, SigtermEndsEverySessionAndRemovesTheSocket) {
   auto daemon = std::make_unique<daemon_process>();
-  auto client = daemon->connect();
+  // The daemon does not come back: calls after the stop wait for it only briefly.
+  auto client =
+      gpumem::Client::connect({.socket_path = daemon->socket_path(), .reconnect_for = 100ms});
   auto buffer = client.allocate(1 << 20, {.name = "at-shutdown"});
   const std::string path = daemon->socket_path();
   EXPECT_EQ(daemon->stop(), 0);

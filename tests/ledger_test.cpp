@@ -12,9 +12,9 @@ namespace {
 class Ledger : public ::testing::Test {
  protected:
   ledger rows;
-  client_id alice = rows.add_client({10, 1000, 1000, {}});
-  client_id alice_too = rows.add_client({11, 1000, 1000, {}});
-  client_id bob = rows.add_client({20, 2000, 2000, {}});
+  client_id alice = rows.add_client({10, 1000, 1000, {}}, {});
+  client_id alice_too = rows.add_client({11, 1000, 1000, {}}, {});
+  client_id bob = rows.add_client({20, 2000, 2000, {}}, {});
 };
 
 TEST_F(Ledger, NamesAreUniqueWithinAFamilyOnly) {

@@ -23,11 +23,11 @@ empty_payload sample() {
 }
 template <>
 hello_request sample() {
-  return {kProtocolVersion, 0, name_of("trainer-7")};
+  return {kProtocolVersion, 0, name_of("trainer-7"), 42, {{0x0123456789abcdef, 7}}};
 }
 template <>
 hello_reply sample() {
-  return {42, 3, kMaxPayloadSize, 1234, kFeatureCuda};
+  return {42, 3, kMaxPayloadSize, 1234, kFeatureCuda, {{0x0123456789abcdef, 7}}, 0x5eed};
 }
 template <>
 get_pool_request sample() {
@@ -355,6 +355,30 @@ TEST(MalformedPayload, OutOfRangeEnumsAndFlagsAreRejected) {
   EXPECT_EQ(decode_payload(payload_bytes(allocate), decoded_allocate), errc::invalid_argument);
 }
 
+TEST(MalformedPayload, AResumeNamesItsSessionAndTokenOrNeither) {
+  hello_request decoded{};
+  auto fresh = sample<hello_request>();
+  fresh.resume_client_id = 0;
+  fresh.resume_token = {};
+  EXPECT_FALSE(decode_payload(payload_bytes(fresh), decoded));
+  auto no_token = sample<hello_request>();
+  no_token.resume_token = {};
+  EXPECT_EQ(decode_payload(payload_bytes(no_token), decoded), errc::bad_message);
+  auto no_session = sample<hello_request>();
+  no_session.resume_client_id = 0;
+  EXPECT_EQ(decode_payload(payload_bytes(no_session), decoded), errc::bad_message);
+}
+
+TEST(MalformedPayload, AHelloReplyWithoutTokenOrInstanceIsRejected) {
+  hello_reply decoded{};
+  auto reply = sample<hello_reply>();
+  reply.token = {};
+  EXPECT_EQ(decode_payload(payload_bytes(reply), decoded), errc::bad_message);
+  reply = sample<hello_reply>();
+  reply.daemon_instance = 0;
+  EXPECT_EQ(decode_payload(payload_bytes(reply), decoded), errc::bad_message);
+}
+
 TEST(MalformedPayload, ListCountThatDisagreesWithTheLengthIsRejected) {
   auto bytes = payload_bytes(sample<client_list_reply>());
   client_list_reply decoded;
@@ -399,7 +423,8 @@ TEST(ErrorCategory, CodesHaveNamesAndACategory) {
   const std::error_code code = errc::out_of_memory;
   EXPECT_STREQ(code.category().name(), "gpumem");
   EXPECT_EQ(code.message(), "pool exhausted");
-  EXPECT_TRUE(is_known_errc(22));
+  EXPECT_TRUE(is_known_errc(23));
+  EXPECT_EQ(std::error_code(errc::session_lost).message(), "session lost");
   EXPECT_FALSE(is_known_errc(1000));
 }
 

@@ -148,7 +148,9 @@ TEST(Restart, BarrierPlacesTakenBeforeTheRestartStayTaken) {
 
 TEST(Restart, SigtermZeroesNothingALiveClientMaps) {
   daemon_process daemon;
-  auto client = daemon.connect();
+  // The daemon stays stopped: the buffer's release at the end tries to reconnect only briefly.
+  auto client =
+      gpumem::Client::connect({.socket_path = daemon.socket_path(), .reconnect_for = 100ms});
   auto buffer = client.allocate(kSize, {.name = "mapped"});
   fill_pattern(buffer.data(), kSize, 11);
   daemon.stop(SIGTERM);
@@ -207,6 +209,68 @@ TEST(Restart, TenSigkillsMidRequestLoseNothingAClientWasToldAndLeakNoDescriptor)
   // Polled: the daemon closes this client's session, and a notification's socket, a moment later.
   EXPECT_TRUE(daemon.wait_for([&] { return daemon.open_fd_count() <= fds_at_start; }, 1s))
       << daemon.open_fd_count() << " fds open, " << fds_at_start << " at the start";
+}
+
+TEST(Restart, AClientsCallsSpanTheRestartAndItsSessionStaysItsOwn) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto client = daemon.connect("spanning");
+  const std::uint64_t id = client.id();
+  auto before = client.allocate(kSize, {.name = "before"});
+  fill_pattern(before.data(), kSize, 1);
+  daemon.kill(SIGKILL);
+  std::thread restarter([&] {
+    std::this_thread::sleep_for(300ms);
+    daemon.start();
+  });
+  // Made while no daemon runs: it waits for the restarted one.
+  auto during = client.allocate(kSize, {.name = "during"});
+  restarter.join();
+  EXPECT_EQ(client.id(), id);
+  fill_pattern(during.data(), kSize, 2);
+  auto other = daemon.connect();
+  auto seen_before = other.open("before");
+  EXPECT_EQ(first_mismatch(seen_before.data(), kSize, 1), kSize);
+  EXPECT_EQ(first_mismatch(other.open("during").data(), kSize, 2), kSize);
+  const auto holders_of_before = [&] {
+    for (const auto& each : other.allocations()) {
+      if (each.name == "before") return each.holders;
+    }
+    return 0u;
+  };
+  EXPECT_EQ(holders_of_before(), 2u);
+  before = gpumem::Buffer();  // released through the resumed session
+  EXPECT_EQ(holders_of_before(), 1u);
+}
+
+// A client allocating without pause while gpumemd is SIGKILLed and restarted ten times: every
+// call completes once, whether the dead daemon had done it (the stored reply is sent again) or
+// not (it is done now): a second execution would fail with already_exists and stop the client.
+TEST(Restart, CallsInFlightAcrossTenSigkillsCompleteExactlyOnce) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto allocator = peer(daemon, {"allocate-until-error", "n.", "4096"});
+  std::mt19937 random(7);
+  for (int round = 0; round < 10; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + random() % 80));
+    daemon.kill(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 50));
+    daemon.start();
+  }
+  std::this_thread::sleep_for(100ms);
+  allocator.signal(SIGSTOP);
+  std::vector<std::string> told;
+  for (auto line = allocator.read_line(200ms); line; line = allocator.read_line(200ms)) {
+    ASSERT_NE(*line, "stopped") << "a call failed across a restart";
+    told.push_back(line->substr(5));
+  }
+  ASSERT_GT(told.size(), 10u);
+  auto client = daemon.connect();
+  for (const std::string& name : told) {
+    auto buffer = client.open(name);
+    ASSERT_EQ(first_mismatch(buffer.data(), 4096, std::stoul(name.substr(2))), 4096u) << name;
+  }
+  allocator.signal(SIGKILL);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ struct gpumem_buffer {
 namespace {
 thread_local std::string last_error;
 
-static_assert(GPUMEM_TIMED_OUT == static_cast<int>(gpumem::errc::timed_out),
+static_assert(GPUMEM_SESSION_LOST == static_cast<int>(gpumem::errc::session_lost),
               "gpumem.h and the protocol's status table disagree");
 
 template <class Work>
@@ -60,6 +60,9 @@ gpumem_status gpumem_connect_with(const gpumem_connect_options* options, gpumem_
       if (options->label != nullptr) chosen.label = options->label;
       chosen.timeout = std::chrono::milliseconds(options->timeout_ms);
       if (options->has_daemon_uid) chosen.daemon_uid = options->daemon_uid;
+      if (options->has_reconnect_ms) {
+        chosen.reconnect_for = std::chrono::milliseconds(options->reconnect_ms);
+      }
     }
     *client = new gpumem_client{gpumem::Client::connect(chosen)};
   });

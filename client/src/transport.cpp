@@ -49,21 +49,51 @@ proto::wire_name label_for(const std::string& wanted) {
 }
 
 constexpr auto kDefaultTimeout = std::chrono::seconds(60);
+constexpr auto kDefaultReconnectFor = std::chrono::seconds(10);
 /// How often a connect to a daemon whose backlog is full is tried again.
 constexpr auto kConnectRetryInterval = std::chrono::milliseconds(5);
+/// The pauses between reconnects double from the first to the longest: a restart that takes
+/// milliseconds costs about that, a long one costs the daemon a connect twice a second.
+constexpr auto kFirstReconnectPause = std::chrono::milliseconds(10);
+constexpr auto kLongestReconnectPause = std::chrono::milliseconds(500);
+
+/// The milliseconds in the environment variable @p name; nullopt when it is unset or empty.
+std::optional<std::chrono::milliseconds> milliseconds_from_env(const char* name,
+                                                               bool zero_allowed) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long long milliseconds = std::strtoll(text, &end, 10);
+  if (*end != '\0' || milliseconds < (zero_allowed ? 0 : 1)) {
+    throw Error(errc::invalid_argument,
+                std::string("$") + name + " is '" + text + "', not a " +
+                    (zero_allowed ? "number of milliseconds (0: never)" : "positive number"));
+  }
+  return std::chrono::milliseconds(milliseconds);
+}
 
 std::chrono::milliseconds timeout_from(std::chrono::milliseconds configured) {
   if (configured.count() > 0) return configured;
-  if (const char* text = std::getenv("GPUMEM_TIMEOUT_MS"); text != nullptr && *text != '\0') {
-    char* end = nullptr;
-    const long long milliseconds = std::strtoll(text, &end, 10);
-    if (*end != '\0' || milliseconds <= 0) {
-      throw Error(errc::invalid_argument,
-                  std::string("$GPUMEM_TIMEOUT_MS is '") + text + "', not a positive number");
-    }
-    return std::chrono::milliseconds(milliseconds);
+  return milliseconds_from_env("GPUMEM_TIMEOUT_MS", false).value_or(kDefaultTimeout);
+}
+
+std::chrono::milliseconds reconnect_from(std::optional<std::chrono::milliseconds> configured) {
+  if (!configured) {
+    return milliseconds_from_env("GPUMEM_RECONNECT_MS", true).value_or(kDefaultReconnectFor);
   }
-  return kDefaultTimeout;
+  if (configured->count() < 0) {
+    throw Error(errc::invalid_argument, "ConnectOptions::reconnect_for is negative");
+  }
+  return *configured;
+}
+
+uid_t listener_uid(int socket, const std::string& path) {
+  ucred peer{};
+  socklen_t size = sizeof peer;
+  if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
+    throw_io("SO_PEERCRED on " + path, {errno, std::system_category()});
+  }
+  return peer.uid;
 }
 
 std::vector<uid_t> trusted_uids(std::int64_t configured) {
@@ -77,15 +107,11 @@ std::vector<uid_t> trusted_uids(std::int64_t configured) {
 // The socket file and its folder say who set the socket up; the listening process's
 // credentials say who answers, whatever happened to the file since.
 void check_listener(int socket, const std::string& path, std::span<const uid_t> trusted) {
-  ucred peer{};
-  socklen_t size = sizeof peer;
-  if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
-    throw_io("SO_PEERCRED on " + path, {errno, std::system_category()});
-  }
-  if (std::ranges::find(trusted, peer.uid) == trusted.end()) {
+  const uid_t listening = listener_uid(socket, path);
+  if (std::ranges::find(trusted, listening) == trusted.end()) {
     throw Error(errc::permission_denied,
                 "refusing the gpumemd socket " + path + ": the process listening on it runs as " +
-                    describe_uids(std::span(&peer.uid, 1)) + ", and gpumemd must run as " +
+                    describe_uids(std::span(&listening, 1)) + ", and gpumemd must run as " +
                     describe_uids(trusted) + " (set $" + kDaemonUidEnv +
                     " or the daemon_uid connect option when gpumemd runs as another user)");
   }
@@ -128,22 +154,19 @@ unique_fd connect_to(const std::string& path, std::span<const uid_t> trusted,
 
 transport::transport(const ConnectOptions& options)
     : path_(options.socket_path.empty() ? default_client_socket_path() : options.socket_path),
+      trusted_(trusted_uids(options.daemon_uid)),
+      label_(label_for(options.label)),
       timeout_(timeout_from(options.timeout)),
+      reconnect_for_(reconnect_from(options.reconnect_for)),
       owner_pid_(::getpid()),
       fork_generation_(fork_generation.load()) {
   (void)fork_watch_installed;
-  socket_ = connect_to(path_, trusted_uids(options.daemon_uid), clock::now() + timeout_);
-  ucred peer{};
-  socklen_t size = sizeof peer;
-  if (::getsockopt(socket_.get(), SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
-    throw_io("SO_PEERCRED on " + path_, {errno, std::system_category()});
-  }
-  daemon_uid_ = peer.uid;
   in_.resize(sizeof(proto::header) + proto::kMaxPayloadSize);
-  client_id_ = call<proto::hello_reply>(
-                   message_type::hello,
-                   proto::hello_request{proto::kProtocolVersion, 0, label_for(options.label)})
-                   .client_id;
+  std::string broke;
+  if (!greet(broke)) {
+    throw Error(errc::connection_closed,
+                "gpumemd at " + path_ + " closed the connection: " + broke);
+  }
 }
 
 bool transport::in_owner_process() const noexcept {
@@ -166,6 +189,18 @@ void transport::check_in_step() const {
   }
 }
 
+void transport::check_session() const {
+  if (!lost_.empty()) throw Error(errc::session_lost, lost_);
+}
+
+void transport::lose_session(const std::string& why) {
+  socket_.reset();
+  lost_ = "gpumemd at " + path_ + " restarted without this session's state (" + why +
+          "), so the objects of this session are gone (memory already mapped stays usable): "
+          "connect again";
+  throw Error(errc::session_lost, lost_);
+}
+
 void transport::wait_for(short events, clock::time_point deadline, const char* doing) {
   for (;;) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
@@ -181,20 +216,119 @@ void transport::wait_for(short events, clock::time_point deadline, const char* d
   }
 }
 
+bool transport::greet(std::string& broke) {
+  socket_ = connect_to(path_, trusted_, clock::now() + timeout_);
+  const uid_t answering = listener_uid(socket_.get(), path_);
+  const bool resuming = client_id_ != 0;
+  std::vector<std::byte> frame;
+  proto::append_frame(frame, static_cast<std::uint16_t>(message_type::hello), ++last_request_id_,
+                      proto::hello_request{proto::kProtocolVersion, 0, label_, client_id_, token_});
+  std::vector<unique_fd> fds;
+  const auto answer = round_trip(frame, fds, broke);
+  if (!answer) return false;
+  proto::hello_reply reply{};
+  try {
+    check_reply(*answer, message_type::hello, fds);
+    if (auto error = proto::decode_payload(answer->payload, reply)) {
+      throw Error(errc::bad_message, "gpumemd sent a malformed hello reply: " + error.message());
+    }
+  } catch (const Error& refusal) {
+    socket_.reset();
+    if (resuming && refusal.status() == errc::session_lost) lose_session(refusal.what());
+    throw;
+  }
+  // Pool, page and object ids are the daemon instance's: another instance's would name other
+  // memory under the same numbers.
+  if (resuming && (reply.daemon_instance != daemon_instance_ || reply.client_id != client_id_ ||
+                   answering != daemon_uid_)) {
+    lose_session("another gpumemd instance answers there now");
+  }
+  client_id_ = reply.client_id;
+  token_ = reply.token;
+  daemon_instance_ = reply.daemon_instance;
+  daemon_uid_ = answering;
+  return true;
+}
+
+void transport::reconnect(clock::time_point give_up, std::string broke) {
+  const bool one_try = gave_up_;
+  auto pause = kFirstReconnectPause;
+  for (;;) {
+    try {
+      if (greet(broke)) {
+        gave_up_ = false;
+        return;
+      }
+    } catch (const Error& error) {
+      // Nobody listening, or the socket gone: the daemon is still away. Anything else (an
+      // untrusted socket, a refusal, a timeout) is the call's answer.
+      if (error.status() != errc::io_error) throw;
+      broke = error.what();
+    }
+    socket_.reset();
+    const auto now = clock::now();
+    if (now >= give_up) {
+      gave_up_ = true;
+      const std::string tried =
+          one_try ? "stayed away for the " + std::to_string(reconnect_for_.count()) +
+                        " ms an earlier call tried to reconnect, and is still away"
+                  : "did not come back within " + std::to_string(reconnect_for_.count()) +
+                        " ms of reconnecting";
+      throw Error(errc::io_error,
+                  "the connection to gpumemd at " + path_ + " broke, and gpumemd " + tried +
+                      " (ConnectOptions::reconnect_for, $GPUMEM_RECONNECT_MS): " + broke);
+    }
+    std::this_thread::sleep_for(std::min<clock::duration>(pause, give_up - now));
+    pause = std::min(pause * 2, kLongestReconnectPause);
+  }
+}
+
 proto::frame_view transport::exchange(message_type type, std::vector<unique_fd>& fds) {
   check_owner_process();
   check_in_step();
+  check_session();
+  std::optional<clock::time_point> give_up;
+  for (;;) {
+    std::string broke = "it broke during an earlier call";
+    if (socket_) {
+      if (const auto frame = round_trip(out_, fds, broke)) {
+        check_reply(*frame, type, fds);
+        return *frame;
+      }
+      socket_.reset();
+    }
+    if (reconnect_for_.count() == 0) {
+      throw Error(errc::io_error, "the connection to gpumemd at " + path_ + " broke (" + broke +
+                                      "), and reconnecting is off (ConnectOptions::reconnect_for, "
+                                      "$GPUMEM_RECONNECT_MS)");
+    }
+    if (!give_up) give_up = clock::now() + (gave_up_ ? clock::duration{} : reconnect_for_);
+    // The session is resumed on the new connection, and the request goes again with its id:
+    // the daemon answers it from its records if it was carried out before the break.
+    reconnect(*give_up, broke);
+  }
+}
+
+std::optional<proto::frame_view> transport::round_trip(std::span<const std::byte> request,
+                                                       std::vector<unique_fd>& fds,
+                                                       std::string& broke) {
+  proto::header head{};
+  std::memcpy(&head, request.data(), sizeof head);
   const auto deadline = clock::now() + timeout_;
   std::size_t sent = 0;
-  while (sent < out_.size()) {
+  while (sent < request.size()) {
     std::error_code error;
-    sent += send_with_fds(socket_.get(), std::span(out_).subspan(sent), {}, error);
+    sent += send_with_fds(socket_.get(), request.subspan(sent), {}, error);
     if (error == std::errc::resource_unavailable_try_again) {
       wait_for(POLLOUT, deadline, "take the request");
+    } else if (error == std::errc::broken_pipe || error == std::errc::connection_reset) {
+      broke = "sending: " + error.message();
+      return std::nullopt;
     } else if (error) {
-      throw_io("sending to gpumemd", error);
+      throw_io("sending to gpumemd at " + path_, error);
     }
   }
+  fds.clear();
   std::size_t filled = 0;
   proto::frame_view frame;
   for (;;) {
@@ -203,11 +337,14 @@ proto::frame_view transport::exchange(message_type type, std::vector<unique_fd>&
     const std::size_t received =
         recv_with_fds(socket_.get(), std::span(in_).subspan(filled), fds, error);
     if (error == std::errc::resource_unavailable_try_again) continue;
+    if (error == std::errc::connection_reset || (!error && received == 0)) {
+      broke = error ? "receiving: " + error.message() : "gpumemd closed the connection";
+      return std::nullopt;
+    }
     if (error) {
       throw Error(error == std::errc::protocol_error ? errc::unexpected_handle : errc::io_error,
                   "receiving from gpumemd: " + error.message());
     }
-    if (received == 0) throw Error(errc::connection_closed, "gpumemd closed the connection");
     filled += received;
     const auto status = proto::parse_frame(std::span(in_).first(filled), frame, error);
     if (status == proto::parse_status::invalid) {
@@ -216,9 +353,14 @@ proto::frame_view transport::exchange(message_type type, std::vector<unique_fd>&
     if (status == proto::parse_status::complete) break;
   }
   // Only one request is ever outstanding, so anything beyond the frame is a broken peer.
-  if (frame.frame_size() != filled || frame.head.request_id != last_request_id_) {
+  if (frame.frame_size() != filled || frame.head.request_id != head.request_id) {
     throw Error(errc::bad_message, "gpumemd's reply does not match the request");
   }
+  return frame;
+}
+
+void transport::check_reply(const proto::frame_view& frame, message_type type,
+                            const std::vector<unique_fd>& fds) const {
   if (fds.size() != frame.head.fd_count) {
     throw Error(errc::unexpected_handle,
                 "gpumemd's reply announced " + std::to_string(frame.head.fd_count) +
@@ -239,7 +381,6 @@ proto::frame_view transport::exchange(message_type type, std::vector<unique_fd>&
   if (expected_fds != proto::kFdPerRecord && frame.head.fd_count != expected_fds) {
     throw Error(errc::unexpected_handle, "gpumemd's reply carries an unexpected descriptor count");
   }
-  return frame;
 }
 
 }  // namespace gpumem::detail

@@ -2,14 +2,17 @@
 /// @file
 /// @brief The socket to gpumemd: request/reply round trips, one at a time, and the rule that
 /// a process forked from the one that connected never talks on its parent's socket, a daemon
-/// that stops answering fails the call after the timeout, and a socket of an untrusted uid is
-/// never spoken to.
+/// that stops answering fails the call after the timeout, a socket of an untrusted uid is
+/// never spoken to, and a connection that breaks (the daemon restarted) is made again and
+/// the session resumed, the call in flight sent again.
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,7 +35,11 @@ class transport {
   /// @brief One round trip. Throws Error with the daemon's code and text when it refuses,
   /// Error(bad_message) or Error(unexpected_handle) when its reply breaks the protocol, and
   /// Error(timed_out) when it does not answer within the timeout (and on every later call: the
-  /// late reply would answer the wrong request).
+  /// late reply would answer the wrong request). When the connection breaks, connects again
+  /// for up to ConnectOptions::reconnect_for, resumes the session and sends the request again
+  /// with its id (the daemon answers a request it already carried out from its records):
+  /// Error(io_error) naming the socket when the daemon stays away, Error(session_lost) when
+  /// the daemon that answers no longer has the session (and on every later call).
   template <class Reply, class Request>
   Reply call(proto::message_type type, const Request& request,
              std::vector<unique_fd>* fds = nullptr) {
@@ -62,18 +69,41 @@ class transport {
  private:
   using clock = std::chrono::steady_clock;
   proto::frame_view exchange(proto::message_type type, std::vector<unique_fd>& fds);
+  /// Sends @p request and waits for its reply (the frame, still unchecked).
+  /// @return nullopt, with the cause in @p broke, when the connection broke on the way.
+  std::optional<proto::frame_view> round_trip(std::span<const std::byte> request,
+                                              std::vector<unique_fd>& fds, std::string& broke);
+  /// Throws what the daemon's refusal says, or what is wrong with the reply.
+  void check_reply(const proto::frame_view& frame, proto::message_type type,
+                   const std::vector<unique_fd>& fds) const;
+  /// Connects to path_ and says hello, resuming the session when it has one.
+  /// @return false, with the cause in @p broke, when the connection broke during hello.
+  bool greet(std::string& broke);
+  /// Connects again until the session is resumed, or throws once @p give_up has passed.
+  void reconnect(clock::time_point give_up, std::string broke);
+  /// Ends the session here for good: this call and every later one throw session_lost.
+  [[noreturn]] void lose_session(const std::string& why);
   void check_owner_process() const;
   void check_in_step() const;
+  void check_session() const;
   /// Waits until the socket is ready for @p events or throws Error(timed_out) at @p deadline.
   void wait_for(short events, clock::time_point deadline, const char* doing);
 
-  unique_fd socket_;
+  unique_fd socket_;  ///< empty while the connection is broken
   std::string path_;
+  std::vector<uid_t> trusted_;
+  proto::wire_name label_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds reconnect_for_;
   bool timed_out_ = false;  ///< a reply is missing: the stream is out of step for good
+  /// The daemon stayed away for all of reconnect_for_: later calls try to reconnect once each.
+  bool gave_up_ = false;
+  std::string lost_;  ///< why the session is gone; empty while it lives
   pid_t owner_pid_;
   std::uint64_t fork_generation_;
   std::uint64_t client_id_ = 0;
+  proto::session_token token_{};
+  std::uint64_t daemon_instance_ = 0;
   uid_t daemon_uid_ = 0;
   std::mutex mutex_;
   std::uint32_t last_request_id_ = 0;

@@ -1,4 +1,5 @@
 // Handlers of the session itself, statistics and the client list.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include "handlers/request_handler.hpp"
@@ -8,10 +9,36 @@ namespace gpumem::daemon {
 
 using proto::errc;
 
+namespace {
+// The connection takes the resumed session's row over; the row made for it at accept, which
+// holds nothing yet, goes.
+client_id resume_session(books& state, client_id fresh, const proto::hello_request& message) {
+  const client_id wanted = message.resume_client_id;
+  const auto resumed = state.resume(wanted, message.resume_token, state.rows.client(fresh).who);
+  if (!resumed) {
+    throw request_error(
+        errc::session_lost,
+        state.rows.clients().contains(wanted)
+            ? fmt::format("session {} cannot be resumed here: another connection serves it, or "
+                          "the token, uid or process does not match",
+                          wanted)
+            : fmt::format("no session {}: the daemon restarted without its state, or the "
+                          "session ended",
+                          wanted));
+  }
+  state.remove_client(fresh);
+  return *resumed;
+}
+}  // namespace
+
 proto::hello_reply request_handler::on_hello(client_state& client,
                                              const proto::hello_request& message,
                                              reply_attachment&) {
   if (client.greeted) throw request_error(errc::bad_message, "hello was already sent");
+  if (message.resume_client_id != 0) {
+    client.client = resume_session(books_, client.client, message);
+    client.resumed = true;
+  }
   books_.rows.set_label(client.client, std::string(message.client_label.view()));
   try {
     books_.check_connection(client.client);
@@ -20,8 +47,13 @@ proto::hello_reply request_handler::on_hello(client_state& client,
     throw;
   }
   client.greeted = true;
-  return {client.client, static_cast<std::uint32_t>(books_.memory.pool_count()),
-          proto::kMaxPayloadSize, static_cast<std::uint32_t>(::getpid()), 0};
+  return {client.client,
+          static_cast<std::uint32_t>(books_.memory.pool_count()),
+          proto::kMaxPayloadSize,
+          static_cast<std::uint32_t>(::getpid()),
+          0,
+          books_.rows.client(client.client).token,
+          books_.instance};
 }
 
 proto::empty_payload request_handler::on_ping(client_state&, const proto::empty_payload&,

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <span>
+#include <utility>
+
+#include "handlers/kept_reply.hpp"
 #include "policy/access_policy.hpp"
 #include "rate_limited_log.hpp"
 #include "request_error.hpp"
@@ -31,6 +35,27 @@ void append_error(std::vector<std::byte>& out, std::uint32_t request_id, errc co
 
 reply_attachment request_handler::handle(client_state& client, const proto::frame_view& frame,
                                          std::vector<std::byte>& out) {
+  const auto type = static_cast<message_type>(frame.head.type);
+  const auto row = books_.rows.clients().find(client.client);
+  if (std::exchange(client.resumed, false) && row != books_.rows.clients().end()) {
+    if (const std::vector<std::byte>* kept = kept_reply(row->second.last_answered, frame.head)) {
+      spdlog::debug("client {}: request {} was answered before the restart: sent again",
+                    client.client, frame.head.request_id);
+      out.insert(out.end(), kept->begin(), kept->end());
+      return {};
+    }
+  }
+  const std::size_t start = out.size();
+  reply_attachment attach = dispatch(client, frame, out);
+  if (client.greeted && keeps_reply(type)) {
+    books_.rows.set_answered(client.client, frame.head.request_id, type,
+                             std::span(out).subspan(start));
+  }
+  return attach;
+}
+
+reply_attachment request_handler::dispatch(client_state& client, const proto::frame_view& frame,
+                                           std::vector<std::byte>& out) {
   const auto id = frame.head.request_id;
   reply_attachment attach;
   if (frame.head.fd_count != 0) {

@@ -23,6 +23,9 @@ struct client_state {
   client_id client = 0;
   bool greeted = false;
   bool refused = false;  ///< the policy turned the connection away: close once answered
+  /// The session was resumed by hello: its next request may be the call that was in flight
+  /// (handlers/kept_reply.hpp).
+  bool resumed = false;
 };
 
 /// Descriptors to send with the reply, still owned by their pool, reservation or page.
@@ -35,12 +38,16 @@ class request_handler {
  public:
   explicit request_handler(books& state) : books_(state) {}
 
-  /// @brief Appends the reply to @p frame to @p out.
+  /// @brief Appends the reply to @p frame to @p out, and keeps it in the client's row when the
+  /// request changes state (handlers/kept_reply.hpp).
   /// @return the descriptors to attach to that reply, if any.
   reply_attachment handle(client_state& client, const proto::frame_view& frame,
                           std::vector<std::byte>& out);
 
  private:
+  reply_attachment dispatch(client_state& client, const proto::frame_view& frame,
+                            std::vector<std::byte>& out);
+
 #define GPUMEM_X(name, id, request, reply, reply_fd_count, summary)           \
   proto::reply on_##name(client_state& client, const proto::request& message, \
                          reply_attachment& attach);

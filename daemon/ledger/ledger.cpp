@@ -36,9 +36,9 @@ const char* family_name(object_family family) noexcept {
   return "object";
 }
 
-client_id ledger::add_client(const credentials& who) {
+client_id ledger::add_client(const credentials& who, const proto::session_token& token) {
   const client_id id = next_client_id_++;
-  clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}});
+  clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}, token, true, {}});
   ++by_uid_[who.uid].connections;
   ++by_gid_[who.gid].connections;
   touch_client(id);
@@ -59,6 +59,8 @@ void ledger::track_changes() noexcept {
 void ledger::restore_client(client_id id, client_row row) {
   row.holds.clear();
   row.owns = {};
+  // No connection serves it until its process resumes the session.
+  row.serving = false;
   ++by_uid_[row.who.uid].connections;
   ++by_gid_[row.who.gid].connections;
   clients_.insert_or_assign(id, std::move(row));
@@ -87,6 +89,23 @@ void ledger::restore_object(object_id id, object_row row) {
 void ledger::restore_next_ids(object_id next_object, client_id next_client) noexcept {
   next_object_id_ = std::max(next_object_id_, next_object);
   next_client_id_ = std::max(next_client_id_, next_client);
+}
+
+void ledger::set_serving(client_id client, bool serving) noexcept {
+  if (const auto found = clients_.find(client); found != clients_.end()) {
+    found->second.serving = serving;
+  }
+}
+
+void ledger::set_answered(client_id client, std::uint32_t request_id, proto::message_type type,
+                          std::span<const std::byte> reply) {
+  const auto found = clients_.find(client);
+  if (found == clients_.end()) return;
+  answered_request& last = found->second.last_answered;
+  last.request_id = request_id;
+  last.type = type;
+  last.reply.assign(reply.begin(), reply.end());
+  touch_client(client);
 }
 
 const client_row& ledger::client(client_id client) const {

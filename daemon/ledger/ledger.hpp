@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -101,13 +102,27 @@ struct usage {
   friend bool operator==(const usage&, const usage&) = default;
 };
 
+/// The last request of a client that changed the daemon's state (and got no descriptor), with
+/// the reply frame it got: a client that resumes its session after a restart sends its call in
+/// flight again, with the same id, and gets this reply instead of a second execution.
+struct answered_request {
+  std::uint32_t request_id = 0;  ///< 0: none yet (clients number their requests from 1)
+  proto::message_type type{};
+  std::vector<std::byte> reply;  ///< the whole frame, header included
+};
+
 struct client_row {
   credentials who;
   std::string label;
   std::chrono::steady_clock::time_point connected;
-  std::set<object_id> holds;  ///< objects of which it holds at least one reference
-  usage owns;                 ///< what it made and still holds
-  bool serving = false;       ///< a connection serves the row now
+  std::set<object_id> holds;     ///< objects of which it holds at least one reference
+  usage owns;                    ///< what it made and still holds
+  proto::session_token token{};  ///< what a hello must show to resume this session
+  /// A connection serves the row now. False once its connection closed while its process
+  /// lives on (the row kept for the process's exit), and for rows a restarted daemon took over:
+  /// only then may a new connection of the same process resume it.
+  bool serving = true;
+  answered_request last_answered;
 };
 
 /// What changed since the state store (daemon/restart/) last wrote the daemon's state down:
@@ -143,8 +158,15 @@ class ledger {
  public:
   using clock = std::chrono::steady_clock;
 
-  client_id add_client(const credentials& who);
+  /// @param token the session's secret, random (the ledger does no I/O).
+  client_id add_client(const credentials& who, const proto::session_token& token);
   void set_label(client_id client, std::string label);
+  /// @brief Whether a connection serves the client now (client_row::serving).
+  void set_serving(client_id client, bool serving) noexcept;
+  /// @brief Keeps the reply to the client's last request that changed state (answered_request);
+  /// nothing for a client the ledger no longer knows.
+  void set_answered(client_id client, std::uint32_t request_id, proto::message_type type,
+                    std::span<const std::byte> reply);
   /// @throws request_error(internal) for a client the ledger does not know.
   const client_row& client(client_id client) const;
   const std::map<client_id, client_row>& clients() const noexcept { return clients_; }

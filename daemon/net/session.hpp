@@ -33,7 +33,9 @@ class session : public std::enable_shared_from_this<session> {
   session(socket_type socket, books& state, request_handler& handler, const daemon_config& config,
           on_end ended);
 
-  /// @brief Registers the client and starts reading; call once, after construction.
+  /// @brief Registers the connection as a new client and starts reading; call once, after
+  /// construction. A hello that resumes an earlier session of the same process swaps the new
+  /// row for that session's (handlers: on_hello), which the session then serves and ends.
   void start();
   /// @brief Closes the connection and releases everything the client held. Idempotent.
   void stop(const char* reason);

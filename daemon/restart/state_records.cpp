@@ -25,8 +25,8 @@ access_class get_tenant(record_reader& in) {
   return tenant;
 }
 
-void put_meta(record_writer& out, const books& state, std::uint64_t instance) {
-  out.put(instance);
+void put_meta(record_writer& out, const books& state) {
+  out.put(state.instance);
   out.put(state.rows.next_object_id());
   out.put(state.rows.next_client_id());
   const auto pending = state.sync.pending_reclaims();
@@ -57,6 +57,11 @@ void put_client(record_writer& out, const books& state, client_id id, const clie
   out.put(static_cast<std::uint32_t>(row.who.groups.size()));
   for (const gid_t each : row.who.groups) out.put(each);
   out.put_string(row.label);
+  out.put(row.token.words[0]);
+  out.put(row.token.words[1]);
+  out.put(row.last_answered.request_id);
+  out.put(row.last_answered.type);
+  out.put_bytes(row.last_answered.reply);
   const auto attachment = state.sync.attachment_of(id);
   out.put(attachment.has_value());
   if (attachment) {
@@ -74,6 +79,12 @@ saved_client get_client(record_reader& in) {
   who.groups.resize(in.get_count(sizeof(gid_t)));
   for (gid_t& each : who.groups) each = in.get<gid_t>();
   client.row.label = in.get_string();
+  client.row.token.words[0] = in.get<std::uint64_t>();
+  client.row.token.words[1] = in.get<std::uint64_t>();
+  client.row.last_answered.request_id = in.get<std::uint32_t>();
+  client.row.last_answered.type = in.get<proto::message_type>();
+  const auto reply = in.get_bytes();
+  client.row.last_answered.reply.assign(reply.begin(), reply.end());
   client.row.connected = std::chrono::steady_clock::now();
   if (in.get_bool()) {
     auto& attachment = client.attachment.emplace();
@@ -235,12 +246,11 @@ Id narrow_id(std::uint64_t id) {
 
 }  // namespace
 
-std::optional<std::vector<std::byte>> encode(const books& state, record_key key,
-                                             std::uint64_t instance) {
+std::optional<std::vector<std::byte>> encode(const books& state, record_key key) {
   record_writer out;
   switch (key.type) {
     case record_type::meta:
-      put_meta(out, state, instance);
+      put_meta(out, state);
       break;
     case record_type::client: {
       const auto found = state.rows.clients().find(key.id);
@@ -255,9 +265,9 @@ std::optional<std::vector<std::byte>> encode(const books& state, record_key key,
       break;
     }
     case record_type::pool: {
-      const pool* instance_of_pool = state.memory.pool_by_id(static_cast<std::uint32_t>(key.id));
-      if (instance_of_pool == nullptr) return std::nullopt;
-      put_pool(out, state, static_cast<std::uint32_t>(key.id), *instance_of_pool);
+      const pool* instance = state.memory.pool_by_id(static_cast<std::uint32_t>(key.id));
+      if (instance == nullptr) return std::nullopt;
+      put_pool(out, state, static_cast<std::uint32_t>(key.id), *instance);
       break;
     }
     case record_type::page: {

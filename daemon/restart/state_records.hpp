@@ -61,8 +61,7 @@ struct state_image {
 };
 
 /// @brief The record of @p key as the books hold it now; nullopt when it is gone.
-std::optional<std::vector<std::byte>> encode(const books& state, record_key key,
-                                             std::uint64_t instance);
+std::optional<std::vector<std::byte>> encode(const books& state, record_key key);
 /// @throws format_error for a record that does not decode.
 state_image decode(const record_map& records);
 

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,16 +24,6 @@ namespace {
 constexpr std::uint64_t kMinimumJournalBytes = 64 << 10;
 /// How long a write waits for systemd to take the fds it stored.
 constexpr auto kStoreTimeout = std::chrono::seconds(5);
-
-std::uint64_t random_instance() {
-  std::uint64_t value = 0;
-  while (value == 0) {
-    if (::getrandom(&value, sizeof value, 0) != sizeof value) {
-      throw std::system_error(errno, std::system_category(), "getrandom");
-    }
-  }
-  return value;
-}
 
 std::string snapshot_name(std::uint64_t generation) {
   return "state." + std::to_string(generation);
@@ -104,7 +93,7 @@ std::vector<record_key> keys_of(const change_set& changes) {
 }  // namespace
 
 state_store::state_store(std::vector<systemd::passed_fd> passed)
-    : active_(systemd::notify_socket_set()), instance_(random_instance()) {
+    : active_(systemd::notify_socket_set()) {
   for (systemd::passed_fd& each : passed) {
     stored_.insert(each.name);
     passed_.insert_or_assign(std::move(each.name), std::move(each.fd));
@@ -165,7 +154,8 @@ void state_store::adopt(books& state) {
 }
 
 void state_store::adopt_image(books& state, const state_image& image) {
-  instance_ = image.meta.instance;
+  // Clients resume their sessions only with the daemon they began them with.
+  state.instance = image.meta.instance;
   std::size_t lost = 0;
   const auto drop = [&](std::string_view what, auto id, const std::string& why) {
     spdlog::error("{} {} from before the restart is lost: {}", what, id, why);
@@ -260,7 +250,7 @@ void state_store::adopt_image(books& state, const state_image& image) {
   spdlog::info(
       "re-adopted state {} of gpumemd instance {:016x}: {} client(s) ({} alive), {} object(s), "
       "{} pool instance(s), {} lock page(s); {} lost",
-      generation_, instance_, image.clients.size(), adopted_processes_.size(),
+      generation_, state.instance, image.clients.size(), adopted_processes_.size(),
       state.rows.objects().size(), image.pools.size(), image.pages.size(), lost);
 }
 
@@ -317,7 +307,7 @@ std::vector<record_change> state_store::collect(const change_set& changes,
                                                 std::vector<std::string>& removed) {
   std::vector<record_change> records;
   for (const record_key& key : keys_of(changes)) {
-    std::optional<std::vector<std::byte>> body = encode(*books_, key, instance_);
+    std::optional<std::vector<std::byte>> body = encode(*books_, key);
     std::vector<std::pair<std::string, int>> wanted;
     if (body && key.type == record_type::client) {
       if (const auto process = processes_.find(key.id); process != processes_.end()) {
@@ -351,7 +341,7 @@ void state_store::write_changes() noexcept {
     std::vector<std::string> removed;
     const std::size_t stored_before = stored_.size();
     std::vector<record_change> records = collect(books_->rows.take_changes(), removed);
-    records.push_back({{record_type::meta, 0}, encode(*books_, {record_type::meta, 0}, instance_)});
+    records.push_back({{record_type::meta, 0}, encode(*books_, {record_type::meta, 0})});
     if (stored_.size() > stored_before) wait_for_store();
     const std::vector<std::byte> appended = batch(records);
     write_at(journal_.get(), appended, journal_size_);
@@ -375,7 +365,7 @@ void state_store::write_snapshot() {
   for (const auto& [id, row] : books_->rows.objects()) keys.push_back({record_type::object, id});
   std::vector<record_change> records;
   records.reserve(keys.size());
-  for (const record_key& key : keys) records.push_back({key, encode(*books_, key, instance_)});
+  for (const record_key& key : keys) records.push_back({key, encode(*books_, key)});
 
   const std::uint64_t generation = generation_ + 1;
   unique_fd snapshot = state_memfd("gpumemd-state");

@@ -61,8 +61,6 @@ class state_store final : public state_keeper {
   void keep_process(client_id client, int pidfd) override;
   void write_changes() noexcept override;
 
-  std::uint64_t instance() const noexcept { return instance_; }
-
  private:
   /// The snapshot of @p generation and its journal, replayed; throws format_error.
   record_map read_generation(std::uint64_t generation);
@@ -78,7 +76,6 @@ class state_store final : public state_keeper {
 
   bool active_;
   books* books_ = nullptr;
-  std::uint64_t instance_;
   std::uint64_t generation_ = 0;
   unique_fd journal_;
   std::uint64_t journal_size_ = 0;

@@ -50,11 +50,15 @@ std::error_code validate(const empty_payload&) noexcept {
 std::error_code validate(const hello_request& m) noexcept {
   if (m.reserved != 0) return bad();
   if (m.protocol_version != kProtocolVersion) return errc::unsupported_version;
+  // A resume names both its session and the token; a new session names neither.
+  if ((m.resume_client_id == 0) != m.resume_token.empty()) return bad();
   return check_wire_name(m.client_label, true);
 }
 
 std::error_code validate(const hello_reply& m) noexcept {
-  return m.client_id != 0 && m.max_payload_size == kMaxPayloadSize ? std::error_code{} : bad();
+  const bool sane = m.client_id != 0 && m.max_payload_size == kMaxPayloadSize && !m.token.empty() &&
+                    m.daemon_instance != 0;
+  return sane ? std::error_code{} : bad();
 }
 
 std::error_code validate(const get_pool_request& m) noexcept {

@@ -60,12 +60,20 @@ def _program_name() -> str:
     return os.path.basename(script) or os.path.basename(sys.executable)
 
 
-def connect(socket_path: str | os.PathLike[str] | None = None, label: str | None = None) -> Client:
+def connect(
+    socket_path: str | os.PathLike[str] | None = None,
+    label: str | None = None,
+    reconnect_for: float | None = None,
+) -> Client:
     """Connects to gpumemd.
 
     socket_path: None for $GPUMEM_SOCKET, then the default locations (those of gpumemd).
     label: what `gpumemctl clients` shows; None for the script's name.
+    reconnect_for: seconds a call whose connection broke (gpumemd restarted) keeps trying to
+    connect again, resume the session and complete; 0 never; None for $GPUMEM_RECONNECT_MS,
+    else 30. A daemon that stays away is errc.io_error; one that restarted without this
+    session's state is errc.session_lost, for every later call too.
     Raises gpumem.Error (errc.io_error) when no daemon answers, with the path in its text.
     """
     path = "" if socket_path is None else os.fspath(socket_path)
-    return _gpumem.connect(path, _program_name() if label is None else label)
+    return _gpumem.connect(path, _program_name() if label is None else label, reconnect_for)

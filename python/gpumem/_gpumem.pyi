@@ -50,6 +50,7 @@ class errc(_Enum):
     no_party_left: ClassVar[errc]
     quota_exceeded: ClassVar[errc]
     timed_out: ClassVar[errc]
+    session_lost: ClassVar[errc]
     __members__: ClassVar[dict[str, errc]]
 
 class Error(OSError):
@@ -210,4 +211,4 @@ class Client:
     def sync_objects(self) -> list[dict[str, Any]]: ...
     def usage(self) -> list[dict[str, Any]]: ...
 
-def connect(socket_path: str, label: str) -> Client: ...
+def connect(socket_path: str, label: str, reconnect_for: float | None = None) -> Client: ...

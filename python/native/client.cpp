@@ -2,6 +2,9 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,6 +57,18 @@ held_channel channel(Client& client, const std::string& name, ChannelRole role, 
                        .mode = mode});
 }
 
+// Seconds, as Python counts time; milliseconds for ConnectOptions. Checked here, where the
+// error can still be a ValueError.
+std::optional<std::chrono::milliseconds> reconnect_from(std::optional<double> seconds) {
+  if (!seconds) return std::nullopt;
+  if (std::isnan(*seconds) || *seconds < 0) {
+    throw py::value_error("reconnect_for must be a number of seconds, not negative");
+  }
+  constexpr double kLongest = 365.0 * 24 * 3600;  // beyond any restart: as good as for ever
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(std::min(*seconds, kLongest)));
+}
+
 }  // namespace
 
 void bind_client(py::module_& module) {
@@ -98,11 +113,17 @@ void bind_client(py::module_& module) {
 
   module.def(
       "connect",
-      [](const std::string& socket_path, const std::string& label) {
-        return Client::connect({.socket_path = socket_path, .label = label});
+      [](const std::string& socket_path, const std::string& label,
+         std::optional<double> reconnect_for) {
+        return Client::connect({.socket_path = socket_path,
+                                .label = label,
+                                .reconnect_for = reconnect_from(reconnect_for)});
       },
-      "socket_path"_a, "label"_a, py::call_guard<py::gil_scoped_release>(),
-      "Connects to gpumemd (empty socket_path: $GPUMEM_SOCKET, then the default locations).");
+      "socket_path"_a, "label"_a, "reconnect_for"_a = py::none(),
+      py::call_guard<py::gil_scoped_release>(),
+      "Connects to gpumemd (empty socket_path: $GPUMEM_SOCKET, then the default locations). "
+      "reconnect_for: seconds a call whose connection broke tries to reconnect and resume "
+      "(0: never; None: $GPUMEM_RECONNECT_MS, else 30).");
 }
 
 }  // namespace gpumem::python

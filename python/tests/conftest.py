@@ -68,6 +68,9 @@ def daemon(tmp_path, monkeypatch, daemon_arguments):
     """A gpumemd of its own; GPUMEM_SOCKET names it, for this process and its children."""
     started = Daemon(tmp_path, daemon_arguments)
     monkeypatch.setenv("GPUMEM_SOCKET", started.socket_path)
+    # Each test's daemon is gone after it, for good: what a later garbage collection releases
+    # must not wait for it to come back.
+    monkeypatch.setenv("GPUMEM_RECONNECT_MS", "0")
     yield started
     assert started.stop() == 0, "gpumemd did not exit cleanly on SIGTERM"
 

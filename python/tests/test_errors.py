@@ -4,6 +4,7 @@ text names the object and the cause."""
 from __future__ import annotations
 
 import re
+import signal
 
 import pytest
 
@@ -73,3 +74,30 @@ def test_bad_arguments_are_python_errors(client):
         client.allocate("many")
     with pytest.raises(ValueError):
         client.lock("l").acquire(timeout=-1)
+
+
+def test_a_daemon_restarted_without_the_session_is_session_lost(tmp_path):
+    from conftest import Daemon
+
+    first = Daemon(tmp_path, [])
+    client = gpumem.connect(first.socket_path, reconnect_for=10)
+    first.process.kill(signal.SIGKILL)
+    second = Daemon(tmp_path, [])
+    error = raised_by(client.ping)
+    assert error.code == gpumem.errc.session_lost
+    assert first.socket_path in str(error)
+    assert raised_by(client.ping).code == gpumem.errc.session_lost
+    assert second.stop() == 0
+
+
+def test_a_daemon_that_stays_away_is_an_io_error_after_reconnect_for(tmp_path):
+    from conftest import Daemon
+
+    gone = Daemon(tmp_path, [])
+    client = gpumem.connect(gone.socket_path, reconnect_for=0.2)
+    gone.process.kill(signal.SIGKILL)
+    error = raised_by(client.ping)
+    assert error.code == gpumem.errc.io_error
+    assert gone.socket_path in str(error) and "200 ms" in str(error)
+    with pytest.raises(ValueError):
+        gpumem.connect(gone.socket_path, reconnect_for=-1)

@@ -31,7 +31,7 @@ void fill(hello_request& m) {
   m.client_label = name("fuzz");
 }
 void fill(hello_reply& m) {
-  m = {1, 2, kMaxPayloadSize, 100, 0};
+  m = {1, 2, kMaxPayloadSize, 100, 0, {{0x5e55, 1}}, 0x5eed};
 }
 void fill(get_pool_request&) {}
 void fill(pool_reply& m) {
@@ -374,6 +374,14 @@ void request_seeds(corpus& out) {
   early.then(step::connect, 0).send(0, message_type::allocate, allocation("a", 4096));
   early.send(0, message_type::hello, sample<hello_request>()).then(step::read, 0);
   save("request-before-hello", early);
+
+  script lost;
+  hello_request resuming = sample<hello_request>();
+  resuming.resume_client_id = 7;
+  resuming.resume_token = {{0x5e55, 1}};
+  lost.then(step::connect, 0).send(0, message_type::hello, resuming).then(step::read, 0);
+  lost.send(0, message_type::hello, sample<hello_request>()).then(step::read, 0);
+  save("resume-an-unknown-session-then-a-new-one", lost);
 }
 
 }  // namespace

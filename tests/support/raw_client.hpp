@@ -43,8 +43,13 @@ class raw_client {
 
   raw_answer<proto::hello_reply> hello() {
     return call<proto::hello_reply>(proto::message_type::hello,
-                                    proto::hello_request{proto::kProtocolVersion, 0, {}});
+                                    proto::hello_request{proto::kProtocolVersion, 0, {}, 0, {}});
   }
+
+  /// The id the last request went with.
+  std::uint32_t last_request_id() const noexcept { return next_id_ - 1; }
+  /// @brief The next request goes with @p id, those after it with the ids that follow.
+  void number_next_request(std::uint32_t id) noexcept { next_id_ = id; }
 
   template <class Reply, class Request>
   raw_answer<Reply> call(proto::message_type type, const Request& request) {

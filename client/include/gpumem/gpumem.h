@@ -39,7 +39,8 @@ typedef enum gpumem_status {
   GPUMEM_WRONG_DOMAIN = 19,
   GPUMEM_NO_PARTY_LEFT = 20,
   GPUMEM_QUOTA_EXCEEDED = 21,
-  GPUMEM_TIMED_OUT = 22
+  GPUMEM_TIMED_OUT = 22,
+  GPUMEM_SESSION_LOST = 23
 } gpumem_status;
 
 #define GPUMEM_HOST (-1)
@@ -61,6 +62,12 @@ typedef struct gpumem_connect_options {
    *  the caller's uid or the user gpumemd. A socket of another uid is GPUMEM_PERMISSION_DENIED. */
   int has_daemon_uid;
   uint32_t daemon_uid;
+  /** Nonzero: reconnect_ms below is how long a call whose connection broke (gpumemd
+   *  restarted) tries to connect again and resume the session, 0 for never. Zero:
+   *  $GPUMEM_RECONNECT_MS, else 10000. A daemon that stays away is GPUMEM_IO_ERROR; one that
+   *  restarted without the session's state is GPUMEM_SESSION_LOST, for every later call too. */
+  int has_reconnect_ms;
+  uint32_t reconnect_ms;
 } gpumem_connect_options;
 
 /** @param options NULL: every default, as gpumem_connect(NULL, client). */

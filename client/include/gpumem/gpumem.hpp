@@ -14,7 +14,10 @@
 /// A Client and its Buffers may be used from several threads; a request is one round trip on
 /// the client's socket, serialised by a mutex, that fails with errc::timed_out when the daemon
 /// does not answer in time (ConnectOptions::timeout); the Client is then unusable, since a late
-/// reply would answer the wrong request: connect again. A Client belongs to the process that
+/// reply would answer the wrong request: connect again. When the connection breaks because
+/// gpumemd restarted, a call connects again (ConnectOptions::reconnect_for), resumes the
+/// session and completes; a daemon that restarted without the session's state makes it fail
+/// with errc::session_lost, as every later call. A Client belongs to the process that
 /// connected it: after fork(), the child connects its own.
 
 #include <chrono>
@@ -75,6 +78,14 @@ struct ConnectOptions {
   /// accept) before it fails with errc::timed_out. 0: $GPUMEM_TIMEOUT_MS, else 60 seconds.
   /// Waits that take their own timeout (Lock::acquire, ...) are not round trips: unaffected.
   std::chrono::milliseconds timeout{0};
+  /// How long a call whose connection broke (gpumemd restarted) tries to connect again, with
+  /// pauses from 10 ms doubling to 500 ms, before it fails with errc::io_error naming the
+  /// socket (a later call then tries once more). Connected again, the session is resumed and
+  /// the call sent again: the daemon carries it out once. A daemon without the session's state
+  /// (it restarted without its fd store, or another daemon answers) is errc::session_lost, for
+  /// this call and every later one. 0: never reconnect (io_error at once). nullopt:
+  /// $GPUMEM_RECONNECT_MS, else 10 seconds.
+  std::optional<std::chrono::milliseconds> reconnect_for{};
   /// The uid gpumemd runs as: the socket, its folder and the listening process must belong to
   /// it or to root. -1: $GPUMEM_DAEMON_UID (a uid or a user name), else root, the caller's
   /// own uid or the service user `gpumemd`.

@@ -35,7 +35,8 @@ namespace gpumem::proto {
   X(wrong_domain, 19, "used in another domain")                     \
   X(no_party_left, 20, "every party is taken")                      \
   X(quota_exceeded, 21, "quota exceeded")                           \
-  X(timed_out, 22, "timed out")
+  X(timed_out, 22, "timed out")                                     \
+  X(session_lost, 23, "session lost")
 
 enum class errc : std::uint32_t {
 #define GPUMEM_X(name, value, text) name = value,

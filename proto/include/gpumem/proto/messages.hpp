@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// @brief Every message of protocol version 1: payload layouts and the table that names them.
+/// @brief Every message of protocol version 2: payload layouts and the table that names them.
 ///
 /// A reply carries the request's type with kReplyBit set and the request's id; a failed request
 /// is answered by an `error` message instead. Layouts are frozen: a change means a new version.
@@ -40,12 +40,27 @@ constexpr bool valid_creation_flags(std::uint32_t flags) noexcept {
 
 struct empty_payload {};
 
+/// 128 random bits the daemon gives a session at hello: whoever shows them (with the session's
+/// uid and process) may resume the session on a new connection after the daemon restarted.
+struct session_token {
+  std::uint64_t words[2];
+
+  bool empty() const noexcept { return (words[0] | words[1]) == 0; }
+};
+static_assert(sizeof(session_token) == 16);
+
 struct hello_request {
   std::uint32_t protocol_version;
   std::uint32_t reserved;
   wire_name client_label;  ///< free text shown by gpumemctl clients; may be empty
+  /// Both zero for a new session. Else the session to carry on, as an earlier hello_reply named
+  /// it: refused with errc::session_lost when the daemon no longer has it.
+  std::uint64_t resume_client_id;
+  session_token resume_token;
 };
-static_assert(sizeof(hello_request) == 72);
+static_assert(sizeof(hello_request) == 96);
+static_assert(offsetof(hello_request, resume_client_id) == 72);
+static_assert(offsetof(hello_request, resume_token) == 80);
 
 struct hello_reply {
   std::uint64_t client_id;
@@ -53,8 +68,14 @@ struct hello_reply {
   std::uint32_t max_payload_size;
   std::uint32_t daemon_pid;
   std::uint32_t features;
+  session_token token;  ///< what a hello that resumes this session shows
+  /// The daemon's identity: drawn at a clean start, kept when a restarted daemon takes its
+  /// predecessor's state over. Pool, page and object ids mean the same only under one instance.
+  std::uint64_t daemon_instance;
 };
-static_assert(sizeof(hello_reply) == 24);
+static_assert(sizeof(hello_reply) == 48);
+static_assert(offsetof(hello_reply, token) == 24);
+static_assert(offsetof(hello_reply, daemon_instance) == 40);
 
 struct get_pool_request {
   std::uint32_t pool_id;
