@@ -2,18 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
-
 #include "cuda_device.hpp"
 #include "request_error.hpp"
 
 namespace gpumem::daemon {
 
 using cuda::check;
-
-namespace {
-std::atomic<std::uint64_t> next_chunk_id{1};
-}
 
 void cuda_reservation::enter_device() {
   context_ = retain_device(cu_, device_);
@@ -29,10 +23,7 @@ cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t 
     : cu_(driver), device_(device), chunk_size_(chunk_size), max_size_(max_size) {
   enter_device();
   for (adopted_chunk& each : chunks) {
-    // Ids stay unique across the restart: clients know their mapped chunks by id.
-    std::uint64_t next = next_chunk_id.load();
-    while (next <= each.id && !next_chunk_id.compare_exchange_weak(next, each.id + 1)) {
-    }
+    chunk_ids_from(each.id + 1);
     physical kept;
     kept.id = each.id;
     kept.exported = std::move(each.fd);
@@ -83,7 +74,7 @@ void cuda_reservation::resize(std::size_t chunks) {
       }
       check(status, "cuMemCreate/cuMemExportToShareableHandle");
     }
-    made.id = next_chunk_id++;
+    made.id = new_chunk_id();
     made.exported.reset(fd);
     chunks_.push_back(std::move(made));
   }

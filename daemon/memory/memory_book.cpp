@@ -103,6 +103,12 @@ void memory_book::adopt_reservation(object_id id, std::unique_ptr<reservation> a
   reservations_.insert_or_assign(id, std::move(adopted));
 }
 
+void memory_book::reserve_pool_ids(std::uint32_t limit) {
+  if (pools_.size() >= limit) return;
+  pools_.resize(limit);
+  pool_owner_.resize(limit, {0, access_class{}});
+}
+
 const pool* memory_book::pool_by_id(std::uint32_t pool_id) const noexcept {
   return pool_id < pools_.size() ? pools_[pool_id].get() : nullptr;
 }

@@ -61,6 +61,9 @@ class memory_book {
   void adopt_allocation(object_id id, std::uint32_t pool_id, const placement& where,
                         const grant_details& grant);
   void adopt_reservation(object_id id, std::unique_ptr<reservation> adopted);
+  /// @brief Ids below @p limit are not given to new instances: a client may still know an
+  /// instance of the previous daemon by one of them.
+  void reserve_pool_ids(std::uint32_t limit);
   /// @}
 
   /// @name What the state store writes down (daemon/restart/).

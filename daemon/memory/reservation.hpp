@@ -39,6 +39,16 @@ class reservation {
   std::uint64_t committed() const noexcept { return chunk_count() * chunk_size(); }
 };
 
+/// @name Chunk ids: unique over the daemon's life and across the restarts that keep its state,
+/// since clients know the chunks they mapped by id.
+/// @{
+std::uint64_t new_chunk_id() noexcept;
+/// @brief The id the next chunk gets.
+std::uint64_t next_chunk_id() noexcept;
+/// @brief Ids below @p next are never given (again).
+void chunk_ids_from(std::uint64_t next) noexcept;
+/// @}
+
 /// Makes the reservation of @p max_size bytes on @p device; throws request_error.
 using reservation_maker =
     std::function<std::unique_ptr<reservation>(std::int32_t device, std::uint64_t max_size)>;

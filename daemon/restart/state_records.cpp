@@ -29,6 +29,8 @@ void put_meta(record_writer& out, const books& state) {
   out.put(state.instance);
   out.put(state.rows.next_object_id());
   out.put(state.rows.next_client_id());
+  out.put(state.memory.pool_id_limit());
+  out.put(next_chunk_id());
   const auto pending = state.sync.pending_reclaims();
   out.put(static_cast<std::uint32_t>(pending.size()));
   for (const auto& each : pending) {
@@ -42,6 +44,8 @@ saved_meta get_meta(record_reader& in) {
   meta.instance = in.get<std::uint64_t>();
   meta.next_object = in.get<object_id>();
   meta.next_client = in.get<client_id>();
+  meta.next_pool = in.get<std::uint32_t>();
+  meta.next_chunk = in.get<std::uint64_t>();
   meta.pending.resize(in.get_count(2 + 8));
   for (auto& each : meta.pending) {
     each.slot = in.get<std::uint16_t>();

@@ -21,6 +21,8 @@ struct saved_meta {
   std::uint64_t instance = 0;
   object_id next_object = 1;
   client_id next_client = 1;
+  std::uint32_t next_pool = 0;
+  std::uint64_t next_chunk = 1;
   std::vector<sync_book::saved_reclaim> pending;
 };
 struct saved_client {

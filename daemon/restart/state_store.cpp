@@ -238,6 +238,8 @@ void state_store::adopt_image(books& state, const state_image& image) {
   }
   for (const auto& pending : image.meta.pending) state.sync.adopt_pending(pending);
   state.rows.restore_next_ids(image.meta.next_object, image.meta.next_client);
+  state.memory.reserve_pool_ids(image.meta.next_pool);
+  chunk_ids_from(image.meta.next_chunk);
   for (const auto& [id, client] : image.clients) {
     unique_fd pidfd = take_passed(client_fd_name(id));
     if (pidfd && !process_exited(pidfd.get())) {
