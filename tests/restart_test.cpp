@@ -4,6 +4,7 @@
 // hold buffers, locks and barrier places.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <random>
 #include <thread>
@@ -271,6 +272,55 @@ TEST(Restart, CallsInFlightAcrossTenSigkillsCompleteExactlyOnce) {
     ASSERT_EQ(first_mismatch(buffer.data(), 4096, std::stoul(name.substr(2))), 4096u) << name;
   }
   allocator.signal(SIGKILL);
+}
+
+std::string stored_journal(const systemd_supervisor& daemon) {
+  for (const std::string& name : daemon.stored_names()) {
+    if (name.starts_with("journal.")) return name;
+  }
+  return {};
+}
+
+// A crash while a batch was appended leaves its first bytes at the journal's end: ignored whole.
+TEST(Restart, AJournalEndingInATornBatchGivesTheStateBeforeIt) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", "before.tear", std::to_string(kSize), "4"});
+  ASSERT_TRUE(ready(holder).starts_with("ready"));
+  daemon.kill(SIGKILL);
+  const int journal = daemon.stored_descriptor(stored_journal(daemon));
+  ASSERT_GE(journal, 0);
+  const std::string torn = "GATB\x40\0\0\0 a batch that was never finished";
+  ASSERT_EQ(::pwrite(journal, torn.data(), torn.size(), ::lseek(journal, 0, SEEK_END)),
+            static_cast<ssize_t>(torn.size()));
+  daemon.start();
+  auto client = daemon.connect();
+  EXPECT_EQ(first_mismatch(client.open("before.tear").data(), kSize, 4), kSize);
+  EXPECT_NE(daemon.log_tail().find("cut short"), std::string::npos) << daemon.log_tail();
+}
+
+// A state that cannot be read is a clean start with a clear line in the log, every time: never
+// a daemon that fails to start (and is restarted, and fails again).
+TEST(Restart, AnUnreadableStateMeansACleanStartNotACrashLoop) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", "lost.state", std::to_string(kSize), "6"});
+  ASSERT_TRUE(ready(holder).starts_with("ready"));
+  daemon.kill(SIGKILL);
+  const int journal = daemon.stored_descriptor(stored_journal(daemon));
+  ASSERT_GE(journal, 0);
+  const std::string garbage(64, 'x');
+  ASSERT_EQ(::pwrite(journal, garbage.data(), garbage.size(), 0),
+            static_cast<ssize_t>(garbage.size()));
+  daemon.start();
+  EXPECT_NE(daemon.log_tail().find("unreadable"), std::string::npos) << daemon.log_tail();
+  auto client = daemon.connect();
+  EXPECT_FALSE(opens(client, "lost.state"));
+  EXPECT_TRUE(client.stats().state_kept);
+  auto kept = client.allocate(4096, {.name = "after.clean.start"});
+  daemon.restart(SIGKILL);
+  auto after = daemon.connect();
+  EXPECT_TRUE(opens(after, "after.clean.start"));
 }
 
 }  // namespace

@@ -456,6 +456,14 @@ bool systemd_supervisor::running() const {
   return child > 0 && !ended(child);
 }
 
+int systemd_supervisor::stored_descriptor(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  for (const stored_fd& each : store_) {
+    if (each.name == name) return each.fd.get();
+  }
+  return -1;
+}
+
 std::vector<std::string> systemd_supervisor::stored_names() const {
   std::lock_guard lock(mutex_);
   std::vector<std::string> names;

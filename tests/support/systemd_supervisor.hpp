@@ -70,6 +70,9 @@ class systemd_supervisor {
   bool running() const;
 
   std::vector<std::string> stored_names() const;  // one entry per stored fd, in the order stored
+  /// @brief The first stored fd named @p name, still the store's; -1 when none. For tests that
+  /// damage what a daemon stored.
+  int stored_descriptor(const std::string& name) const;
   std::size_t stored_count() const;
   std::string status() const;  // the last STATUS=
   unsigned watchdog_pings() const;
