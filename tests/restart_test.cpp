@@ -274,6 +274,15 @@ TEST(Restart, CallsInFlightAcrossTenSigkillsCompleteExactlyOnce) {
   allocator.signal(SIGKILL);
 }
 
+/// Starts @p daemon, a peer holding a buffer named @p name, and SIGKILLs the daemon.
+child_process hold_then_kill(systemd_supervisor& daemon, const std::string& name, int seed) {
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", name, std::to_string(kSize), std::to_string(seed)});
+  EXPECT_TRUE(ready(holder).starts_with("ready"));
+  daemon.kill(SIGKILL);
+  return holder;
+}
+
 std::string stored_journal(const systemd_supervisor& daemon) {
   for (const std::string& name : daemon.stored_names()) {
     if (name.starts_with("journal.")) return name;
@@ -284,10 +293,7 @@ std::string stored_journal(const systemd_supervisor& daemon) {
 // A crash while a batch was appended leaves its first bytes at the journal's end: ignored whole.
 TEST(Restart, AJournalEndingInATornBatchGivesTheStateBeforeIt) {
   systemd_supervisor daemon({});
-  daemon.start();
-  auto holder = peer(daemon, {"hold-new", "before.tear", std::to_string(kSize), "4"});
-  ASSERT_TRUE(ready(holder).starts_with("ready"));
-  daemon.kill(SIGKILL);
+  auto holder = hold_then_kill(daemon, "before.tear", 4);
   const int journal = daemon.stored_descriptor(stored_journal(daemon));
   ASSERT_GE(journal, 0);
   const std::string torn = "GATB\x40\0\0\0 a batch that was never finished";
@@ -303,10 +309,7 @@ TEST(Restart, AJournalEndingInATornBatchGivesTheStateBeforeIt) {
 // a daemon that fails to start (and is restarted, and fails again).
 TEST(Restart, AnUnreadableStateMeansACleanStartNotACrashLoop) {
   systemd_supervisor daemon({});
-  daemon.start();
-  auto holder = peer(daemon, {"hold-new", "lost.state", std::to_string(kSize), "6"});
-  ASSERT_TRUE(ready(holder).starts_with("ready"));
-  daemon.kill(SIGKILL);
+  auto holder = hold_then_kill(daemon, "lost.state", 6);
   const int journal = daemon.stored_descriptor(stored_journal(daemon));
   ASSERT_GE(journal, 0);
   const std::string garbage(64, 'x');

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,5 +40,8 @@ class child_process {
 
 /// @brief Exit code of a wait status, or 128+signal when it was killed.
 int exit_code(int status);
+
+/// @brief Open descriptors of process @p pid right now (/proc/PID/fd).
+std::size_t open_fd_count(pid_t pid);
 
 }  // namespace gpumem::testing

@@ -68,12 +68,7 @@ int daemon_process::stop(int signal) {
 }
 
 std::size_t daemon_process::open_fd_count() const {
-  std::size_t count = 0;
-  for ([[maybe_unused]] const auto& entry :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid()) + "/fd")) {
-    ++count;
-  }
-  return count;
+  return testing::open_fd_count(pid());
 }
 
 bool daemon_process::wait_for_bytes_in_use(std::uint64_t expected,

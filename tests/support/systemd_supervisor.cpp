@@ -497,12 +497,7 @@ bool systemd_supervisor::wait_for(std::function<bool()> condition,
 }
 
 std::size_t systemd_supervisor::open_fd_count() const {
-  std::size_t count = 0;
-  for ([[maybe_unused]] const auto& entry :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid()) + "/fd")) {
-    ++count;
-  }
-  return count;
+  return testing::open_fd_count(pid());
 }
 
 gpumem::Client systemd_supervisor::connect(const std::string& label) const {
