@@ -39,7 +39,7 @@ std::string in_child(const std::function<std::string()>& body) {
   if (child == 0) {
     ::close(ends[0]);
     const std::string failure = body();
-    (void)::write(ends[1], failure.data(), failure.size());
+    if (::write(ends[1], failure.data(), failure.size()) < 0) ::_exit(1);
     ::_exit(0);
   }
   ::close(ends[1]);

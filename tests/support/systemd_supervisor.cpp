@@ -190,7 +190,8 @@ systemd_supervisor::~systemd_supervisor() {
       pid_ = -1;
     }
   }
-  (void)::write(wake_write_.get(), "x", 1);
+  // A full pipe already wakes the receiver: a failed write changes nothing.
+  if (::write(wake_write_.get(), "x", 1) < 0) ::perror("waking the notification receiver");
   receiver_.join();
   std::error_code ignored;
   std::filesystem::remove_all(folder_, ignored);
