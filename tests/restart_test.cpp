@@ -185,7 +185,11 @@ TEST(Restart, TenSigkillsMidRequestLoseNothingAClientWasToldAndLeakNoDescriptor)
     allocators.push_back(
         peer(daemon, {"allocate-until-error", prefix, "65536"}, {"GPUMEM_RECONNECT_MS=0"}));
     child_process& allocator = allocators.back();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + random() % 80));
+    // Killed once it got going (a sanitizer build starts slowly), at a random instant after.
+    const auto first = allocator.read_line();
+    ASSERT_TRUE(first && first->starts_with("made ")) << first.value_or("(nothing)");
+    told.push_back(first->substr(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 50));
     daemon.kill(SIGKILL);
     // Everything it printed before its call failed was granted.
     for (auto line = allocator.read_line(5s); line && *line != "stopped";
@@ -252,15 +256,21 @@ TEST(Restart, CallsInFlightAcrossTenSigkillsCompleteExactlyOnce) {
   daemon.start();
   auto allocator = peer(daemon, {"allocate-until-error", "n.", "4096"});
   std::mt19937 random(7);
+  std::vector<std::string> told;
+  const auto take_line = [&] {
+    const auto line = allocator.read_line();
+    ASSERT_TRUE(line && line->starts_with("made ")) << line.value_or("(nothing)");
+    told.push_back(line->substr(5));
+  };
   for (int round = 0; round < 10; ++round) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + random() % 80));
+    take_line();  // the client got going again since the last restart
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 50));
     daemon.kill(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(random() % 50));
     daemon.start();
   }
-  std::this_thread::sleep_for(100ms);
+  take_line();
   allocator.signal(SIGSTOP);
-  std::vector<std::string> told;
   for (auto line = allocator.read_line(200ms); line; line = allocator.read_line(200ms)) {
     ASSERT_NE(*line, "stopped") << "a call failed across a restart";
     told.push_back(line->substr(5));

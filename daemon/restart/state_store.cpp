@@ -339,20 +339,33 @@ std::vector<record_change> state_store::collect(const change_set& changes,
 }
 
 void state_store::write_changes() noexcept {
+  const change_set changes = books_->rows.take_changes();
   try {
     std::vector<std::string> removed;
     const std::size_t stored_before = stored_.size();
-    std::vector<record_change> records = collect(books_->rows.take_changes(), removed);
+    std::vector<record_change> records = collect(changes, removed);
     records.push_back({{record_type::meta, 0}, encode(*books_, {record_type::meta, 0})});
     if (stored_.size() > stored_before) wait_for_store();
-    const std::vector<std::byte> appended = batch(records);
-    write_at(journal_.get(), appended, journal_size_);
-    journal_size_ += appended.size();
+    if (journal_torn_ || journal_size_ > std::max(kMinimumJournalBytes, snapshot_size_)) {
+      write_snapshot();
+    } else {
+      const std::vector<std::byte> appended = batch(records);
+      write_at(journal_.get(), appended, journal_size_);
+      journal_size_ += appended.size();
+    }
     for (const std::string& name : removed) remove_fd(name);
-    if (journal_size_ > std::max(kMinimumJournalBytes, snapshot_size_)) write_snapshot();
   } catch (const std::exception& error) {
-    // The daemon goes on serving; what changed is lost to a restart until the next write.
-    spdlog::error("writing the state down for a restart failed: {}", error.what());
+    // The daemon goes on serving. What changed is written with the next change, in a whole
+    // snapshot: a batch written in part ends the journal for its readers.
+    journal_torn_ = true;
+    for (const auto id : changes.objects) books_->rows.touch(id);
+    for (const auto id : changes.clients) books_->rows.touch_client(id);
+    for (const auto id : changes.pools) books_->rows.touch_pool(id);
+    for (const auto id : changes.pages) books_->rows.touch_page(id);
+    spdlog::error(
+        "writing the state down for a restart failed (tried again with the next "
+        "change): {}",
+        error.what());
   }
 }
 
@@ -397,6 +410,7 @@ void state_store::write_snapshot() {
   journal_ = std::move(journal);
   journal_size_ = header.size();
   snapshot_size_ = bytes.size();
+  journal_torn_ = false;
 }
 
 void state_store::store_fd(const std::string& name, int fd) {

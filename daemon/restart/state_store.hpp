@@ -80,6 +80,8 @@ class state_store final : public state_keeper {
   unique_fd journal_;
   std::uint64_t journal_size_ = 0;
   std::uint64_t snapshot_size_ = 0;
+  /// A write failed: the next one is a whole snapshot, since the journal may end in a torn batch.
+  bool journal_torn_ = false;
   std::map<std::string, unique_fd> passed_;
   std::set<std::string> stored_;  ///< names systemd keeps for this service
   std::map<record_key, std::vector<std::string>> names_by_key_;
