@@ -16,6 +16,15 @@
 //                            as consume, with the stream and the check on DEVICE
 //   consume-piece NAME SLAB OFFSET SIZE SEED
 //                            open a slab by name, check one piece on the GPU
+//   reservation-own NAME MAX INITIAL SEED GROWN GROWN_SEED
+//                            reserve MAX bytes with INITIAL committed, fill them with SEED,
+//                            print "ready ID"; then on SIGUSR1 grow to GROWN, fill the new part
+//                            with GROWN_SEED, check both parts, print "grown SIZE"; on SIGUSR2
+//                            check GROWN bytes for GROWN_SEED + 1 written from the start by
+//                            another holder (the new part then differs from this process's
+//                            fill, which began at INITIAL), print "ok"; on SIGTERM release and
+//                            print "released"
+//   free-memory              print "free BYTES", the device's free memory as this process sees it
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -37,20 +46,32 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
-void wait_for_sigterm() {
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
+/// The signals the commands wait for; blocked before CUDA starts its threads.
+sigset_t awaited_signals() {
+  sigset_t awaited;
+  sigemptyset(&awaited);
+  sigaddset(&awaited, SIGTERM);
+  sigaddset(&awaited, SIGUSR1);
+  sigaddset(&awaited, SIGUSR2);
+  return awaited;
+}
+
+int wait_for_signal() {
+  const sigset_t awaited = awaited_signals();
   int signal = 0;
-  sigwait(&stop, &signal);
+  sigwait(&awaited, &signal);
+  return signal;
+}
+
+void wait_for_sigterm() {
+  while (wait_for_signal() != SIGTERM) {
+  }
 }
 
 int run(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before CUDA starts its threads
+  const sigset_t awaited = awaited_signals();
+  pthread_sigmask(SIG_BLOCK, &awaited, nullptr);  // before CUDA starts its threads
   if (command == "consume-on" && argc == 6) use_device(std::stoi(argv[2]));
   auto client = gpumem::Client::connect({.label = "gpu-peer-" + command});
   stream_t stream = make_stream();
@@ -148,6 +169,53 @@ int run(int argc, char** argv) {
                                           static_cast<std::uint32_t>(std::stoul(argv[6])), stream);
     say(bad == 0 ? "ok" : "bad " + std::to_string(bad));
     return bad == 0 ? 0 : 1;
+  }
+  if (command == "reservation-own" && argc == 8) {
+    const std::size_t initial = std::stoull(argv[4]);
+    const auto seed = static_cast<std::uint32_t>(std::stoul(argv[5]));
+    const std::size_t grown = std::stoull(argv[6]);
+    const auto grown_seed = static_cast<std::uint32_t>(std::stoul(argv[7]));
+    auto range = gpumem::Reservation::create(client, std::stoull(argv[3]),
+                                             {.device = 0, .name = argv[2], .initial = initial});
+    if (range.size() != initial || grown <= initial) {
+      say("size " + std::to_string(range.size()));
+      return 1;
+    }
+    auto* const base = static_cast<std::uint8_t*>(range.data());
+    fill_on_device(base, initial, seed, stream);
+    synchronize(stream);
+    say("ready " + std::to_string(range.id()));
+    for (;;) {
+      const int signal = wait_for_signal();
+      if (signal == SIGTERM) break;
+      if (signal == SIGUSR1) {
+        range.resize(grown);
+        if (range.size() != grown) {
+          say("size " + std::to_string(range.size()));
+          continue;
+        }
+        fill_on_device(base + initial, grown - initial, grown_seed, stream);
+        const auto old_bad = mismatches_on_device(base, initial, seed, stream);
+        const auto new_bad =
+            mismatches_on_device(base + initial, grown - initial, grown_seed, stream);
+        say(old_bad + new_bad == 0
+                ? "grown " + std::to_string(range.size())
+                : "bad " + std::to_string(old_bad) + " bytes of the first " +
+                      std::to_string(initial) + ", " + std::to_string(new_bad) + " of the rest");
+      } else if (range.size() != grown) {
+        say("not grown");
+      } else {
+        const auto bad = mismatches_on_device(base, grown, grown_seed + 1, stream);
+        say(bad == 0 ? "ok" : "bad " + std::to_string(bad) + " of " + std::to_string(grown));
+      }
+    }
+    range.release();
+    say("released");
+    return 0;
+  }
+  if (command == "free-memory" && argc == 2) {
+    say("free " + std::to_string(device_free_memory()));
+    return 0;
   }
   std::fprintf(stderr, "gpumem_gpu_peer: bad arguments\n");
   return 2;
