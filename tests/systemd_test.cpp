@@ -39,7 +39,8 @@ std::string in_child(const std::function<std::string()>& body) {
   if (child == 0) {
     ::close(ends[0]);
     const std::string failure = body();
-    if (::write(ends[1], failure.data(), failure.size()) < 0) ::_exit(1);
+    // The body may have placed its own fds over ends[1]: an empty result is not written.
+    if (!failure.empty() && ::write(ends[1], failure.data(), failure.size()) < 0) ::_exit(1);
     ::_exit(0);
   }
   ::close(ends[1]);

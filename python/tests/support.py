@@ -30,7 +30,8 @@ def pattern(size: int, seed: int) -> np.ndarray:
     """tests/support/pattern.hpp's bytes: position- and seed-dependent, so a check catches
     stale, shifted or foreign bytes."""
     index = np.arange(1, size + 1, dtype=np.uint64)
-    mixed = (index * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(seed << 17)
+    # The seed goes in before the multiplication, which carries it into the byte kept.
+    mixed = (index + np.uint64(seed << 32)) * np.uint64(0x9E3779B97F4A7C15)
     return (mixed >> np.uint64(56)).astype(np.uint8)
 
 

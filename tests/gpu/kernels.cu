@@ -17,7 +17,8 @@ void check(cudaError_t status, const char* what) {
 }
 
 __device__ std::uint8_t device_pattern_byte(std::size_t index, std::uint32_t seed) {
-  const std::uint64_t mixed = (index + 1) * 0x9e3779b97f4a7c15ull ^ (std::uint64_t{seed} << 17);
+  // The seed goes in before the multiplication, which carries it into the byte kept.
+  const std::uint64_t mixed = ((index + 1) + (std::uint64_t{seed} << 32)) * 0x9e3779b97f4a7c15ull;
   return static_cast<std::uint8_t>(mixed >> 56);
 }
 

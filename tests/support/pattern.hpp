@@ -8,7 +8,8 @@
 namespace gpumem::testing {
 
 inline std::uint8_t pattern_byte(std::size_t index, std::uint32_t seed) {
-  const std::uint64_t mixed = (index + 1) * 0x9e3779b97f4a7c15ull ^ (std::uint64_t{seed} << 17);
+  // The seed goes in before the multiplication, which carries it into the byte kept.
+  const std::uint64_t mixed = ((index + 1) + (std::uint64_t{seed} << 32)) * 0x9e3779b97f4a7c15ull;
   return static_cast<std::uint8_t>(mixed >> 56);
 }
 
