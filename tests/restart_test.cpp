@@ -336,5 +336,21 @@ TEST(Restart, AnUnreadableStateMeansACleanStartNotACrashLoop) {
   EXPECT_TRUE(opens(after, "after.clean.start"));
 }
 
+// A wedged loop sends no watchdog pings: systemd kills the daemon and starts it again, and that
+// loses nothing either.
+TEST(Restart, AWatchdogKillOfAWedgedDaemonLosesNothing) {
+  systemd_supervisor daemon({.watchdog = 300ms});
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", "watched", std::to_string(kSize), "12"});
+  ASSERT_TRUE(ready(holder).starts_with("ready"));
+  ASSERT_TRUE(daemon.wait_for([&] { return daemon.watchdog_pings() >= 2; }, 2s));
+  ::kill(daemon.pid(), SIGSTOP);  // wedged: its loop runs no more
+  ASSERT_TRUE(daemon.wait_for([&] { return !daemon.running(); }, 2s));
+  EXPECT_EQ(daemon.watchdog_kills(), 1u);
+  daemon.start();
+  auto client = daemon.connect();
+  EXPECT_EQ(first_mismatch(client.open("watched").data(), kSize, 12), kSize);
+}
+
 }  // namespace
 }  // namespace gpumem::testing

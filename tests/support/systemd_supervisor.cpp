@@ -365,7 +365,12 @@ void systemd_supervisor::receive_loop() {
       sizeof(cmsghdr));
   for (;;) {
     pollfd ready[2] = {{notify_socket_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    if (::poll(ready, 2, -1) < 0) continue;  // EINTR
+    const int polled = ::poll(ready, 2, watchdog_wait_ms());
+    if (polled < 0) continue;  // EINTR
+    if (polled == 0) {
+      enforce_watchdog();
+      continue;
+    }
     if (ready[1].revents != 0) return;
     iovec data{buffer.data(), buffer.size()};
     msghdr message{};
@@ -399,6 +404,25 @@ void systemd_supervisor::receive_loop() {
   }
 }
 
+int systemd_supervisor::watchdog_wait_ms() const {
+  std::lock_guard lock(mutex_);
+  if (options_.watchdog.count() == 0 || pid_ <= 0 || !ready_) return -1;
+  const auto due = last_ping_ + options_.watchdog;
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(due - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
+}
+
+void systemd_supervisor::enforce_watchdog() {
+  std::lock_guard lock(mutex_);
+  if (options_.watchdog.count() == 0 || pid_ <= 0 || !ready_) return;
+  if (std::chrono::steady_clock::now() < last_ping_ + options_.watchdog) return;
+  ::kill(pid_, SIGKILL);
+  ++watchdog_kills_;
+  ready_ = false;  // no more checks until the next start's READY=1
+  changed_.notify_all();
+}
+
 void systemd_supervisor::handle(pid_t sender, std::string_view message,
                                 std::vector<unique_fd> fds) {
   std::lock_guard lock(mutex_);
@@ -426,9 +450,15 @@ void systemd_supervisor::handle(pid_t sender, std::string_view message,
   };
   // A barrier has no other content: its fd closes on return, which is the answer.
   if (has("BARRIER=1")) return;
-  if (has("READY=1")) ready_ = true;
+  if (has("READY=1")) {
+    ready_ = true;
+    last_ping_ = std::chrono::steady_clock::now();
+  }
   if (const auto text = value("STATUS=")) status_ = *text;
-  if (has("WATCHDOG=1")) ++pings_;
+  if (has("WATCHDOG=1")) {
+    ++pings_;
+    last_ping_ = std::chrono::steady_clock::now();
+  }
   const std::string name(value("FDNAME=").value_or("stored"));
   if (has("FDSTOREREMOVE=1")) {
     std::erase_if(store_, [&name](const stored_fd& each) { return each.name == name; });
@@ -480,6 +510,11 @@ std::size_t systemd_supervisor::stored_count() const {
 std::string systemd_supervisor::status() const {
   std::lock_guard lock(mutex_);
   return status_;
+}
+
+unsigned systemd_supervisor::watchdog_kills() const {
+  std::lock_guard lock(mutex_);
+  return watchdog_kills_;
 }
 
 unsigned systemd_supervisor::watchdog_pings() const {

@@ -76,6 +76,11 @@ class systemd_supervisor {
   std::size_t stored_count() const;
   std::string status() const;  // the last STATUS=
   unsigned watchdog_pings() const;
+  /// @brief How often the daemon was killed for missing its watchdog (options::watchdog): as
+  /// systemd does when no WATCHDOG=1 came within the interval, though with SIGKILL at once
+  /// (systemd sends SIGABRT first, which a stopped process does not act on). start() again
+  /// plays Restart=.
+  unsigned watchdog_kills() const;
   /// @brief Polls @p condition until it holds or @p within passed; whether it held.
   bool wait_for(std::function<bool()> condition, std::chrono::milliseconds within) const;
   /// @brief Open descriptors of the daemon process right now (/proc/PID/fd).
@@ -91,6 +96,10 @@ class systemd_supervisor {
   };
 
   void receive_loop();
+  /// How long poll() may wait before the watchdog is due; -1 without one.
+  int watchdog_wait_ms() const;
+  /// Kills the daemon when its watchdog expired.
+  void enforce_watchdog();
   /// One datagram of @p sender; @p fds close unless the store keeps them.
   void handle(pid_t sender, std::string_view message, std::vector<unique_fd> fds);
   void store(const std::string& name, std::vector<unique_fd> fds);
@@ -116,6 +125,8 @@ class systemd_supervisor {
   bool ready_ = false;
   std::string status_;
   unsigned pings_ = 0;
+  std::chrono::steady_clock::time_point last_ping_{};  // or READY=1, when none came since
+  unsigned watchdog_kills_ = 0;
   std::vector<stored_fd> store_;
   unsigned flushes_sent_ = 0;
   unsigned flushes_done_ = 0;
