@@ -91,11 +91,12 @@ int main(int argc, char** argv) {
                       error.what());
       }
     }
+    const bool readopted = state != nullptr;
     if (!state) {
       state = std::make_unique<books>(config, make_pool_maker(), make_reservation_maker(),
                                       make_signal_page_maker());
     }
-    store.start(*state);
+    store.start(*state, readopted);
     server listener(io, config, *state, std::move(listen_socket));
     listener.watch_adopted(store.take_adopted_processes());
     listener.run();

@@ -50,12 +50,6 @@ void ledger::set_label(client_id client, std::string label) {
   touch_client(client);
 }
 
-void ledger::track_changes() noexcept {
-  tracking_ = true;
-  for (const auto& [id, row] : clients_) changes_.clients.insert(id);
-  for (const auto& [id, row] : objects_) changes_.objects.insert(id);
-}
-
 void ledger::restore_client(client_id id, client_row row) {
   row.holds.clear();
   row.owns = {};

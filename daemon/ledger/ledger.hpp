@@ -212,8 +212,8 @@ class ledger {
   std::size_t count(object_family family) const noexcept { return ids_[index(family)].size(); }
   const std::map<object_id, object_row>& objects() const noexcept { return objects_; }
 
-  /// @brief Starts keeping a change_set; every row is marked changed once.
-  void track_changes() noexcept;
+  /// @brief Starts keeping a change_set.
+  void track_changes() noexcept { tracking_ = true; }
   /// @brief Marks what the ledger cannot see change: a book's part of an object, a client's,
   /// a pool's or a page's. No-ops unless changes are tracked.
   void touch(object_id id) {

@@ -113,16 +113,20 @@ record_map state_store::read_generation(std::uint64_t generation) {
   const auto snapshot = passed_.find(snapshot_name(generation));
   const std::vector<std::byte> bytes = read_whole(snapshot->second.get());
   replay(bytes, file_kind::snapshot, generation, records);
+  journal_torn_ = true;
   if (const auto journal = passed_.find(journal_name(generation)); journal != passed_.end()) {
-    const replay_result replayed =
-        replay(read_whole(journal->second.get()), file_kind::journal, generation, records);
+    const std::vector<std::byte> appended = read_whole(journal->second.get());
+    const replay_result replayed = replay(appended, file_kind::journal, generation, records);
     if (replayed.torn_tail) {
       spdlog::warn(
           "state {}: the journal ends in a batch cut short (a crash while writing it): "
           "the state before it is used",
           generation);
     }
+    journal_torn_ = replayed.torn_tail;
+    journal_size_ = appended.size();
   }
+  snapshot_size_ = bytes.size();
   return records;
 }
 
@@ -144,6 +148,7 @@ void state_store::adopt(books& state) {
       const state_image image = decode(read_generation(generation));
       generation_ = generation;
       adopt_image(state, image);
+      adopted_ = true;
       return;
     } catch (const format_error& error) {
       spdlog::error("state snapshot {} is unreadable ({}): trying an older one", generation,
@@ -260,9 +265,11 @@ std::vector<std::pair<client_id, unique_fd>> state_store::take_adopted_processes
   return std::exchange(adopted_processes_, {});
 }
 
-void state_store::start(books& state) {
+void state_store::start(books& state, bool readopted) {
   if (!active_) return;
   books_ = &state;
+  // From here on, what changes is written down.
+  state.rows.track_changes();
   for (const client_id dead : dead_clients_) {
     spdlog::info("client {} exited while no gpumemd ran: what it held is let go", dead);
     state.remove_client(dead);
@@ -281,13 +288,32 @@ void state_store::start(books& state) {
       state.memory.let_go(id, row);
     }
   }
-  state.rows.track_changes();
+  // Every descriptor in the store: those passed back are there, the pool instances made at
+  // start are stored now. Pools and pages are few: all are written again.
+  std::vector<std::string> removed;
+  for (const auto& [id, row] : state.rows.clients()) {
+    keep_descriptors({record_type::client, id}, true, removed);
+  }
+  for (const auto& [id, row] : state.rows.objects()) {
+    keep_descriptors({record_type::object, id}, true, removed);
+  }
   for (std::uint32_t id = 0; id < state.memory.pool_id_limit(); ++id) state.rows.touch_pool(id);
   for (const std::uint32_t id : state.sync.page_ids()) state.rows.touch_page(id);
-  std::vector<std::string> removed;
-  collect(state.rows.take_changes(), removed);
+  std::vector<record_change> records = collect(state.rows.take_changes(), removed);
+  records.push_back({{record_type::meta, 0}, encode(state, {record_type::meta, 0})});
   wait_for_store();
-  write_snapshot();
+  unique_fd journal = take_passed(journal_name(generation_));
+  if (readopted && adopted_ && journal && !journal_torn_) {
+    // The state read back goes on in its own journal: what changed since (clients that died
+    // while no daemon ran, new pool instances) is one more batch, and nothing is rewritten
+    // before the first client is served.
+    journal_ = std::move(journal);
+    const std::vector<std::byte> appended = batch(records);
+    write_at(journal_.get(), appended, journal_size_);
+    journal_size_ += appended.size();
+  } else {
+    write_snapshot();
+  }
   // What systemd passed that no record refers to: a previous daemon's leftovers.
   std::set<std::string> wanted = {snapshot_name(generation_), journal_name(generation_)};
   for (const auto& [key, names] : names_by_key_) wanted.insert(names.begin(), names.end());
@@ -305,34 +331,39 @@ void state_store::keep_process(client_id client, int pidfd) {
   if (kept) processes_.insert_or_assign(client, std::move(kept));
 }
 
+void state_store::keep_descriptors(const record_key& key, bool present,
+                                   std::vector<std::string>& removed) {
+  std::vector<std::pair<std::string, int>> wanted;
+  if (present && key.type == record_type::client) {
+    if (const auto process = processes_.find(key.id); process != processes_.end()) {
+      wanted.emplace_back(client_fd_name(key.id), process->second.get());
+    }
+  } else if (present) {
+    wanted = descriptors_of(*books_, key);
+  }
+  std::vector<std::string>& had = names_by_key_[key];
+  std::vector<std::string> now;
+  for (const auto& [name, fd] : wanted) {
+    if (!stored_.contains(name)) store_fd(name, fd);
+    now.push_back(name);
+  }
+  for (const std::string& name : had) {
+    if (std::find(now.begin(), now.end(), name) == now.end()) removed.push_back(name);
+  }
+  if (now.empty()) {
+    names_by_key_.erase(key);
+  } else {
+    had = std::move(now);
+  }
+  if (!present && key.type == record_type::client) processes_.erase(key.id);
+}
+
 std::vector<record_change> state_store::collect(const change_set& changes,
                                                 std::vector<std::string>& removed) {
   std::vector<record_change> records;
   for (const record_key& key : keys_of(changes)) {
     std::optional<std::vector<std::byte>> body = encode(*books_, key);
-    std::vector<std::pair<std::string, int>> wanted;
-    if (body && key.type == record_type::client) {
-      if (const auto process = processes_.find(key.id); process != processes_.end()) {
-        wanted.emplace_back(client_fd_name(key.id), process->second.get());
-      }
-    } else if (body) {
-      wanted = descriptors_of(*books_, key);
-    }
-    std::vector<std::string>& had = names_by_key_[key];
-    std::vector<std::string> now;
-    for (const auto& [name, fd] : wanted) {
-      if (!stored_.contains(name)) store_fd(name, fd);
-      now.push_back(name);
-    }
-    for (const std::string& name : had) {
-      if (std::find(now.begin(), now.end(), name) == now.end()) removed.push_back(name);
-    }
-    if (now.empty()) {
-      names_by_key_.erase(key);
-    } else {
-      had = std::move(now);
-    }
-    if (!body && key.type == record_type::client) processes_.erase(key.id);
+    keep_descriptors(key, body.has_value(), removed);
     records.push_back({key, std::move(body)});
   }
   return records;

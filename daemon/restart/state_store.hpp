@@ -51,9 +51,12 @@ class state_store final : public state_keeper {
   /// starts clean, with books made again without it).
   void adopt(books& state);
   /// @brief Once the books are made: reclaims what clients that died while no daemon ran held,
-  /// stores what is not stored yet, writes a whole snapshot, lets go of stored fds nothing
-  /// refers to, and becomes the books' keeper. A no-op when not active.
-  void start(books& state);
+  /// stores what is not stored yet, goes on with the journal read back (or writes a whole
+  /// snapshot), lets go of stored fds nothing refers to, and becomes the books' keeper. A no-op
+  /// when not active.
+  /// @param readopted whether @p state is the books adopt() filled (false: they were made again
+  /// without it, after it failed).
+  void start(books& state, bool readopted);
   /// @brief Adopted clients whose processes still run, with their pidfds: the caller watches
   /// them and removes each client whose process exits while no session serves it.
   std::vector<std::pair<client_id, unique_fd>> take_adopted_processes();
@@ -66,7 +69,10 @@ class state_store final : public state_keeper {
   record_map read_generation(std::uint64_t generation);
   void adopt_image(books& state, const state_image& image);
   unique_fd take_passed(const std::string& name);
-  /// Records @p keys as they are now, storing and listing the fds they need.
+  /// Stores the fds @p key needs now (none when not @p present) that are not stored yet, and
+  /// adds to @p removed the names it needs no more.
+  void keep_descriptors(const record_key& key, bool present, std::vector<std::string>& removed);
+  /// Records @p changes as they are now, storing and listing the fds they need.
   std::vector<record_change> collect(const change_set& changes, std::vector<std::string>& removed);
   void write_snapshot();
   void store_fd(const std::string& name, int fd);
@@ -82,6 +88,7 @@ class state_store final : public state_keeper {
   std::uint64_t snapshot_size_ = 0;
   /// A write failed: the next one is a whole snapshot, since the journal may end in a torn batch.
   bool journal_torn_ = false;
+  bool adopted_ = false;  ///< adopt() read a state back whole
   std::map<std::string, unique_fd> passed_;
   std::set<std::string> stored_;  ///< names systemd keeps for this service
   std::map<record_key, std::vector<std::string>> names_by_key_;
