@@ -64,7 +64,6 @@ class books {
   bool end_connection(client_id client) noexcept;
 
   void set_keeper(state_keeper* keeper) noexcept { keeper_ = keeper; }
-  bool keeps_state() const noexcept { return keeper_ != nullptr; }
   void keep_process(client_id client, int pidfd) {
     if (keeper_ != nullptr && pidfd >= 0) keeper_->keep_process(client, pidfd);
   }

@@ -19,7 +19,7 @@
 /// and the daemon starts clean; whatever cannot be adopted alone is logged and dropped.
 /// Without NOTIFY_SOCKET nothing is kept: a restarted daemon starts clean.
 /// May include: daemon/books.hpp (and what it includes), daemon/systemd/, daemon/memory/
-/// pool_factory.hpp. Nothing includes daemon/restart/ but main.cpp and daemon/net/.
+/// pool_factory.hpp. Nothing includes daemon/restart/ but main.cpp.
 
 #include <cstdint>
 #include <map>
