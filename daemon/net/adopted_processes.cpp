@@ -1,7 +1,8 @@
 #include "net/adopted_processes.hpp"
 
-#include <poll.h>
 #include <spdlog/spdlog.h>
+
+#include "gpumem/shared/os/pidfd.hpp"
 
 namespace gpumem::daemon {
 
@@ -21,9 +22,9 @@ void adopted_processes::wait(const std::shared_ptr<watched>& each) {
   each->pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                          [this, each](const boost::system::error_code& error) {
                            if (error) return;
-                           // As in session: a wake-up is confirmed before anyone is declared dead.
-                           pollfd exited_now{each->pidfd.native_handle(), POLLIN, 0};
-                           if (::poll(&exited_now, 1, 0) != 1) return wait(each);
+                           if (!os::process_exited(each->pidfd.native_handle())) {
+                             return wait(each);
+                           }
                            exited(each->client);
                          });
 }

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/sockios.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 
@@ -10,6 +9,7 @@
 #include <cstring>
 
 #include "gpumem/shared/fd_passing.hpp"
+#include "gpumem/shared/os/pidfd.hpp"
 #include "net/peer_process.hpp"
 #include "rate_limited_log.hpp"
 
@@ -77,8 +77,7 @@ void session::wait_for_process_exit() {
                             [weak = weak_from_this()](const boost::system::error_code& error) {
                               const auto self = weak.lock();
                               if (!self || error || self->stopped_) return;
-                              pollfd exited{self->process_watch_.native_handle(), POLLIN, 0};
-                              if (::poll(&exited, 1, 0) == 1) {
+                              if (os::process_exited(self->process_watch_.native_handle())) {
                                 self->stop("process exited");
                               } else {
                                 self->wait_for_process_exit();

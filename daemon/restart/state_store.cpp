@@ -1,7 +1,6 @@
 #include "restart/state_store.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <system_error>
 
 #include "gpumem/shared/os/memfd.hpp"
+#include "gpumem/shared/os/pidfd.hpp"
 #include "memory/pool_factory.hpp"
 #include "request_error.hpp"
 #include "restart/record_codec.hpp"
@@ -72,11 +72,6 @@ unique_fd state_memfd(const char* name) {
   unique_fd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create");
   return fd;
-}
-
-bool process_exited(int pidfd) {
-  pollfd exited{pidfd, POLLIN, 0};
-  return ::poll(&exited, 1, 0) == 1;
 }
 
 std::vector<record_key> keys_of(const change_set& changes) {
@@ -247,7 +242,7 @@ void state_store::adopt_image(books& state, const state_image& image) {
   chunk_ids_from(image.meta.next_chunk);
   for (const auto& [id, client] : image.clients) {
     unique_fd pidfd = take_passed(client_fd_name(id));
-    if (pidfd && !process_exited(pidfd.get())) {
+    if (pidfd && !os::process_exited(pidfd.get())) {
       processes_.emplace(id, unique_fd(::fcntl(pidfd.get(), F_DUPFD_CLOEXEC, 3)));
       adopted_processes_.emplace_back(id, std::move(pidfd));
     } else {
@@ -308,9 +303,7 @@ void state_store::start(books& state, bool readopted) {
     // while no daemon ran, new pool instances) is one more batch, and nothing is rewritten
     // before the first client is served.
     journal_ = std::move(journal);
-    const std::vector<std::byte> appended = batch(records);
-    write_at(journal_.get(), appended, journal_size_);
-    journal_size_ += appended.size();
+    append(records);
   } else {
     write_snapshot();
   }
@@ -380,9 +373,7 @@ void state_store::write_changes() noexcept {
     if (journal_torn_ || journal_size_ > std::max(kMinimumJournalBytes, snapshot_size_)) {
       write_snapshot();
     } else {
-      const std::vector<std::byte> appended = batch(records);
-      write_at(journal_.get(), appended, journal_size_);
-      journal_size_ += appended.size();
+      append(records);
     }
     for (const std::string& name : removed) remove_fd(name);
   } catch (const std::exception& error) {
@@ -398,6 +389,12 @@ void state_store::write_changes() noexcept {
         "change): {}",
         error.what());
   }
+}
+
+void state_store::append(std::span<const record_change> records) {
+  const std::vector<std::byte> appended = batch(records);
+  write_at(journal_.get(), appended, journal_size_);
+  journal_size_ += appended.size();
 }
 
 void state_store::write_snapshot() {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,8 @@ class state_store final : public state_keeper {
   void keep_descriptors(const record_key& key, bool present, std::vector<std::string>& removed);
   /// Records @p changes as they are now, storing and listing the fds they need.
   std::vector<record_change> collect(const change_set& changes, std::vector<std::string>& removed);
+  /// Appends one batch of @p records to the journal.
+  void append(std::span<const record_change> records);
   void write_snapshot();
   void store_fd(const std::string& name, int fd);
   void remove_fd(const std::string& name);
