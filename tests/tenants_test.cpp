@@ -387,6 +387,20 @@ class Tenants : public ::testing::Test {
   const tenant& b() const { return users_.b; }
   std::string uid_of(const tenant& who) const { return std::to_string(who.uid); }
 
+  /// A process of A that holds a 64 KiB buffer named @p name, of @p mode, filled with A's
+  /// secret; it has said "ready" once next() returns.
+  tenant_process secret_of_a(const tenant_daemon& daemon, const std::string& name,
+                             gpumem::Mode mode = {}) const {
+    return tenant_process(a(), [&daemon, name, mode](const tenant_process::line& back) {
+      auto client = daemon.connect("tenant-a");
+      auto buffer = client.allocate(64 * kKiB, {.name = name, .mode = mode});
+      fill_with_secret(buffer.data(), buffer.size());
+      back.say("ready");
+      back.hold();
+      return std::string();
+    });
+  }
+
   tenants users_;
 };
 
@@ -394,14 +408,7 @@ class Tenants : public ::testing::Test {
 
 TEST_F(Tenants, AnotherUsersPrivateHostBufferIsInNoPoolDescriptorOfMine) {
   tenant_daemon daemon;
-  tenant_process owner(a(), [&](const tenant_process::line& back) {
-    auto client = daemon.connect("tenant-a");
-    auto buffer = client.allocate(64 * kKiB, {.name = "a-secret"});
-    fill_with_secret(buffer.data(), buffer.size());
-    back.say("ready");
-    back.hold();
-    return std::string();
-  });
+  tenant_process owner = secret_of_a(daemon, "a-secret");
   ASSERT_EQ(owner.next(), "ready");
   const std::string b_found = run_as(b(), [&] {
     findings found;
@@ -445,14 +452,7 @@ TEST_F(Tenants, AnotherUsersPrivateHostBufferIsInNoPoolDescriptorOfMine) {
 
 TEST_F(Tenants, OthersReadAReadableBufferThroughAReadOnlyDescriptor) {
   tenant_daemon daemon;
-  tenant_process owner(a(), [&](const tenant_process::line& back) {
-    auto client = daemon.connect("tenant-a");
-    auto buffer = client.allocate(64 * kKiB, {.name = "a-public", .mode = 0644});
-    fill_with_secret(buffer.data(), buffer.size());
-    back.say("ready");
-    back.hold();
-    return std::string();
-  });
+  tenant_process owner = secret_of_a(daemon, "a-public", 0644);
   ASSERT_EQ(owner.next(), "ready");
   const std::string b_found = run_as(b(), [&] {
     findings found;
