@@ -19,6 +19,12 @@ bool is_known_type(std::uint16_t raw) noexcept {
   if (raw == static_cast<std::uint16_t>(message_type::error)) return true;
   return find_request(static_cast<std::uint16_t>(raw & ~kReplyBit)) != nullptr;
 }
+/// A NUL-terminated printable text that fills at most @p capacity bytes.
+bool is_printable_text(const char* text, std::size_t capacity) noexcept {
+  const std::size_t length = ::strnlen(text, capacity);
+  return length < capacity &&
+         std::all_of(text, text + length, [](char c) { return c >= 0x20 && c < 0x7f; });
+}
 }  // namespace
 
 std::error_code check_header(const header& head) noexcept {
@@ -124,22 +130,24 @@ std::error_code validate(const allocation_record& m) noexcept {
 
 std::error_code validate(const error_reply& m) noexcept {
   if (m.reserved != 0 || !is_known_errc(m.code) || m.code == 0) return bad();
-  const std::size_t length = ::strnlen(m.text, kErrorTextCapacity);
-  if (length == kErrorTextCapacity) return bad();
-  const bool printable =
-      std::all_of(m.text, m.text + length, [](char c) { return c >= 0x20 && c < 0x7f; });
-  return printable ? std::error_code{} : bad();
+  return is_printable_text(m.text, kErrorTextCapacity) ? std::error_code{} : bad();
 }
 
 std::error_code validate(const reserve_request& m) noexcept {
-  if (!valid_creation_flags(m.flags) || m.device < 0) return bad();
+  if (!valid_creation_flags(m.flags) || m.device < kHostDevice) return bad();
   if (m.max_size == 0 || m.initial_size > m.max_size) return errc::invalid_argument;
   return check_wire_name(m.name, true);
 }
 
+namespace {
+bool is_known_state(reservation_state state) noexcept {
+  return static_cast<std::uint32_t>(state) < kReservationStates;
+}
+}  // namespace
+
 std::error_code validate(const reservation_reply& m) noexcept {
   const bool sane = m.reservation_id != 0 && m.chunk_size != 0 && m.committed <= m.max_size &&
-                    m.device >= 0 && is_known_access(m.access);
+                    m.device >= kHostDevice && is_known_access(m.access) && m.version != 0;
   return sane ? std::error_code{} : bad();
 }
 
@@ -148,12 +156,15 @@ std::error_code validate(const resize_request& m) noexcept {
 }
 
 std::error_code validate(const chunks_request& m) noexcept {
-  if (m.reserved != 0) return bad();
-  return m.reservation_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
+  if (m.which != chunk_set::current && m.which != chunk_set::draft) return bad();
+  if (m.reservation_id == 0 || (m.first == 0) != (m.version == 0)) return errc::invalid_argument;
+  return {};
 }
 
 std::error_code validate(const chunks_head& m) noexcept {
-  return m.more <= 1 && m.count <= kMaxFdsPerMessage ? std::error_code{} : bad();
+  const bool sane =
+      m.more <= 1 && m.count <= kMaxFdsPerMessage && is_known_state(m.state) && m.version != 0;
+  return sane ? std::error_code{} : bad();
 }
 
 std::error_code validate(const chunk_record& m) noexcept {
@@ -164,8 +175,36 @@ std::error_code validate(const reservation_release_request& m) noexcept {
   return m.reservation_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
 }
 
+std::error_code validate(const begin_version_request& m) noexcept {
+  return m.reservation_id != 0 ? std::error_code{} : make_error_code(errc::invalid_argument);
+}
+
+std::error_code validate(const version_request& m) noexcept {
+  return m.reservation_id != 0 && m.version != 0 ? std::error_code{}
+                                                 : make_error_code(errc::invalid_argument);
+}
+
+std::error_code validate(const reservation_target& m) noexcept {
+  if (m.reservation_id != 0) return check_wire_name(m.name, true);
+  return check_wire_name(m.name, false);
+}
+
+std::error_code validate(const sleep_request& m) noexcept {
+  if ((m.flags & ~kSleepDiscard) != 0) return bad();
+  return validate(m.target);
+}
+
+std::error_code validate(const reservation_status& m) noexcept {
+  const bool sane = m.reservation_id != 0 && is_known_state(m.state) && m.busy <= 1 &&
+                    is_known_errc(m.error) && is_printable_text(m.reason, kReasonCapacity);
+  return sane ? std::error_code{} : bad();
+}
+
 std::error_code validate(const reservation_record& m) noexcept {
-  if (m.reservation_id == 0 || m.device < 0 || m.committed > m.max_size) return bad();
+  if (m.reservation_id == 0 || m.device < kHostDevice || m.committed > m.max_size ||
+      !is_known_state(m.state) || m.reserved != 0) {
+    return bad();
+  }
   return check_wire_name(m.name, true);
 }
 

@@ -40,7 +40,9 @@ typedef enum gpumem_status {
   GPUMEM_NO_PARTY_LEFT = 20,
   GPUMEM_QUOTA_EXCEEDED = 21,
   GPUMEM_TIMED_OUT = 22,
-  GPUMEM_SESSION_LOST = 23
+  GPUMEM_SESSION_LOST = 23,
+  GPUMEM_BUSY = 24,
+  GPUMEM_WRONG_STATE = 25
 } gpumem_status;
 
 #define GPUMEM_HOST (-1)

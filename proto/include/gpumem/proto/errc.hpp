@@ -36,7 +36,9 @@ namespace gpumem::proto {
   X(no_party_left, 20, "every party is taken")                      \
   X(quota_exceeded, 21, "quota exceeded")                           \
   X(timed_out, 22, "timed out")                                     \
-  X(session_lost, 23, "session lost")
+  X(session_lost, 23, "session lost")                               \
+  X(busy, 24, "in use")                                             \
+  X(wrong_state, 25, "not in a state that allows it")
 
 enum class errc : std::uint32_t {
 #define GPUMEM_X(name, value, text) name = value,

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// @brief Every message of protocol version 2: payload layouts and the table that names them.
+/// @brief Every message of protocol version 3: payload layouts and the table that names them.
 ///
 /// A reply carries the request's type with kReplyBit set and the request's id; a failed request
 /// is answered by an `error` message instead. Layouts are frozen: a change means a new version.
@@ -212,48 +212,76 @@ struct error_reply {
 };
 static_assert(sizeof(error_reply) == 248);
 
-/// A VMM reservation: a virtual range backed by physical chunks that can be committed and
-/// decommitted while clients use it; each client maps the chunks at the same offsets.
+/// A reservation: a virtual range backed by physical chunks (VMM chunks on a GPU, memfds on the
+/// host) that every holder maps at the same offsets of its own reserved range. Its contents come
+/// in versions: holders map the current one; the owner writes the next one (a draft) in fresh
+/// chunks and commits it, and each holder switches at its next refresh. It can be put to sleep
+/// (bytes to host memory the daemon owns, chunks freed) and woken (new chunks, same offsets).
 struct reserve_request {
   std::uint64_t max_size;      ///< the virtual range; rounded up to the chunk size
   std::uint64_t initial_size;  ///< committed at once; rounded up to the chunk size
-  std::int32_t device;
-  std::uint32_t flags;  ///< creation flags (kFlagModeGiven), or zero
-  wire_name name;       ///< empty for an anonymous reservation
+  std::int32_t device;         ///< a CUDA device, or kHostDevice
+  std::uint32_t flags;         ///< creation flags (kFlagModeGiven), or zero
+  wire_name name;              ///< empty for an anonymous reservation
 };
 static_assert(sizeof(reserve_request) == 88);
 
+/// What holders of a reservation are to map.
+enum class reservation_state : std::uint32_t {
+  awake = 0,     ///< the current version's chunks
+  draining = 1,  ///< going to sleep: map nothing, and say so (get_chunks or quiesce)
+  asleep = 2,    ///< bytes on the host, no chunks: map nothing
+  lost = 3,      ///< its owner let go of it while it slept: gone for good
+};
+inline constexpr std::uint32_t kReservationStates = 4;
+
+/// Sent by reserve and open_reservation with one fd: the reservation's notice page, a sealed
+/// memfd that holders map read-only (gpumem/shared/reservation_notice.hpp).
 struct reservation_reply {
   std::uint64_t reservation_id;
   std::uint64_t max_size;
-  std::uint64_t committed;
+  std::uint64_t committed;  ///< bytes of `version` (of the draft, for begin_version)
   std::uint64_t chunk_size;
-  std::int32_t device;
+  std::int32_t device;  ///< a CUDA device, or kHostDevice
   access_mode access;
+  std::uint64_t version;  ///< the current version (the draft's, for begin_version)
 };
-static_assert(sizeof(reservation_reply) == 40);
+static_assert(sizeof(reservation_reply) == 48);
 
-/// Commits or decommits chunks at the end so that `committed` bytes are backed (owner only).
+/// Commits or decommits chunks at the end so that `committed` bytes are backed (owner only; only
+/// while no version was committed after the first: committed versions do not change).
 struct resize_request {
   std::uint64_t reservation_id;
   std::uint64_t committed;
 };
 static_assert(sizeof(resize_request) == 16);
 
-/// Asks for the chunks from index `first` on; the reply carries one fd per record.
+/// Which chunks get_chunks asks for.
+enum class chunk_set : std::uint32_t {
+  current = 0,  ///< the current version's: the holder maps them (or nothing) from now on
+  draft = 1,    ///< the owner's draft
+};
+
+/// Asks for the chunks from index `first` on; the reply carries one fd per record. A request
+/// for `first` > 0 names the version the earlier pages came from, and is refused with
+/// errc::wrong_state when that version is no longer the one asked for: start again from 0.
 struct chunks_request {
   std::uint64_t reservation_id;
   std::uint32_t first;
-  std::uint32_t reserved;
+  chunk_set which;
+  std::uint64_t version;  ///< 0 with first == 0
 };
-static_assert(sizeof(chunks_request) == 16);
+static_assert(sizeof(chunks_request) == 24);
 
 struct chunks_head {
   std::uint32_t count;  ///< records (and fds) that follow
   std::uint32_t more;   ///< 1 when chunks follow from first + count
   std::uint64_t committed_chunks;
+  std::uint64_t version;
+  reservation_state state;
+  std::uint32_t generation;  ///< the notice page's generation this answer reflects
 };
-static_assert(sizeof(chunks_head) == 16);
+static_assert(sizeof(chunks_head) == 32);
 
 struct chunk_record {
   std::uint64_t chunk_id;  ///< never reused: a different id at an index is a different chunk
@@ -266,16 +294,74 @@ struct reservation_release_request {
 };
 static_assert(sizeof(reservation_release_request) == 8);
 
+/// The owner starts writing the version after the current one, of `size` bytes (rounded up to
+/// chunks, at most the reservation's max_size). One draft at a time.
+struct begin_version_request {
+  std::uint64_t reservation_id;
+  std::uint64_t size;
+};
+static_assert(sizeof(begin_version_request) == 16);
+
+/// Commit: the draft `version` becomes the current version. Abandon: its chunks are freed.
+struct version_request {
+  std::uint64_t reservation_id;
+  std::uint64_t version;
+};
+static_assert(sizeof(version_request) == 16);
+
+/// A reservation named by id (which the asker holds) or, with id 0, by name (an operator's
+/// sleep, wake or status: the owner uid or an administrator).
+struct reservation_target {
+  std::uint64_t reservation_id;
+  wire_name name;
+};
+static_assert(sizeof(reservation_target) == 72);
+
+/// With kSleepDiscard the bytes are dropped instead of copied: the reservation wakes zeroed.
+inline constexpr std::uint32_t kSleepDiscard = 1u << 0;
+/// Holders get `deadline_ms` to let go of their mappings; 0 means the daemon's default.
+struct sleep_request {
+  reservation_target target;
+  std::uint32_t flags;
+  std::uint32_t deadline_ms;
+};
+static_assert(sizeof(sleep_request) == 80);
+
+/// Where a reservation is, and how its last sleep or wake ended. Sleep and wake answer at once;
+/// the caller watches `generation` (on the notice page, or by asking again) for the outcome.
+inline constexpr std::size_t kReasonCapacity = 192;
+struct reservation_status {
+  std::uint64_t reservation_id;
+  std::uint64_t version;
+  std::uint64_t committed;   ///< bytes of the current version, asleep or awake
+  std::uint64_t host_bytes;  ///< host memory holding its bytes while it sleeps
+  reservation_state state;
+  std::uint32_t generation;
+  std::uint32_t busy;   ///< 1 while a sleep or wake is under way
+  std::uint32_t error;  ///< the errc the last sleep or wake failed with (`reason` says why), or 0
+  char reason[kReasonCapacity];  ///< NUL-terminated, printable
+};
+static_assert(sizeof(reservation_status) == 240);
+
 struct reservation_record {
   std::uint64_t reservation_id;
   std::uint64_t max_size;
-  std::uint64_t committed;
+  std::uint64_t committed;        ///< bytes of the current version
   std::uint64_t owner_client_id;  ///< 0 once the owner let go while others still hold it
   std::uint32_t holders;
   std::int32_t device;
   wire_name name;
+  std::uint64_t version;
+  std::uint64_t draft_version;   ///< 0 when no draft is being written
+  std::uint64_t oldest_mapped;   ///< the oldest version a holder still maps (0: none maps any)
+  std::uint64_t retained_bytes;  ///< chunks of older versions and of the draft
+  std::uint64_t host_bytes;      ///< bytes kept on the host while asleep
+  reservation_state state;
+  std::uint32_t holders_current;  ///< holders mapping the current version
+  std::uint32_t holders_behind;   ///< holders mapping an older version
+  std::uint32_t reserved;
 };
-static_assert(sizeof(reservation_record) == 104);
+static_assert(sizeof(reservation_record) == 160);
 
 /// Locks, barriers and channels: named objects whose state lives on shared pages.
 enum class sync_kind : std::uint32_t { lock = 1, barrier = 2, channel = 3 };
@@ -426,8 +512,8 @@ inline constexpr std::uint16_t kFdPerRecord = 0xffff;
   X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                   \
   X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                \
   X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")         \
-  X(reserve, 10, reserve_request, reservation_reply, 0, "make a VMM reservation")            \
-  X(open_reservation, 11, open_request, reservation_reply, 0, "open a named reservation")    \
+  X(reserve, 10, reserve_request, reservation_reply, 1, "make a reservation")                \
+  X(open_reservation, 11, open_request, reservation_reply, 1, "open a named reservation")    \
   X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")      \
   X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")    \
   X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one") \
@@ -439,7 +525,14 @@ inline constexpr std::uint16_t kFdPerRecord = 0xffff;
   X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")         \
   X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a page's signal page")  \
   X(get_sync_page, 22, sync_page_request, sync_page_reply, 1, "a lock and barrier page")     \
-  X(list_usage, 30, list_request, usage_list_reply, 0, "use and quotas per uid")
+  X(list_usage, 30, list_request, usage_list_reply, 0, "use and quotas per uid")             \
+  X(begin_version, 31, begin_version_request, reservation_reply, 0, "start the next version") \
+  X(commit_version, 32, version_request, reservation_reply, 0, "make the draft current")     \
+  X(abandon_version, 33, version_request, empty_payload, 0, "drop the draft")                \
+  X(quiesce_reservation, 34, reservation_release_request, empty_payload, 0, "maps nothing")  \
+  X(sleep_reservation, 35, sleep_request, reservation_status, 0, "put one to sleep")         \
+  X(wake_reservation, 36, reservation_target, reservation_status, 0, "wake one")             \
+  X(get_reservation_status, 37, reservation_target, reservation_status, 0, "where one is")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 
