@@ -194,8 +194,8 @@ int main(int argc, char** argv) {
   sleep_args sleep_with;
   auto* sleep_command = add_command(
       app, "sleep",
-      "put a reservation to sleep: its bytes go to host memory and its GPU memory is freed "
-      "(owner uid or administrator)",
+      "put a reservation to sleep: bytes to host memory, device memory freed (its owner uid or "
+      "an administrator)",
       as_json, chosen, [&](gpumem::Client& client) { sleep_named(client, sleep_with, as_json); });
   sleep_command->add_option("name", sleep_with.name, "the reservation")->required();
   sleep_command->add_flag("--discard", sleep_with.discard,
@@ -207,8 +207,7 @@ int main(int argc, char** argv) {
   wake_args wake_with;
   auto* wake_command = add_command(
       app, "wake",
-      "wake a sleeping reservation: its bytes are copied back and holders map them at the same "
-      "addresses",
+      "wake a reservation: bytes copied back, holders map them again at the same addresses",
       as_json, chosen, [&](gpumem::Client& client) { wake_named(client, wake_with, as_json); });
   wake_command->add_option("name", wake_with.name, "the reservation")->required();
   wake_command->add_option("--timeout", wake_with.timeout_ms,
@@ -217,8 +216,7 @@ int main(int argc, char** argv) {
   std::string status_name;
   auto* status_command = add_command(
       app, "reservation-status",
-      "where one reservation is: state, version, host bytes, how its last sleep or wake failed",
-      as_json, chosen,
+      "one reservation's state, version, host bytes and last failed sleep or wake", as_json, chosen,
       [&](gpumem::Client& client) { print_reservation(client, status_name, as_json, true); });
   status_command->add_option("name", status_name, "the reservation")->required();
 
