@@ -21,7 +21,7 @@ struct run_as {
 
 /// How a child starts besides its argv and environment.
 struct child_setup {
-  bool stderr_to_stdout = false;  ///< read_line() reads its stderr too, in the order written
+  bool stderr_to_stdout = false;  ///< its stderr goes to the pipe read_line() reads as well
   std::optional<run_as> user;     ///< nullopt: the parent's; else set before exec (needs root)
 };
 
