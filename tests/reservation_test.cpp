@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "gpumem/gpumem.h"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/pattern.hpp"
@@ -433,6 +434,56 @@ TEST(HostReservation, WaitVersionWakesOnACommitAndTimesOutWithoutOne) {
   EXPECT_EQ(reader.version(), 2u);
   EXPECT_EQ(first_mismatch(reader.data(), kChunk, 2), kChunk);
   EXPECT_TRUE(reader.wait_version(1, 0ms)) << "a version already mapped";
+}
+
+TEST(HostReservation, TheCApiReservesCommitsWaitsSleepsAndWakes) {
+  daemon_process daemon;
+  gpumem_client* writer = nullptr;
+  gpumem_client* reader = nullptr;
+  ASSERT_EQ(gpumem_connect(daemon.socket_path().c_str(), &writer), GPUMEM_OK);
+  ASSERT_EQ(gpumem_connect(daemon.socket_path().c_str(), &reader), GPUMEM_OK);
+  gpumem_reservation* owned = nullptr;
+  ASSERT_EQ(gpumem_reserve(writer, 2 * kChunk, kChunk, GPUMEM_HOST, "c-res", &owned), GPUMEM_OK);
+  EXPECT_EQ(gpumem_reservation_size(owned), kChunk);
+  fill_pattern(gpumem_reservation_data(owned), kChunk, 1);
+  gpumem_reservation* opened = nullptr;
+  ASSERT_EQ(gpumem_open_reservation(reader, "c-res", 1, &opened), GPUMEM_OK);
+  EXPECT_EQ(gpumem_reservation_id(opened), gpumem_reservation_id(owned));
+  EXPECT_EQ(first_mismatch(gpumem_reservation_data(opened), kChunk, 1), kChunk);
+
+  gpumem_reservation_draft* draft = nullptr;
+  ASSERT_EQ(gpumem_begin_version(owned, 2 * kChunk, &draft), GPUMEM_OK);
+  EXPECT_EQ(gpumem_draft_version(draft), 2u);
+  EXPECT_EQ(gpumem_draft_size(draft), 2 * kChunk);
+  fill_pattern(gpumem_draft_data(draft), 2 * kChunk, 2);
+  EXPECT_EQ(gpumem_commit(draft), GPUMEM_OK);
+  EXPECT_EQ(gpumem_commit(draft), GPUMEM_WRONG_STATE);
+  EXPECT_EQ(gpumem_abandon(draft), GPUMEM_OK) << "a committed draft's handle is only freed";
+  int reached = 0;
+  EXPECT_EQ(gpumem_wait_version(opened, 2, 5000, &reached), GPUMEM_OK);
+  EXPECT_EQ(reached, 1);
+  EXPECT_EQ(gpumem_reservation_version(opened), 2u);
+  EXPECT_EQ(first_mismatch(gpumem_reservation_data(opened), 2 * kChunk, 2), 2 * kChunk);
+  EXPECT_EQ(gpumem_wait_version(opened, 3, 10, &reached), GPUMEM_OK);
+  EXPECT_EQ(reached, 0);
+  EXPECT_EQ(gpumem_resize_reservation(owned, kChunk), GPUMEM_WRONG_STATE);
+
+  EXPECT_EQ(gpumem_quiesce(opened), GPUMEM_OK);
+  EXPECT_EQ(gpumem_sleep(owned, 0, 1000), GPUMEM_OK) << gpumem_last_error();
+  size_t mapped = 1;
+  EXPECT_EQ(gpumem_refresh(opened, &mapped), GPUMEM_OK);
+  EXPECT_EQ(mapped, 0u);
+  EXPECT_EQ(gpumem_wake(owned, 0), GPUMEM_OK) << gpumem_last_error();
+  EXPECT_EQ(gpumem_refresh(opened, &mapped), GPUMEM_OK);
+  EXPECT_EQ(mapped, 2 * kChunk);
+  EXPECT_EQ(first_mismatch(gpumem_reservation_data(opened), 2 * kChunk, 2), 2 * kChunk);
+
+  EXPECT_EQ(gpumem_refresh(nullptr, &mapped), GPUMEM_INVALID_ARGUMENT);
+  EXPECT_EQ(gpumem_release_reservation(opened), GPUMEM_OK);
+  EXPECT_EQ(gpumem_release_reservation(owned), GPUMEM_OK);
+  gpumem_disconnect(reader);
+  gpumem_disconnect(writer);
+  EXPECT_TRUE(daemon.connect().reservations().empty());
 }
 
 }  // namespace
