@@ -104,6 +104,8 @@ proto::reservation_status await_outcome(detail::connection& session,
                                         const char* what) {
   const auto give_up = clock::now() + limit;
   milliseconds pause = kFirstPoll;
+  // The generation is read before each ask, so that a change after it ends the wait at once.
+  std::uint32_t seen = status.generation;
   while (status.busy != 0) {
     const auto now = clock::now();
     if (now >= give_up) {
@@ -113,7 +115,8 @@ proto::reservation_status await_outcome(detail::connection& session,
     }
     const auto remaining = std::chrono::duration_cast<milliseconds>(give_up - now);
     if (notice != nullptr) {
-      sync::futex_wait(&notice->generation, status.generation, std::min(kNoticeRecheck, remaining));
+      sync::futex_wait(&notice->generation, seen, std::min(kNoticeRecheck, remaining));
+      seen = notice_generation(*notice);
     } else {
       std::this_thread::sleep_for(std::min(pause, remaining));
       pause = std::min(pause * 2, kLastPoll);
