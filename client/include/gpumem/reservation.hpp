@@ -54,15 +54,6 @@ struct OpenReservationOptions {
   Access access = Access::read_write;
 };
 
-/// Where a reservation is.
-enum class ReservationState {
-  awake,     ///< its current version is mapped (or will be, at the next refresh)
-  draining,  ///< going to sleep: holders let go at their next refresh() or quiesce()
-  asleep,    ///< its bytes are on the host; nothing is mapped
-  lost,      ///< its owner let go of it while it slept: it is gone
-};
-const char* to_string(ReservationState state) noexcept;
-
 struct SleepOptions {
   /// Drop the bytes instead of copying them: after wake() the range reads zero.
   bool discard = false;
