@@ -42,7 +42,8 @@ books::books(const daemon_config& config, pool_maker make_pool, reservation_make
     // The socket is made by this process, so its group is the daemon's group.
     : access(config.access, ::geteuid(), ::getegid()),
       quotas(config.quotas),
-      memory(rows, access, quotas, config, std::move(make_pool), std::move(make_reservation)),
+      memory(rows, access, quotas, config, std::move(make_pool)),
+      reservations(rows, access, quotas, std::move(make_reservation)),
       sync(rows, access, quotas, std::move(make_signal_page)),
       instance(random_nonzero()) {
   if (adopt) adopt(*this);
@@ -73,10 +74,16 @@ void books::check_connection(client_id client) const {
 
 void books::remove_client(client_id client) noexcept {
   rows.remove_client(client, [&](object_id id, const object_row& row) {
-    if (family_of(row.kind) == object_family::sync) {
-      sync.let_go(id, row, client);
-    } else {
-      memory.let_go(id, row);
+    switch (family_of(row.kind)) {
+      case object_family::sync:
+        sync.let_go(id, row, client);
+        break;
+      case object_family::reservation:
+        reservations.let_go(id, row);
+        break;
+      case object_family::allocation:
+        memory.let_go(id, row);
+        break;
     }
   });
   sync.detach(client);
@@ -90,7 +97,8 @@ bool books::end_connection(client_id client) noexcept {
   bool kept = false;
   for (const object_id id : held) {
     const object_row& row = *rows.find(id);
-    if (family_of(row.kind) == object_family::sync || memory.needs_process_exit(id, row)) {
+    // A reservation's chunks stay mapped in the process until it exits.
+    if (family_of(row.kind) != object_family::allocation || memory.needs_process_exit(id, row)) {
       kept = true;
       continue;
     }

@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// @brief The daemon's state: one ledger of every object and client, and the domain books that
-/// keep beside each row what its kind needs (memory: pools and reservations; sync: cells,
+/// keep beside each row what its kind needs (memory: pools; reservations: versions and sleep;
+/// sync: cells,
 /// slots, parties, signal pages). A client's death walks its ledger once, and each object it
 /// held goes to its own book. Pure bookkeeping, no I/O: sessions and handlers call it, tests
 /// drive it directly.
@@ -15,6 +16,7 @@
 #include "config/config.hpp"
 #include "ledger/ledger.hpp"
 #include "memory/memory_book.hpp"
+#include "memory/reservation_book.hpp"
 #include "sync/sync_book.hpp"
 
 namespace gpumem::daemon {
@@ -37,7 +39,8 @@ class books {
   using adopter = std::function<void(books&)>;
 
   /// @param config with its pools resolved (resolve_pools).
-  /// @param make_reservation, make_signal_page empty when CUDA is unavailable.
+  /// @param make_reservation (CUDA devices; the host's are always there), make_signal_page
+  /// empty when CUDA is unavailable.
   /// @throws config_error when a configured pool cannot be made.
   books(const daemon_config& config, pool_maker make_pool, reservation_maker make_reservation = {},
         signal_page_maker make_signal_page = {}, const adopter& adopt = {});
@@ -83,6 +86,7 @@ class books {
   quota_policy quotas;
   ledger rows;
   memory_book memory;
+  reservation_book reservations;
   sync_book sync;
   /// This daemon's identity in hello replies: random at a clean start, kept when a restarted
   /// daemon takes its predecessor's state over (then ids of pools, pages, objects still hold).

@@ -343,8 +343,13 @@ class fake_reservation final : public reservation {
   std::int32_t device() const noexcept override { return 0; }
   std::size_t chunk_count() const noexcept override { return chunks_.size(); }
   chunk chunk_at(std::size_t index) const override {
-    return {chunks_.at(index).first, chunks_.at(index).second.get()};
+    return {chunks_.at(index).first, chunks_.at(index).second.get(),
+            chunks_.at(index).second.get()};
   }
+  // Sleep and wake are tested on the host backend (reservation_book_test.cpp).
+  void copy_out(std::byte*) const override { throw std::logic_error("not used here"); }
+  void copy_in(const std::byte*) override { throw std::logic_error("not used here"); }
+  void clear() override { throw std::logic_error("not used here"); }
   void resize(std::size_t chunks) override {
     if (chunks * chunk_size() > (std::uint64_t{1} << 30)) {
       throw request_error(proto::errc::out_of_memory, "fake device full");
@@ -386,75 +391,77 @@ class Reservations : public ::testing::Test {
 };
 
 TEST_F(Reservations, ASharedReservationGrowsShrinksAndGoesWithItsLastHolder) {
-  const auto made = book.memory.reserve(owner, request(64 << 20, 3 << 20, "kv"));
+  const auto made = book.reservations.reserve(owner, request(64 << 20, 3 << 20, "kv"));
   EXPECT_EQ(made.committed, 4u << 20) << "rounded up to whole chunks";
-  const auto opened = book.memory.open_reservation(reader, open_request("kv"));
+  const auto opened = book.reservations.open(reader, open_request("kv"));
   EXPECT_EQ(opened.reservation_id, made.reservation_id);
   EXPECT_EQ(opened.access, proto::access_mode::read_only);
-  EXPECT_EQ(book.memory.resize_reservation(owner, {made.reservation_id, 10 << 20}).committed,
-            10u << 20);
-  const auto listed = book.memory.list_reservations(owner, 0);
+  EXPECT_EQ(book.reservations.resize(owner, {made.reservation_id, 10 << 20}).committed, 10u << 20);
+  const auto listed = book.reservations.list(owner, 0);
   ASSERT_EQ(listed.records.size(), 1u);
   EXPECT_EQ(listed.records[0].committed, 10u << 20);
   EXPECT_EQ(listed.records[0].holders, 2u);
   EXPECT_EQ(listed.records[0].name.view(), "kv");
   std::vector<int> fds;
-  const auto page = book.memory.chunks(reader, {made.reservation_id, 0, 0}, fds);
+  const auto page =
+      book.reservations.chunks(reader, {made.reservation_id, 0, proto::chunk_set::current, 0}, fds);
   ASSERT_EQ(page.records.size(), 5u);
   EXPECT_EQ(fds.size(), 5u);
   EXPECT_EQ(page.head.committed_chunks, 5u);
-  EXPECT_EQ(book.memory.resize_reservation(owner, {made.reservation_id, 2 << 20}).committed,
-            2u << 20);
+  EXPECT_EQ(book.reservations.resize(owner, {made.reservation_id, 2 << 20}).committed, 2u << 20);
   book.remove_client(owner);
   EXPECT_EQ(live, 1) << "the reader still holds it";
-  book.memory.release_reservation(reader, made.reservation_id);
+  book.reservations.release(reader, made.reservation_id);
   EXPECT_EQ(live, 0);
-  EXPECT_EQ(code_of([&] { book.memory.open_reservation(reader, open_request("kv")); }),
-            errc::not_found);
+  EXPECT_EQ(code_of([&] { book.reservations.open(reader, open_request("kv")); }), errc::not_found);
 }
 
 TEST_F(Reservations, OnlyTheOwnerResizesAndBadRequestsChangeNothing) {
-  const auto made = book.memory.reserve(owner, request(8 << 20, 2 << 20, "only-mine"));
-  book.memory.open_reservation(reader, open_request("only-mine"));
+  const auto made = book.reservations.reserve(owner, request(8 << 20, 2 << 20, "only-mine"));
+  book.reservations.open(reader, open_request("only-mine"));
   EXPECT_EQ(code_of([&] {
-              book.memory.resize_reservation(reader, {made.reservation_id, 4 << 20});
+              book.reservations.resize(reader, {made.reservation_id, 4 << 20});
             }),
             errc::permission_denied);
   EXPECT_EQ(code_of([&] {
-              book.memory.resize_reservation(owner, {made.reservation_id, 16 << 20});
+              book.reservations.resize(owner, {made.reservation_id, 16 << 20});
             }),
             errc::invalid_argument);
-  EXPECT_EQ(code_of([&] { book.memory.reserve(reader, request(8 << 20, 0, "only-mine")); }),
+  EXPECT_EQ(code_of([&] { book.reservations.reserve(reader, request(8 << 20, 0, "only-mine")); }),
             errc::already_exists);
-  EXPECT_EQ(code_of([&] { book.memory.reserve(reader, request(4ull << 30, 2ull << 30)); }),
+  EXPECT_EQ(code_of([&] { book.reservations.reserve(reader, request(4ull << 30, 2ull << 30)); }),
             errc::out_of_memory);
   const auto stranger = book.add_client({102, 1000, 1000, {}});
   std::vector<int> fds;
   EXPECT_EQ(code_of([&] {
-              book.memory.chunks(stranger, {made.reservation_id, 0, 0}, fds);
+              book.reservations.chunks(stranger,
+                                       {made.reservation_id, 0, proto::chunk_set::current, 0}, fds);
             }),
             errc::not_found);
-  EXPECT_EQ(code_of([&] { book.memory.release_reservation(stranger, made.reservation_id); }),
+  EXPECT_EQ(code_of([&] { book.reservations.release(stranger, made.reservation_id); }),
             errc::not_found);
   EXPECT_EQ(live, 1);
   book.remove_client(owner);
   EXPECT_EQ(code_of([&] {
-              book.memory.resize_reservation(reader, {made.reservation_id, 2 << 20});
+              book.reservations.resize(reader, {made.reservation_id, 2 << 20});
             }),
             errc::permission_denied)
       << "nobody resizes once the owner is gone";
 }
 
 TEST_F(Reservations, ChunkPagesStopAtTheDescriptorLimit) {
-  const auto made = book.memory.reserve(owner, request(600 << 20, 600 << 20));  // 300 chunks
+  const auto made = book.reservations.reserve(owner, request(600 << 20, 600 << 20));  // 300 chunks
   std::vector<int> fds;
-  const auto first = book.memory.chunks(owner, {made.reservation_id, 0, 0}, fds);
+  const auto first =
+      book.reservations.chunks(owner, {made.reservation_id, 0, proto::chunk_set::current, 0}, fds);
   EXPECT_EQ(first.records.size(), proto::kMaxFdsPerMessage);
   EXPECT_EQ(fds.size(), proto::kMaxFdsPerMessage);
   EXPECT_EQ(first.head.more, 1u);
   fds.clear();
-  const auto second =
-      book.memory.chunks(owner, {made.reservation_id, proto::kMaxFdsPerMessage, 0}, fds);
+  const auto second = book.reservations.chunks(owner,
+                                               {made.reservation_id, proto::kMaxFdsPerMessage,
+                                                proto::chunk_set::current, first.head.version},
+                                               fds);
   EXPECT_EQ(second.records.size(), 300u - proto::kMaxFdsPerMessage);
   EXPECT_EQ(second.records.front().index, proto::kMaxFdsPerMessage);
   EXPECT_EQ(second.head.more, 0u);
@@ -465,7 +472,7 @@ TEST(ReservationsWithoutCuda, AreRefusedClearly) {
   const auto client = book.add_client({1, 1, 1, {}});
   proto::reserve_request r{1 << 20, 0, 0, 0, {}};
   try {
-    book.memory.reserve(client, r);
+    book.reservations.reserve(client, r);
     ADD_FAILURE() << "no error";
   } catch (const request_error& error) {
     EXPECT_EQ(error.code(), errc::not_supported);

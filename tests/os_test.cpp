@@ -1,10 +1,13 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "gpumem/shared/os/mapping.hpp"
 #include "gpumem/shared/os/memfd.hpp"
@@ -28,6 +31,31 @@ TEST(SealedMemfd, HasTheSizeAskedForAndCannotBeResized) {
   EXPECT_NE(::ftruncate(fd.get(), static_cast<off_t>(kPage)), 0);
   EXPECT_EQ(errno, EPERM);
   EXPECT_NE(::ftruncate(fd.get(), static_cast<off_t>(8 * kPage)), 0);
+}
+
+// A reader of another uid holds the read-only descriptor: it may neither map it writable nor
+// open it again read-write through /proc/self/fd (which checks the memfd's mode, not the fd's).
+TEST(SealedMemfd, AReadOnlyDescriptorStaysReadOnlyForAnotherUid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to become another uid (nobody)";
+  const unique_fd fd = make_sealed_memfd("os_test", kPage);
+  const unique_fd read_only = reopen_read_only(fd.get());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    const std::string path = "/proc/self/fd/" + std::to_string(read_only.get());
+    if (::open(path.c_str(), O_RDWR) >= 0) ::_exit(3);
+    if (::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, read_only.get(), 0) !=
+        MAP_FAILED) {
+      ::_exit(4);
+    }
+    ::_exit(::mmap(nullptr, kPage, PROT_READ, MAP_SHARED, read_only.get(), 0) == MAP_FAILED);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: no uid change, 3: reopened read-write, 4: mapped "
+                                       "writable, 1: could not even read";
 }
 
 TEST(Mapping, SharesTheFileWithEveryOtherMapping) {

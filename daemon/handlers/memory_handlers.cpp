@@ -1,4 +1,4 @@
-// Handlers of pools, allocations and reservations: each calls the memory book.
+// Handlers of pools and allocations: each calls the memory book.
 #include <cstring>
 
 #include "handlers/request_handler.hpp"
@@ -47,42 +47,6 @@ proto::empty_payload request_handler::on_release(client_state& client,
 proto::allocation_list_reply request_handler::on_list_allocations(
     client_state& client, const proto::list_request& message, reply_attachment&) {
   return books_.memory.list_allocations(client.client, message.after_id);
-}
-
-proto::reservation_reply request_handler::on_reserve(client_state& client,
-                                                     const proto::reserve_request& message,
-                                                     reply_attachment&) {
-  return books_.memory.reserve(client.client, message);
-}
-
-proto::reservation_reply request_handler::on_open_reservation(client_state& client,
-                                                              const proto::open_request& message,
-                                                              reply_attachment&) {
-  return books_.memory.open_reservation(client.client, message);
-}
-
-proto::reservation_reply request_handler::on_resize_reservation(
-    client_state& client, const proto::resize_request& message, reply_attachment&) {
-  return books_.memory.resize_reservation(client.client, message);
-}
-
-proto::chunks_reply request_handler::on_get_chunks(client_state& client,
-                                                   const proto::chunks_request& message,
-                                                   reply_attachment& attach) {
-  auto reply = books_.memory.chunks(client.client, message, attach.fds);
-  if (!attach.fds.empty()) attach.handle = proto::handle_type::cuda_posix_fd;
-  return reply;
-}
-
-proto::empty_payload request_handler::on_release_reservation(
-    client_state& client, const proto::reservation_release_request& message, reply_attachment&) {
-  books_.memory.release_reservation(client.client, message.reservation_id);
-  return {};
-}
-
-proto::reservation_list_reply request_handler::on_list_reservations(
-    client_state& client, const proto::list_request& message, reply_attachment&) {
-  return books_.memory.list_reservations(client.client, message.after_id);
 }
 
 }  // namespace gpumem::daemon

@@ -5,10 +5,10 @@
 /// The dispatch (request_handler.cpp) decodes and validates a payload by the protocol table
 /// and turns errors into error replies; each message's handler lives in the file of its domain
 /// (client_handlers.cpp: session, statistics and clients; memory_handlers.cpp: pools,
-/// allocations, reservations; sync_handlers.cpp: locks, barriers, channels) and calls that
-/// domain's book. Wire types stop here: the books below return or take them only at their edge.
-/// May include: proto/ and shared/ headers, daemon/books.hpp and the folders it includes,
-/// daemon/request_error.hpp. Not: daemon/net/.
+/// allocations; reservation_handlers.cpp: reservations; sync_handlers.cpp: locks, barriers,
+/// channels) and calls that domain's book. Wire types stop here: the books below return or take
+/// them only at their edge. May include: proto/ and shared/ headers, daemon/books.hpp and the
+/// folders it includes, daemon/request_error.hpp. Not: daemon/net/.
 
 #include <cstdint>
 #include <vector>

@@ -45,7 +45,7 @@ cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t 
 
 reservation::chunk cuda_reservation::chunk_at(std::size_t index) const {
   const physical& each = chunks_.at(index);
-  return {each.id, each.exported.get()};
+  return {each.id, each.exported.get(), each.exported.get()};
 }
 
 void cuda_reservation::resize(std::size_t chunks) {
@@ -79,6 +79,66 @@ void cuda_reservation::resize(std::size_t chunks) {
     chunks_.push_back(std::move(made));
   }
   chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(chunks), chunks_.end());
+}
+
+cuda_reservation::daemon_view cuda_reservation::map_here() const {
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+  daemon_view view;
+  const std::size_t bytes = committed();
+  check(cuda::address_range::reserve(cu_, bytes, chunk_size_, view.range), "cuMemAddressReserve");
+  for (std::size_t index = 0; index < chunks_.size(); ++index) {
+    CUmemGenericAllocationHandle handle = chunks_[index].handle.get();
+    if (!chunks_[index].handle) {  // adopted: the kept fd is all there is
+      cuda::allocation_handle imported;
+      check(cuda::allocation_handle::import_fd(cu_, chunks_[index].exported.get(), imported),
+            "cuMemImportFromShareableHandle");
+      handle = imported.get();
+      view.imported.push_back(std::move(imported));
+    }
+    cuda::mapped_range mapped;
+    check(cuda::mapped_range::map(cu_, view.range.get() + index * chunk_size_, chunk_size_, handle,
+                                  mapped),
+          "cuMemMap");
+    view.mappings.push_back(std::move(mapped));
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (bytes != 0) check(cu_.cuMemSetAccess(view.range.get(), bytes, &access, 1), "cuMemSetAccess");
+  return view;
+}
+
+// The host side is registered for the copy: pageable copies run at a fifth of the rate
+// (CUDA-FACTS: 10 against 55 GB/s), and the caller has already populated its pages.
+void cuda_reservation::copy_out(std::byte* host) const {
+  const std::size_t bytes = committed();
+  if (bytes == 0) return;
+  const daemon_view view = map_here();
+  cuda::host_registration registered;
+  check(cuda::host_registration::register_range(cu_, host, bytes, 0, registered),
+        "cuMemHostRegister");
+  check(cu_.cuMemcpyDtoH(host, view.range.get(), bytes), "cuMemcpyDtoH");
+}
+
+void cuda_reservation::copy_in(const std::byte* host) {
+  const std::size_t bytes = committed();
+  if (bytes == 0) return;
+  const daemon_view view = map_here();
+  cuda::host_registration registered;
+  check(cuda::host_registration::register_range(cu_, const_cast<std::byte*>(host), bytes, 0,
+                                                registered),
+        "cuMemHostRegister");
+  check(cu_.cuMemcpyHtoD(view.range.get(), host, bytes), "cuMemcpyHtoD");
+  check(cu_.cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+void cuda_reservation::clear() {
+  const std::size_t bytes = committed();
+  if (bytes == 0) return;
+  const daemon_view view = map_here();
+  check(cu_.cuMemsetD8(view.range.get(), 0, bytes), "cuMemsetD8");
+  check(cu_.cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 reservation_maker cuda_reservation_maker(const cuda::driver_api& driver) {

@@ -29,8 +29,19 @@ class cuda_reservation final : public reservation {
   std::size_t chunk_count() const noexcept override { return chunks_.size(); }
   chunk chunk_at(std::size_t index) const override;
   void resize(std::size_t chunks) override;
+  void copy_out(std::byte* host) const override;
+  void copy_in(const std::byte* host) override;
+  void clear() override;
 
  private:
+  /// The chunks mapped read-write in a range of the daemon's own, for the copies of sleep and
+  /// wake. Members go in reverse: mappings, then imported handles, then the range.
+  struct daemon_view {
+    cuda::address_range range;
+    std::vector<cuda::allocation_handle> imported;
+    std::vector<cuda::mapped_range> mappings;
+  };
+  daemon_view map_here() const;
   struct physical {
     std::uint64_t id = 0;
     cuda::allocation_handle handle;  ///< empty for an adopted chunk

@@ -24,19 +24,11 @@ std::string device_text(std::int32_t device) {
   return device == proto::kHostDevice ? "host" : "cuda:" + std::to_string(device);
 }
 
-std::uint64_t whole_chunks(std::uint64_t bytes, std::uint64_t chunk) {
-  return (bytes + chunk - 1) / chunk;
-}
 }  // namespace
 
 memory_book::memory_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
-                         const daemon_config& config, pool_maker make_pool,
-                         reservation_maker make_reservation)
-    : rows_(rows),
-      access_(access),
-      quotas_(quotas),
-      make_pool_(std::move(make_pool)),
-      make_reservation_(std::move(make_reservation)) {
+                         const daemon_config& config, pool_maker make_pool)
+    : rows_(rows), access_(access), quotas_(quotas), make_pool_(std::move(make_pool)) {
   // Room for pools a previous daemon had that the configuration no longer names (adopt_pool):
   // instances point into families_, so it must never move.
   families_.reserve(config.pools.size() + kUnconfiguredPools);
@@ -99,10 +91,6 @@ void memory_book::adopt_allocation(object_id id, std::uint32_t pool_id, const pl
   allocations_.emplace(id, placed{&home, where});
 }
 
-void memory_book::adopt_reservation(object_id id, std::unique_ptr<reservation> adopted) {
-  reservations_.insert_or_assign(id, std::move(adopted));
-}
-
 void memory_book::reserve_pool_ids(std::uint32_t limit) {
   if (pools_.size() >= limit) return;
   pools_.resize(limit);
@@ -117,11 +105,6 @@ std::optional<std::pair<const pool*, placement>> memory_book::placement_of(objec
   const auto found = allocations_.find(id);
   if (found == allocations_.end()) return std::nullopt;
   return std::pair<const pool*, placement>{found->second.home, found->second.where};
-}
-
-const reservation* memory_book::reservation_of(object_id id) const noexcept {
-  const auto found = reservations_.find(id);
-  return found == reservations_.end() ? nullptr : found->second.get();
 }
 
 void memory_book::release_if_retired_and_empty(pool& instance) noexcept {
@@ -185,20 +168,6 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
   return *pools_.back();
 }
 
-object_id memory_book::open_named(client_id client, object_family family, std::string_view name,
-                                  proto::access_mode access) {
-  const auto found = rows_.find_name(family, name);
-  if (!found) {
-    throw request_error(errc::not_found,
-                        fmt::format("no {} named '{}'", family_name(family), name));
-  }
-  access_.check_open(
-      rows_.client(client).who, *found, *rows_.find(*found),
-      access == proto::access_mode::read_only ? wanted_access::read : wanted_access::read_write);
-  rows_.hold(*found, client);
-  return *found;
-}
-
 proto::allocation_reply memory_book::allocate(client_id client,
                                               const proto::allocate_request& request) {
   std::string name(request.name.view());
@@ -229,8 +198,8 @@ proto::allocation_reply memory_book::allocate(client_id client,
 }
 
 proto::allocation_reply memory_book::open(client_id client, const proto::open_request& request) {
-  const object_id id =
-      open_named(client, object_family::allocation, request.name.view(), request.access);
+  const object_id id = open_named(rows_, access_, client, object_family::allocation,
+                                  request.name.view(), request.access);
   return grant(client, id, *rows_.find(id), request.access);
 }
 
@@ -248,99 +217,14 @@ void memory_book::release(client_id client, const proto::release_request& reques
   if (rows_.drop_reference(request.alloc_id, client)) let_go(request.alloc_id, row);
 }
 
-proto::reservation_reply memory_book::reserve(client_id client,
-                                              const proto::reserve_request& request) {
-  if (!make_reservation_) {
-    throw request_error(errc::not_supported,
-                        "reservations need the CUDA backend, unavailable here");
-  }
-  std::string name(request.name.view());
-  if (!name.empty() && rows_.find_name(object_family::reservation, name)) {
-    throw request_error(errc::already_exists,
-                        fmt::format("a reservation named '{}' already exists", name));
-  }
-  quotas_.check(rows_, client, charge::memory(request.device, request.initial_size));
-  std::unique_ptr<reservation> backing = make_reservation_(request.device, request.max_size);
-  backing->resize(whole_chunks(request.initial_size, backing->chunk_size()));
-  const object_id id =
-      rows_.add(client, {object_kind::reservation, std::move(name), backing->committed(),
-                         request.device, access_.mode_for(request.flags)});
-  try {
-    const reservation& made = *reservations_.emplace(id, std::move(backing)).first->second;
-    return grant(id, made, proto::access_mode::read_write);
-  } catch (...) {
-    reservations_.erase(id);
-    rows_.erase(id);
-    throw;
-  }
-}
-
-proto::reservation_reply memory_book::open_reservation(client_id client,
-                                                       const proto::open_request& request) {
-  const object_id id =
-      open_named(client, object_family::reservation, request.name.view(), request.access);
-  return grant(id, *reservations_.at(id), request.access);
-}
-
-proto::reservation_reply memory_book::resize_reservation(client_id client,
-                                                         const proto::resize_request& request) {
-  object_row& row = rows_.held(client, request.reservation_id, object_family::reservation);
-  if (row.owner != client) {
-    throw request_error(
-        errc::permission_denied,
-        fmt::format("only the owner resizes reservation {}", request.reservation_id));
-  }
-  reservation& backing = *reservations_.at(request.reservation_id);
-  if (request.committed > backing.max_size()) {
-    throw request_error(errc::invalid_argument,
-                        fmt::format("{} bytes exceed reservation {}'s {}", request.committed,
-                                    request.reservation_id, backing.max_size()));
-  }
-  if (request.committed > backing.committed()) {
-    quotas_.check(rows_, client,
-                  charge::memory(backing.device(), request.committed - backing.committed(), 0));
-  }
-  backing.resize(whole_chunks(request.committed, backing.chunk_size()));
-  rows_.set_bytes(request.reservation_id, backing.committed());
-  return grant(request.reservation_id, backing, proto::access_mode::read_write);
-}
-
-proto::chunks_reply memory_book::chunks(client_id client, const proto::chunks_request& request,
-                                        std::vector<int>& fds) {
-  rows_.held(client, request.reservation_id, object_family::reservation);
-  const reservation& backing = *reservations_.at(request.reservation_id);
-  proto::chunks_reply reply;
-  reply.head.committed_chunks = backing.chunk_count();
-  for (std::size_t index = request.first; index < backing.chunk_count(); ++index) {
-    if (reply.records.size() == proto::kMaxFdsPerMessage) {
-      reply.head.more = 1;
-      break;
-    }
-    const reservation::chunk each = backing.chunk_at(index);
-    reply.records.push_back({each.id, index});
-    fds.push_back(each.fd);
-  }
-  reply.head.count = static_cast<std::uint32_t>(reply.records.size());
-  return reply;
-}
-
-void memory_book::release_reservation(client_id client, object_id reservation_id) {
-  const object_row& row = rows_.held(client, reservation_id, object_family::reservation);
-  if (rows_.drop_reference(reservation_id, client)) let_go(reservation_id, row);
-}
-
 void memory_book::let_go(object_id id, const object_row& row) noexcept {
   if (!row.holders.empty()) return;
-  if (row.kind == object_kind::allocation) {
-    if (const auto found = allocations_.find(id); found != allocations_.end()) {
-      pool& home = *found->second.home;
-      home.free(found->second.where, row.bytes);
-      families_[pool_owner_[home.id()].first].bytes_in_use -= row.bytes;
-      allocations_.erase(found);
-      release_if_retired_and_empty(home);
-    }
-  } else {
-    reservations_.erase(id);
+  if (const auto found = allocations_.find(id); found != allocations_.end()) {
+    pool& home = *found->second.home;
+    home.free(found->second.where, row.bytes);
+    families_[pool_owner_[home.id()].first].bytes_in_use -= row.bytes;
+    allocations_.erase(found);
+    release_if_retired_and_empty(home);
   }
   rows_.erase(id);
 }
@@ -389,12 +273,6 @@ proto::allocation_reply memory_book::grant(client_id client, object_id id, const
   static_assert(sizeof(reply.pointer_export) == sizeof(details.pointer_export));
   std::memcpy(reply.pointer_export, details.pointer_export.data(), sizeof(reply.pointer_export));
   return reply;
-}
-
-proto::reservation_reply memory_book::grant(object_id id, const reservation& backing,
-                                            proto::access_mode access) const {
-  return {id,    backing.max_size(), backing.committed(), backing.chunk_size(), backing.device(),
-          access};
 }
 
 std::uint32_t memory_book::features() const noexcept {
@@ -452,24 +330,6 @@ proto::allocation_list_reply memory_book::list_allocations(client_id asker, obje
                                         allocations_.at(id).home->id(),
                                         static_cast<std::uint32_t>(row.holders.size()),
                                         to_wire(row.name)};
-      });
-}
-
-proto::reservation_list_reply memory_book::list_reservations(client_id asker,
-                                                             object_id after) const {
-  const credentials& who = rows_.client(asker).who;
-  return rows_.page<proto::reservation_record>(
-      object_family::reservation, after, kPageSize,
-      [&](const object_row& row) { return access_.may_see(who, row); },
-      [&](object_id id, const object_row& row) {
-        const reservation& backing = *reservations_.at(id);
-        return proto::reservation_record{id,
-                                         backing.max_size(),
-                                         backing.committed(),
-                                         row.owner,
-                                         static_cast<std::uint32_t>(row.holders.size()),
-                                         backing.device(),
-                                         to_wire(row.name)};
       });
 }
 

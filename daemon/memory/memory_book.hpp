@@ -1,12 +1,12 @@
 #pragma once
 /// @file
-/// @brief daemon/memory/: pools and reservations, and the book that hands them out.
+/// @brief daemon/memory/: pools and reservations, and the books that hand them out.
 ///
-/// A pool (host memfd or CUDA IPC pool) places and frees allocations; a reservation holds the
-/// physical chunks of a VMM range; the memory book turns requests into ledger rows plus what
-/// each row needs in its backend (which pool and where, which reservation), and lets the
-/// backend go when the ledger says the last holder left. Backends return domain values; the
-/// book turns them into wire replies at its edge.
+/// A pool (host memfd or CUDA IPC pool) places and frees allocations; the memory book turns
+/// allocation requests into ledger rows plus what each row needs in its backend (which pool and
+/// where), and lets the backend go when the ledger says the last holder left. Reservations have
+/// their own book (reservation_book.hpp). Backends return domain values; the books turn them
+/// into wire replies at their edge.
 ///
 /// Tenants: whoever holds a pool's descriptor can reach every allocation in it (a host pool is
 /// one memfd; a CUDA pool's pointer export data can be forged), so each configured pool has one
@@ -28,9 +28,9 @@
 #include "config/config.hpp"
 #include "gpumem/proto/messages.hpp"
 #include "ledger/ledger.hpp"
+#include "memory/open_named.hpp"
 #include "memory/pool.hpp"
 #include "memory/pool_factory.hpp"
-#include "memory/reservation.hpp"
 #include "policy/access_class.hpp"
 #include "policy/access_policy.hpp"
 #include "policy/quota_policy.hpp"
@@ -40,10 +40,8 @@ namespace gpumem::daemon {
 class memory_book {
  public:
   /// @param config its pools; open_pools() makes their first instances.
-  /// @param make_reservation empty when reservations are not available (no CUDA).
   memory_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
-              const daemon_config& config, pool_maker make_pool,
-              reservation_maker make_reservation = {});
+              const daemon_config& config, pool_maker make_pool);
 
   /// @brief Makes each configured pool's instance for the daemon's own uid, so that a pool the
   /// machine cannot make stops the start with its name instead of failing a first allocation;
@@ -60,7 +58,6 @@ class memory_book {
   /// @throws request_error(internal) when the pool is unknown or cannot take it back.
   void adopt_allocation(object_id id, std::uint32_t pool_id, const placement& where,
                         const grant_details& grant);
-  void adopt_reservation(object_id id, std::unique_ptr<reservation> adopted);
   /// @brief Ids below @p limit are not given to new instances: a client may still know an
   /// instance of the previous daemon by one of them.
   void reserve_pool_ids(std::uint32_t limit);
@@ -77,8 +74,6 @@ class memory_book {
   }
   /// @return the pool and place of allocation @p id, nullopt for no such allocation.
   std::optional<std::pair<const pool*, placement>> placement_of(object_id id) const;
-  /// @return nullptr for no such reservation.
-  const reservation* reservation_of(object_id id) const noexcept;
   /// @}
 
   /// @throws request_error for an unknown device or pool, a taken name, or a full pool.
@@ -87,19 +82,6 @@ class memory_book {
   proto::allocation_reply open(client_id client, const proto::open_request& request);
   /// @throws request_error when the client holds no such allocation.
   void release(client_id client, const proto::release_request& request);
-
-  /// @throws request_error: not_supported without CUDA, already_exists, no_such_device,
-  /// out_of_memory.
-  proto::reservation_reply reserve(client_id client, const proto::reserve_request& request);
-  proto::reservation_reply open_reservation(client_id client, const proto::open_request& request);
-  /// @throws request_error(permission_denied) unless the client owns the reservation.
-  proto::reservation_reply resize_reservation(client_id client,
-                                              const proto::resize_request& request);
-  /// @brief One page of a held reservation's chunks; @p fds gets their descriptors (owned by
-  /// the reservation), one per record.
-  proto::chunks_reply chunks(client_id client, const proto::chunks_request& request,
-                             std::vector<int>& fds);
-  void release_reservation(client_id client, object_id reservation_id);
 
   /// @brief The ledger took the last reference of some client off @p id: frees the memory
   /// once nobody holds it.
@@ -128,7 +110,6 @@ class memory_book {
   proto::stats_reply stats() const;
   /// @brief Pages of what @p asker may see (access_policy::may_see).
   proto::allocation_list_reply list_allocations(client_id asker, object_id after) const;
-  proto::reservation_list_reply list_reservations(client_id asker, object_id after) const;
 
   static constexpr std::size_t kPageSize = 256;
   /// Pools a restarted daemon keeps serving though its configuration dropped them.
@@ -154,16 +135,10 @@ class memory_book {
   void release_if_retired_and_empty(pool& instance) noexcept;
   /// @throws request_error(out_of_memory) when the family has no room for @p size.
   pool& instance(pool_family& family, const access_class& tenant, std::uint64_t size);
-  /// The id of the object named @p name in @p family, held once more by @p client.
-  /// @throws request_error not_found, permission_denied.
-  object_id open_named(client_id client, object_family family, std::string_view name,
-                       proto::access_mode access);
   /// @brief What @p client needs to import allocation @p id (for a client that shares no
   /// events with the daemon, once the allocation is done).
   proto::allocation_reply grant(client_id client, object_id id, const object_row& row,
                                 proto::access_mode access) const;
-  proto::reservation_reply grant(object_id id, const reservation& backing,
-                                 proto::access_mode access) const;
 
   ledger& rows_;
   const access_policy& access_;
@@ -172,9 +147,7 @@ class memory_book {
   std::vector<pool_family> families_;
   std::vector<std::unique_ptr<pool>> pools_;  ///< every instance, by id; empty once released
   std::vector<std::pair<std::size_t, access_class>> pool_owner_;  ///< by id: family, class
-  reservation_maker make_reservation_;
   std::unordered_map<object_id, placed> allocations_;
-  std::unordered_map<object_id, std::unique_ptr<reservation>> reservations_;
 };
 
 }  // namespace gpumem::daemon

@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// @brief The physical side of a VMM reservation as the daemon holds it: an ordered list of
-/// equal chunks, each exportable as a descriptor. Clients reserve their own virtual range and
-/// map the chunks at the same offsets, so the shared range grows and shrinks in place.
+/// @brief The physical side of one version of a reservation as the daemon holds it: an ordered
+/// list of equal chunks, each exportable as a descriptor (VMM chunks on a GPU, memfds on the
+/// host). Clients reserve their own virtual range and map the chunks at the same offsets, so the
+/// shared range grows and shrinks in place.
 
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@ class reservation {
   struct chunk {
     std::uint64_t id;  ///< unique in the daemon's life: a new chunk never reuses an id
     int fd;            ///< the chunk's shareable handle, owned by the reservation
+    int read_only_fd;  ///< what readers get: the host backend's cannot map writable
   };
 
   reservation() = default;
@@ -36,6 +38,18 @@ class reservation {
   /// @throws request_error(out_of_memory) when the device has no room; nothing changes then.
   virtual void resize(std::size_t chunks) = 0;
 
+  /// @name Sleep and wake. They run on a worker thread while the loop leaves the reservation
+  /// alone; @p host holds committed() bytes. @throws request_error, cuda::cuda_error
+  /// @{
+  virtual void copy_out(std::byte* host) const = 0;
+  virtual void copy_in(const std::byte* host) = 0;
+  virtual void clear() = 0;  ///< every committed byte reads zero
+  /// @}
+  /// @brief Makes the chunks unchangeable where the backend can: the host seals its memfds
+  /// against writing. CUDA has no such seal; readers map read-only all the same.
+  /// @throws request_error(busy) when a chunk is still mapped writable somewhere.
+  virtual void seal() {}
+
   std::uint64_t committed() const noexcept { return chunk_count() * chunk_size(); }
 };
 
@@ -49,7 +63,8 @@ std::uint64_t next_chunk_id() noexcept;
 void chunk_ids_from(std::uint64_t next) noexcept;
 /// @}
 
-/// Makes the reservation of @p max_size bytes on @p device; throws request_error.
+/// Makes the reservation of @p max_size bytes on @p device (never kHostDevice: the host
+/// backend is always there, daemon/memory/host_reservation.hpp); throws request_error.
 using reservation_maker =
     std::function<std::unique_ptr<reservation>(std::int32_t device, std::uint64_t max_size)>;
 

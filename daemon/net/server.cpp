@@ -81,7 +81,9 @@ server::server(asio::io_context& io, const daemon_config& config, books& state,
       accept_pause_(io),
       accept_log_(kAcceptLogInterval),
       refusal_log_(kAcceptLogInterval),
-      adopted_(io, state, [this] { settle_pending(); }) {
+      adopted_(io, state, [this] { settle_pending(); }),
+      worker_(io, [this] { books_.write_changes(); }) {
+  books_.reservations.set_background(&worker_);
   signals_.add(SIGHUP);
   signals_.add(SIGUSR1);
   if (passed_listener) {
@@ -156,6 +158,7 @@ void server::adopt_socket(unique_fd listener) {
 }
 
 server::~server() {
+  books_.reservations.set_background(nullptr);
   if (owns_socket_file_ && acceptor_.is_open()) ::unlink(socket_path_.c_str());
 }
 

@@ -21,6 +21,7 @@
 #include "net/adopted_processes.hpp"
 #include "net/asio.hpp"
 #include "net/session.hpp"
+#include "net/worker_thread.hpp"
 #include "rate_limited_log.hpp"
 
 namespace gpumem::daemon {
@@ -85,6 +86,8 @@ class server {
   bool owns_socket_file_ = true;
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
   adopted_processes adopted_;
+  /// Copies of sleep and wake; joined before the books it reports to can go.
+  worker_thread worker_;
 };
 
 }  // namespace gpumem::daemon

@@ -88,12 +88,13 @@ bool access_policy::may_see_client(const credentials& who,
   return is_admin(who) || who.uid == other.uid;
 }
 
-void access_policy::check_reset(const credentials& who, object_id id, const object_row& row) const {
+void access_policy::check_operate(const credentials& who, object_id id, const object_row& row,
+                                  std::string_view action) const {
   if (is_admin(who) || who.uid == row.owner_uid) return;
   throw request_error(errc::permission_denied,
-                      fmt::format("{} may not reset {}: only its owner uid and administrators "
+                      fmt::format("{} may not {} {}: only its owner uid and administrators "
                                   "(root, access.admin_group) may",
-                                  describe(who), describe_object(id, row)));
+                                  describe(who), action, describe_object(id, row)));
 }
 
 }  // namespace gpumem::daemon

@@ -49,9 +49,11 @@ class access_policy {
   bool may_see(const credentials& who, const object_row& row) const noexcept;
   /// @brief Lists show a client to clients of its uid and to administrators.
   bool may_see_client(const credentials& who, const credentials& other) const noexcept;
-  /// @brief An operator's reset: the owner uid or an administrator.
+  /// @brief An operator's act on an object (a reset, a sleep): the owner uid or an
+  /// administrator. @p action completes "may not ..." in the refusal ("reset", "wake").
   /// @throws request_error(permission_denied)
-  void check_reset(const credentials& who, object_id id, const object_row& row) const;
+  void check_operate(const credentials& who, object_id id, const object_row& row,
+                     std::string_view action) const;
 
   /// "pid 42 uid 1001 (label)" for log lines and refusals.
   static std::string describe(const credentials& who, const std::string& label = {});

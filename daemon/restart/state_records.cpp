@@ -98,6 +98,101 @@ saved_client get_client(record_reader& in) {
   return client;
 }
 
+void put_chunk_ids(record_writer& out, std::uint64_t version, const reservation* chunks) {
+  out.put(version);
+  const std::size_t count = chunks != nullptr ? chunks->chunk_count() : 0;
+  out.put(static_cast<std::uint32_t>(count));
+  for (std::size_t index = 0; index < count; ++index) out.put(chunks->chunk_at(index).id);
+}
+
+saved_reservation::version_chunks get_chunk_ids(record_reader& in) {
+  saved_reservation::version_chunks read;
+  read.version = in.get<std::uint64_t>();
+  read.chunks.resize(in.get_count(8));
+  for (auto& chunk : read.chunks) chunk = in.get<std::uint64_t>();
+  return read;
+}
+
+// A sleep or wake under way is written as where it started from: the copy it makes is not
+// complete until it is done, and a restarted daemon starts from what is.
+saved_reservation::phase saved_phase(const versioned_reservation& entry) {
+  using phase = versioned_reservation::phase;
+  switch (entry.current_phase()) {
+    case phase::asleep:
+    case phase::copying_in:
+      return saved_reservation::phase::asleep;
+    case phase::lost:
+      return saved_reservation::phase::lost;
+    default:
+      return saved_reservation::phase::awake;
+  }
+}
+
+void put_reservation(record_writer& out, const versioned_reservation& entry) {
+  out.put(std::uint8_t{4});
+  out.put(entry.device());
+  out.put(entry.max_size());
+  out.put(entry.chunk_size());
+  const saved_reservation::phase phase = saved_phase(entry);
+  out.put(phase);
+  out.put(entry.committed());
+  out.put(entry.attempt());
+  put_chunk_ids(out, entry.version(),
+                phase == saved_reservation::phase::awake ? entry.current_for_saving() : nullptr);
+  out.put(static_cast<std::uint32_t>(entry.older().size()));
+  for (const auto& [version, chunks] : entry.older()) put_chunk_ids(out, version, chunks.get());
+  out.put(entry.draft_writer());
+  if (entry.draft_writer() != 0) put_chunk_ids(out, entry.draft_version(), entry.draft_chunks());
+  out.put(static_cast<std::uint32_t>(entry.mapped().size()));
+  for (const auto& [holder, version] : entry.mapped()) {
+    out.put(holder);
+    out.put(version);
+  }
+  out.put(static_cast<std::uint32_t>(entry.writers().size()));
+  for (const client_id writer : entry.writers()) out.put(writer);
+  out.put(phase == saved_reservation::phase::asleep && entry.host_copy() != nullptr);
+}
+
+saved_reservation get_first_reservation(record_reader& in) {
+  saved_reservation backing;
+  backing.device = in.get<std::int32_t>();
+  backing.max_size = in.get<std::uint64_t>();
+  backing.chunk_size = in.get<std::uint64_t>();
+  backing.current.version = 1;
+  backing.current.chunks.resize(in.get_count(8));
+  for (auto& chunk : backing.current.chunks) chunk = in.get<std::uint64_t>();
+  backing.committed = backing.current.chunks.size() * backing.chunk_size;
+  return backing;
+}
+
+saved_reservation get_reservation(record_reader& in) {
+  saved_reservation backing;
+  backing.notice_kept = true;
+  backing.device = in.get<std::int32_t>();
+  backing.max_size = in.get<std::uint64_t>();
+  backing.chunk_size = in.get<std::uint64_t>();
+  backing.state = in.get<saved_reservation::phase>();
+  if (backing.state > saved_reservation::phase::lost) {
+    throw format_error("a reservation in an unknown state");
+  }
+  backing.committed = in.get<std::uint64_t>();
+  backing.attempt = in.get<std::uint64_t>();
+  backing.current = get_chunk_ids(in);
+  backing.older.resize(in.get_count(8 + 4));
+  for (auto& older : backing.older) older = get_chunk_ids(in);
+  backing.draft_writer = in.get<client_id>();
+  if (backing.draft_writer != 0) backing.draft = get_chunk_ids(in);
+  const std::size_t mapped = in.get_count(8 + 8);
+  for (std::size_t each = 0; each < mapped; ++each) {
+    const auto holder = in.get<client_id>();
+    backing.mapped[holder] = in.get<std::uint64_t>();
+  }
+  backing.writers.resize(in.get_count(8));
+  for (client_id& writer : backing.writers) writer = in.get<client_id>();
+  if (in.get_bool()) backing.sleep_copy = backing.attempt;
+  return backing;
+}
+
 void put_object(record_writer& out, const books& state, object_id id, const object_row& row) {
   out.put(row.kind);
   out.put_string(row.name);
@@ -121,15 +216,8 @@ void put_object(record_writer& out, const books& state, object_id id, const obje
     const grant_details grant = home->grant_of(where);
     out.put(grant.offset);
     out.put_bytes(grant.pointer_export);
-  } else if (const reservation* backing = state.memory.reservation_of(id)) {
-    out.put(std::uint8_t{2});
-    out.put(backing->device());
-    out.put(backing->max_size());
-    out.put(backing->chunk_size());
-    out.put(static_cast<std::uint32_t>(backing->chunk_count()));
-    for (std::size_t index = 0; index < backing->chunk_count(); ++index) {
-      out.put(backing->chunk_at(index).id);
-    }
+  } else if (const versioned_reservation* entry = state.reservations.find(id)) {
+    put_reservation(out, *entry);
   } else if (const auto cell = state.sync.cell_of(id)) {
     out.put(std::uint8_t{3});
     out.put(cell->page);
@@ -175,15 +263,12 @@ saved_object get_object(record_reader& in) {
       std::copy(exported.begin(), exported.end(), allocation.grant.pointer_export.begin());
       break;
     }
-    case 2: {
-      auto& backing = object.reservation.emplace();
-      backing.device = in.get<std::int32_t>();
-      backing.max_size = in.get<std::uint64_t>();
-      backing.chunk_size = in.get<std::uint64_t>();
-      backing.chunks.resize(in.get_count(8));
-      for (auto& chunk : backing.chunks) chunk = in.get<std::uint64_t>();
+    case 2:  // the first format, before versions: one set of chunks
+      object.reservation = get_first_reservation(in);
       break;
-    }
+    case 4:
+      object.reservation = get_reservation(in);
+      break;
     case 3: {
       auto& cell = object.cell.emplace();
       cell.page = in.get<std::uint32_t>();
@@ -326,6 +411,12 @@ std::string signal_fd_name(std::uint32_t page_id, std::int32_t device) {
 std::string client_fd_name(client_id client) {
   return fmt::format("client.{}", client);
 }
+std::string notice_fd_name(object_id reservation) {
+  return fmt::format("notice.{}", reservation);
+}
+std::string sleep_copy_fd_name(object_id reservation, std::uint64_t attempt) {
+  return fmt::format("asleep.{}.{}", reservation, attempt);
+}
 
 std::vector<std::pair<std::string, int>> descriptors_of(const books& state, record_key key) {
   std::vector<std::pair<std::string, int>> named;
@@ -344,10 +435,22 @@ std::vector<std::pair<std::string, int>> descriptors_of(const books& state, reco
       }
       break;
     case record_type::object:
-      if (const reservation* backing = state.memory.reservation_of(key.id)) {
-        for (std::size_t index = 0; index < backing->chunk_count(); ++index) {
-          const reservation::chunk each = backing->chunk_at(index);
-          named.emplace_back(chunk_fd_name(each.id), each.fd);
+      if (const versioned_reservation* entry = state.reservations.find(key.id)) {
+        named.emplace_back(notice_fd_name(key.id), entry->notice().fd());
+        const auto add_chunks = [&](const reservation* chunks) {
+          if (chunks == nullptr) return;
+          for (std::size_t index = 0; index < chunks->chunk_count(); ++index) {
+            const reservation::chunk each = chunks->chunk_at(index);
+            named.emplace_back(chunk_fd_name(each.id), each.fd);
+          }
+        };
+        const saved_reservation::phase phase = saved_phase(*entry);
+        if (phase == saved_reservation::phase::awake) add_chunks(entry->current_for_saving());
+        for (const auto& [version, chunks] : entry->older()) add_chunks(chunks.get());
+        add_chunks(entry->draft_chunks());
+        if (phase == saved_reservation::phase::asleep && entry->host_copy() != nullptr) {
+          named.emplace_back(sleep_copy_fd_name(key.id, entry->attempt()),
+                             entry->host_copy()->memory.get());
         }
       }
       break;

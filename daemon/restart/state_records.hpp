@@ -35,10 +35,27 @@ struct saved_allocation {
   grant_details grant;
 };
 struct saved_reservation {
+  enum class phase : std::uint8_t { awake, asleep, lost };
+  struct version_chunks {
+    std::uint64_t version = 0;
+    std::vector<std::uint64_t> chunks;  ///< ids, in order
+  };
   std::int32_t device = 0;
   std::uint64_t max_size = 0;
   std::uint64_t chunk_size = 0;
-  std::vector<std::uint64_t> chunks;  ///< ids, in order
+  version_chunks current;  ///< no chunks while asleep
+  std::uint64_t committed = 0;
+  phase state = phase::awake;
+  std::vector<version_chunks> older;
+  std::optional<version_chunks> draft;
+  client_id draft_writer = 0;
+  std::map<client_id, std::uint64_t> mapped;
+  std::vector<client_id> writers;
+  /// The notice page and the sleep copy are in the fd store (a record of the first format, from
+  /// before versions, has neither: the notice page is made anew).
+  bool notice_kept = false;
+  std::optional<std::uint64_t> sleep_copy;  ///< the copy's attempt, which names its fd
+  std::uint64_t attempt = 0;
 };
 struct saved_object {
   object_row row;
@@ -73,6 +90,8 @@ std::string chunk_fd_name(std::uint64_t chunk_id);
 std::string page_fd_name(std::uint32_t page_id);
 std::string signal_fd_name(std::uint32_t page_id, std::int32_t device);
 std::string client_fd_name(client_id client);
+std::string notice_fd_name(object_id reservation);
+std::string sleep_copy_fd_name(object_id reservation, std::uint64_t attempt);
 
 /// @brief The descriptors the books hold for @p key (not clients': their pidfds are the
 /// store's), by fd-store name.

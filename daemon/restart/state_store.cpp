@@ -11,6 +11,7 @@
 
 #include "gpumem/shared/os/memfd.hpp"
 #include "gpumem/shared/os/pidfd.hpp"
+#include "memory/host_reservation.hpp"
 #include "memory/pool_factory.hpp"
 #include "request_error.hpp"
 #include "restart/record_codec.hpp"
@@ -153,6 +154,54 @@ void state_store::adopt(books& state) {
   throw format_error("no state snapshot passed by systemd is readable");
 }
 
+std::unique_ptr<versioned_reservation> state_store::adopt_reservation(
+    const saved_reservation& saved, object_id id, const reservation_adopter& device) {
+  if (saved.device != proto::kHostDevice && !device) {
+    throw std::runtime_error("reservations on a GPU need CUDA");
+  }
+  const auto chunks_of =
+      [&](const saved_reservation::version_chunks& ids) -> std::unique_ptr<reservation> {
+    std::vector<adopted_chunk> chunks;
+    for (const std::uint64_t chunk : ids.chunks) {
+      unique_fd fd = take_passed(chunk_fd_name(chunk));
+      if (!fd) throw std::runtime_error("chunk " + std::to_string(chunk) + " was not kept");
+      chunks.push_back({chunk, std::move(fd)});
+    }
+    if (saved.device == proto::kHostDevice) {
+      return std::make_unique<host_reservation>(saved.max_size, std::move(chunks));
+    }
+    return device(saved.device, saved.max_size, saved.chunk_size, std::move(chunks));
+  };
+  versioned_reservation::saved state;
+  state.version = saved.current.version;
+  state.committed = saved.committed;
+  if (saved.state == saved_reservation::phase::awake) state.current = chunks_of(saved.current);
+  for (const auto& older : saved.older) state.older.push_back({older.version, chunks_of(older)});
+  if (saved.draft) {
+    state.draft = chunks_of(*saved.draft);
+    state.draft_writer = saved.draft_writer;
+  }
+  state.mapped = saved.mapped;
+  state.writers.insert(saved.writers.begin(), saved.writers.end());
+  state.attempt = saved.attempt;
+  if (saved.sleep_copy) {
+    unique_fd copy = take_passed(sleep_copy_fd_name(id, *saved.sleep_copy));
+    if (!copy) throw std::runtime_error("its sleep copy was not kept");
+    state.host_copy = sleep_copy::adopt(std::move(copy));
+  }
+  state.asleep = saved.state == saved_reservation::phase::asleep;
+  state.lost = saved.state == saved_reservation::phase::lost;
+  const auto kept_notice = [&] {
+    unique_fd kept = take_passed(notice_fd_name(id));
+    if (!kept) throw std::runtime_error("its notice page was not kept");
+    return notice_page(std::move(kept));
+  };
+  // A record of the first format has no notice page: its holders fetch the new one on reopen.
+  return std::make_unique<versioned_reservation>(saved.device, saved.max_size, saved.chunk_size,
+                                                 std::move(state),
+                                                 saved.notice_kept ? kept_notice() : notice_page());
+}
+
 void state_store::adopt_image(books& state, const state_image& image) {
   // Clients resume their sessions only with the daemon they began them with.
   state.instance = image.meta.instance;
@@ -196,27 +245,20 @@ void state_store::adopt_image(books& state, const state_image& image) {
       drop("lock page", id, error.what());
     }
   }
-  const reservation_adopter adopt_reservation = make_reservation_adopter();
+  const reservation_adopter adopt_device_reservation = make_reservation_adopter();
   for (const auto& [id, saved] : image.objects) {
     try {
-      std::vector<adopted_chunk> chunks;
+      std::unique_ptr<versioned_reservation> reserved;
       if (saved.reservation) {
-        if (!adopt_reservation) throw std::runtime_error("reservations need CUDA");
-        for (const std::uint64_t chunk : saved.reservation->chunks) {
-          unique_fd fd = take_passed(chunk_fd_name(chunk));
-          if (!fd) throw std::runtime_error("chunk " + std::to_string(chunk) + " was not kept");
-          chunks.push_back({chunk, std::move(fd)});
-        }
+        reserved = adopt_reservation(*saved.reservation, id, adopt_device_reservation);
       }
       state.rows.restore_object(id, saved.row);
       try {
         if (saved.allocation) {
           state.memory.adopt_allocation(id, saved.allocation->pool, saved.allocation->where,
                                         saved.allocation->grant);
-        } else if (saved.reservation) {
-          state.memory.adopt_reservation(
-              id, adopt_reservation(saved.reservation->device, saved.reservation->max_size,
-                                    saved.reservation->chunk_size, std::move(chunks)));
+        } else if (reserved) {
+          state.reservations.adopt(id, std::move(reserved));
         } else if (saved.cell) {
           state.sync.adopt_cell(id, *saved.cell);
         }

@@ -70,6 +70,11 @@ class state_store final : public state_keeper {
   record_map read_generation(std::uint64_t generation);
   void adopt_image(books& state, const state_image& image);
   unique_fd take_passed(const std::string& name);
+  /// A kept reservation from its record and its descriptors: every version's chunks, the
+  /// notice page, the sleep copy. @throws std::runtime_error naming what was not kept.
+  std::unique_ptr<versioned_reservation> adopt_reservation(const saved_reservation& saved,
+                                                           object_id id,
+                                                           const reservation_adopter& device);
   /// Stores the fds @p key needs now (none when not @p present) that are not stored yet, and
   /// adds to @p removed the names it needs no more.
   void keep_descriptors(const record_key& key, bool present, std::vector<std::string>& removed);

@@ -490,7 +490,7 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
   const object_id id = *known;
   const object_row& row = *rows_.find(id);
   const client_row& asker = rows_.client(client);
-  access_.check_reset(asker.who, id, row);
+  access_.check_operate(asker.who, id, row, "reset");
   const std::string by = access_policy::describe(asker.who, asker.label);
   cell_entry& entry = objects_.at(id);
   signal_page* page = gpu_page_of(row, entry);

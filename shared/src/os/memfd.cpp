@@ -10,13 +10,26 @@
 
 namespace gpumem::os {
 
-unique_fd make_sealed_memfd(const std::string& name, std::size_t size) {
+unique_fd make_memfd(const std::string& name, std::size_t size) {
   unique_fd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create " + name);
+  // Mode 0600: a process of another uid given a read-only descriptor cannot open it again
+  // read-write through /proc/self/fd (memfds start as 0777, and that reopening checks the mode).
+  if (::fchmod(fd.get(), 0600) != 0) {
+    throw std::system_error(errno, std::system_category(), "fchmod of memfd " + name);
+  }
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
     throw std::system_error(errno, std::system_category(), "sizing memfd " + name);
   }
-  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    throw std::system_error(errno, std::system_category(), "sealing memfd " + name);
+  }
+  return fd;
+}
+
+unique_fd make_sealed_memfd(const std::string& name, std::size_t size) {
+  unique_fd fd = make_memfd(name, size);
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SEAL) != 0) {
     throw std::system_error(errno, std::system_category(), "sealing memfd " + name);
   }
   return fd;

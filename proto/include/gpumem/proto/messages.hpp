@@ -234,6 +234,11 @@ enum class reservation_state : std::uint32_t {
   lost = 3,      ///< its owner let go of it while it slept: gone for good
 };
 inline constexpr std::uint32_t kReservationStates = 4;
+constexpr const char* to_string(reservation_state state) noexcept {
+  constexpr const char* kNames[kReservationStates] = {"awake", "draining", "asleep", "lost"};
+  const auto index = static_cast<std::uint32_t>(state);
+  return index < kReservationStates ? kNames[index] : "unknown";
+}
 
 /// Sent by reserve and open_reservation with one fd: the reservation's notice page, a sealed
 /// memfd that holders map read-only (gpumem/shared/reservation_notice.hpp).
@@ -502,36 +507,36 @@ using usage_list_reply = list_payload<list_head, usage_record>;
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
 
 // X(name, id, request payload, reply payload, reply fd count, what it is for)
-#define GPUMEM_MESSAGE_TABLE(X)                                                              \
-  X(hello, 1, hello_request, hello_reply, 0, "open a session")                               \
-  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                     \
-  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")       \
-  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")              \
-  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                   \
-  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                \
-  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                   \
-  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                \
-  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")         \
-  X(reserve, 10, reserve_request, reservation_reply, 1, "make a reservation")                \
-  X(open_reservation, 11, open_request, reservation_reply, 1, "open a named reservation")    \
-  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")      \
-  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")    \
-  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one") \
-  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")     \
-  X(attach_sync, 16, empty_payload, sync_attach_reply, 1, "the lock and barrier page")       \
-  X(open_sync, 17, sync_open_request, sync_open_reply, 0, "open a lock, barrier, channel")   \
-  X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                   \
-  X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")           \
-  X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")         \
-  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a page's signal page")  \
-  X(get_sync_page, 22, sync_page_request, sync_page_reply, 1, "a lock and barrier page")     \
-  X(list_usage, 30, list_request, usage_list_reply, 0, "use and quotas per uid")             \
+#define GPUMEM_MESSAGE_TABLE(X)                                                               \
+  X(hello, 1, hello_request, hello_reply, 0, "open a session")                                \
+  X(ping, 2, empty_payload, empty_payload, 0, "round trip with no work")                      \
+  X(get_pool, 3, get_pool_request, pool_reply, 1, "fetch one pool's shareable handle")        \
+  X(allocate, 4, allocate_request, allocation_reply, 0, "allocate from a pool")               \
+  X(open, 5, open_request, allocation_reply, 0, "open a named allocation")                    \
+  X(release, 6, release_request, empty_payload, 0, "let go of an allocation")                 \
+  X(stats, 7, empty_payload, stats_reply, 0, "pool and client statistics")                    \
+  X(list_clients, 8, list_request, client_list_reply, 0, "connected clients")                 \
+  X(list_allocations, 9, list_request, allocation_list_reply, 0, "live allocations")          \
+  X(reserve, 10, reserve_request, reservation_reply, 1, "make a reservation")                 \
+  X(open_reservation, 11, open_request, reservation_reply, 1, "open a named reservation")     \
+  X(resize_reservation, 12, resize_request, reservation_reply, 0, "commit or decommit")       \
+  X(get_chunks, 13, chunks_request, chunks_reply, kFdPerRecord, "a reservation's chunks")     \
+  X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one")  \
+  X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")      \
+  X(attach_sync, 16, empty_payload, sync_attach_reply, 1, "the lock and barrier page")        \
+  X(open_sync, 17, sync_open_request, sync_open_reply, 0, "open a lock, barrier, channel")    \
+  X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                    \
+  X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")            \
+  X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")          \
+  X(get_signal_page, 21, signal_page_request, signal_page_reply, 1, "a page's signal page")   \
+  X(get_sync_page, 22, sync_page_request, sync_page_reply, 1, "a lock and barrier page")      \
+  X(list_usage, 30, list_request, usage_list_reply, 0, "use and quotas per uid")              \
   X(begin_version, 31, begin_version_request, reservation_reply, 0, "start the next version") \
-  X(commit_version, 32, version_request, reservation_reply, 0, "make the draft current")     \
-  X(abandon_version, 33, version_request, empty_payload, 0, "drop the draft")                \
-  X(quiesce_reservation, 34, reservation_release_request, empty_payload, 0, "maps nothing")  \
-  X(sleep_reservation, 35, sleep_request, reservation_status, 0, "put one to sleep")         \
-  X(wake_reservation, 36, reservation_target, reservation_status, 0, "wake one")             \
+  X(commit_version, 32, version_request, reservation_reply, 0, "make the draft current")      \
+  X(abandon_version, 33, version_request, empty_payload, 0, "drop the draft")                 \
+  X(quiesce_reservation, 34, reservation_release_request, empty_payload, 0, "maps nothing")   \
+  X(sleep_reservation, 35, sleep_request, reservation_status, 0, "put one to sleep")          \
+  X(wake_reservation, 36, reservation_target, reservation_status, 0, "wake one")              \
   X(get_reservation_status, 37, reservation_target, reservation_status, 0, "where one is")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;

@@ -28,6 +28,7 @@ namespace gpumem::cuda {
   X(cuCtxSetCurrent)                    \
   X(cuCtxGetCurrent)                    \
   X(cuCtxGetDevice)                     \
+  X(cuCtxSynchronize)                   \
   X(cuStreamCreate)                     \
   X(cuStreamDestroy)                    \
   X(cuStreamSynchronize)                \
@@ -63,7 +64,9 @@ namespace gpumem::cuda {
   X(cuMemUnmap)                         \
   X(cuMemSetAccess)                     \
   X(cuMemsetD32)                        \
+  X(cuMemsetD8)                         \
   X(cuMemcpyDtoH)                       \
+  X(cuMemcpyHtoD)                       \
   X(cuMemHostRegister)                  \
   X(cuMemHostUnregister)                \
   X(cuMemHostGetDevicePointer)

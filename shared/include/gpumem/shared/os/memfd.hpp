@@ -10,14 +10,18 @@
 
 namespace gpumem::os {
 
-/// @brief A memfd of @p size zeroed bytes (close-on-exec), sealed against resizing: a client
-/// that shrank it would make every other mapping of it fault (SIGBUS).
+/// @brief A memfd of @p size zeroed bytes (close-on-exec, mode 0600), sealed against resizing: a
+/// client that shrank it would make every other mapping of it fault (SIGBUS).
 /// @param name shown in /proc/PID/maps and fd listings, e.g. "gpumemd:frames".
 /// @throws std::system_error naming the step that failed.
 unique_fd make_sealed_memfd(const std::string& name, std::size_t size);
+/// @brief As make_sealed_memfd, but its owner may add seals later (F_SEAL_WRITE, to freeze
+/// what it holds); a reader's read-only descriptor cannot add any.
+unique_fd make_memfd(const std::string& name, std::size_t size);
 
-/// @brief The same memfd opened again read-only: mmap refuses to map it writable, so a client
-/// given it can read and never write. @throws std::system_error
+/// @brief The same memfd opened again read-only: mmap refuses to map it writable, and a process
+/// of another uid cannot reopen it writable (the memfd's mode is 0600), so a client given it can
+/// read and never write. @throws std::system_error
 unique_fd reopen_read_only(int memfd);
 
 /// @brief The size of the file behind @p fd. @throws std::system_error

@@ -1,0 +1,18 @@
+#pragma once
+/// @file
+/// @brief Opening an object by name, as allocations and reservations do: found, allowed, held.
+
+#include <string_view>
+
+#include "gpumem/proto/messages.hpp"
+#include "ledger/ledger.hpp"
+#include "policy/access_policy.hpp"
+
+namespace gpumem::daemon {
+
+/// @brief The id of the object named @p name in @p family, held once more by @p client.
+/// @throws request_error not_found, permission_denied.
+object_id open_named(ledger& rows, const access_policy& access, client_id client,
+                     object_family family, std::string_view name, proto::access_mode wanted);
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,488 @@
+#include "memory/reservation_book.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "memory/host_reservation.hpp"
+#include "memory/open_named.hpp"
+#include "request_error.hpp"
+
+namespace gpumem::daemon {
+
+using proto::errc;
+
+namespace {
+proto::wire_name to_wire(const std::string& text) {
+  proto::wire_name name{};
+  (void)proto::make_wire_name(text, name);  // every stored name was checked on the way in
+  return name;
+}
+
+std::uint64_t whole_chunks(std::uint64_t bytes, std::uint64_t chunk) {
+  return (bytes + chunk - 1) / chunk;
+}
+
+std::string what_failed(const std::exception_ptr& failure, errc& code) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const request_error& error) {
+    code = error.code();
+    return error.what();
+  } catch (const std::exception& error) {
+    code = errc::internal;
+    return error.what();
+  }
+}
+}  // namespace
+
+reservation_book::reservation_book(ledger& rows, const access_policy& access,
+                                   const quota_policy& quotas,
+                                   reservation_maker make_device_reservation)
+    : rows_(rows),
+      access_(access),
+      quotas_(quotas),
+      make_device_reservation_(std::move(make_device_reservation)) {}
+
+std::unique_ptr<reservation> reservation_book::make(std::int32_t device,
+                                                    std::uint64_t max_size) const {
+  if (device == proto::kHostDevice) return make_host_reservation(max_size);
+  if (!make_device_reservation_) {
+    throw request_error(errc::not_supported,
+                        fmt::format("reservations on cuda:{} need the CUDA backend, unavailable "
+                                    "here (device -1, the host, is)",
+                                    device));
+  }
+  return make_device_reservation_(device, max_size);
+}
+
+proto::reservation_reply reservation_book::grant(object_id id, const versioned_reservation& entry,
+                                                 proto::access_mode access) const {
+  proto::reservation_reply reply{};
+  reply.reservation_id = id;
+  reply.max_size = entry.max_size();
+  reply.committed = entry.committed();
+  reply.chunk_size = entry.chunk_size();
+  reply.device = entry.device();
+  reply.access = access;
+  reply.version = entry.version();
+  return reply;
+}
+
+versioned_reservation& reservation_book::held(client_id client, object_id id, bool owner_only,
+                                              const char* what) {
+  const object_row& row = rows_.held(client, id, object_family::reservation);
+  if (owner_only && row.owner != client) {
+    throw request_error(errc::permission_denied,
+                        fmt::format("only the owner may {} reservation {}", what, id));
+  }
+  return *entries_.at(id);
+}
+
+proto::reservation_reply reservation_book::reserve(client_id client,
+                                                   const proto::reserve_request& request) {
+  std::string name(request.name.view());
+  if (!name.empty() && rows_.find_name(object_family::reservation, name)) {
+    throw request_error(errc::already_exists,
+                        fmt::format("a reservation named '{}' already exists", name));
+  }
+  quotas_.check(rows_, client, charge::memory(request.device, request.initial_size));
+  std::unique_ptr<reservation> first = make(request.device, request.max_size);
+  first->resize(whole_chunks(request.initial_size, first->chunk_size()));
+  auto entry = std::make_shared<versioned_reservation>(std::move(first), notice_page());
+  const object_id id =
+      rows_.add(client, {object_kind::reservation, std::move(name), entry->committed(),
+                         request.device, access_.mode_for(request.flags)});
+  try {
+    entries_.emplace(id, entry);
+    entry->add_writer(client);
+    return grant(id, *entry, proto::access_mode::read_write);
+  } catch (...) {
+    entries_.erase(id);
+    rows_.erase(id);
+    throw;
+  }
+}
+
+proto::reservation_reply reservation_book::open(client_id client,
+                                                const proto::open_request& request) {
+  const object_id id = open_named(rows_, access_, client, object_family::reservation,
+                                  request.name.view(), request.access);
+  versioned_reservation& entry = *entries_.at(id);
+  if (entry.current_phase() == versioned_reservation::phase::lost) {
+    release(client, id);
+    throw request_error(errc::not_found,
+                        fmt::format("reservation '{}' was lost: its owner let go of it while it "
+                                    "slept",
+                                    request.name.view()));
+  }
+  if (request.access == proto::access_mode::read_write) {
+    entry.add_writer(client);
+    rows_.touch(id);
+  }
+  return grant(id, entry, request.access);
+}
+
+int reservation_book::notice_fd(object_id id) const {
+  return entries_.at(id)->notice().read_only_fd();
+}
+
+proto::reservation_reply reservation_book::resize(client_id client,
+                                                  const proto::resize_request& request) {
+  versioned_reservation& entry = held(client, request.reservation_id, true, "resize");
+  reservation& backing = entry.resizable();
+  if (request.committed > backing.max_size()) {
+    throw request_error(errc::invalid_argument,
+                        fmt::format("{} bytes exceed reservation {}'s {}", request.committed,
+                                    request.reservation_id, backing.max_size()));
+  }
+  if (request.committed > backing.committed()) {
+    quotas_.check(rows_, client,
+                  charge::memory(backing.device(), request.committed - backing.committed(), 0));
+  }
+  backing.resize(whole_chunks(request.committed, backing.chunk_size()));
+  entry.resized();
+  rows_.set_bytes(request.reservation_id, backing.committed());
+  return grant(request.reservation_id, entry, proto::access_mode::read_write);
+}
+
+proto::chunks_reply reservation_book::chunks(client_id client, const proto::chunks_request& request,
+                                             std::vector<int>& fds) {
+  const object_id id = request.reservation_id;
+  versioned_reservation& entry = held(client, id, false, "map");
+  if (entry.current_phase() == versioned_reservation::phase::lost) {
+    throw request_error(errc::not_found,
+                        fmt::format("reservation {} was lost: its owner let go of it while it "
+                                    "slept",
+                                    id));
+  }
+  const bool draft = request.which == proto::chunk_set::draft;
+  const reservation* backing = nullptr;
+  std::uint64_t version = entry.version();
+  if (draft) {
+    version = request.version != 0 ? request.version : entry.draft_version();
+    backing = entry.draft(client, version);
+  } else {
+    if (request.first != 0 && request.version != entry.version()) {
+      throw request_error(errc::wrong_state,
+                          fmt::format("reservation {} is at version {} now, not {}: ask again "
+                                      "from its first chunk",
+                                      id, entry.version(), request.version));
+    }
+    backing = entry.current();
+    rows_.touch(id);
+    if (request.first == 0) entry.maps_current(client);
+  }
+  proto::chunks_reply reply;
+  reply.head.version = version;
+  reply.head.state = entry.state();
+  reply.head.generation = entry.notice().generation();
+  if (backing == nullptr) {  // asleep or going to sleep: the holder maps nothing from now on
+    copy_out_when_ready(id);
+    return reply;
+  }
+  // Only a writer of version 1 gets chunks it can map writable; later versions never change.
+  const bool writable = draft || (entry.version() == 1 && entry.may_write(client));
+  reply.head.committed_chunks = backing->chunk_count();
+  for (std::size_t index = request.first; index < backing->chunk_count(); ++index) {
+    if (reply.records.size() == proto::kMaxFdsPerMessage) {
+      reply.head.more = 1;
+      break;
+    }
+    const reservation::chunk each = backing->chunk_at(index);
+    reply.records.push_back({each.id, index});
+    fds.push_back(writable ? each.fd : each.read_only_fd);
+  }
+  reply.head.count = static_cast<std::uint32_t>(reply.records.size());
+  return reply;
+}
+
+void reservation_book::quiesce(client_id client, object_id id) {
+  held(client, id, false, "quiesce").maps_nothing(client);
+  rows_.touch(id);
+  copy_out_when_ready(id);
+}
+
+void reservation_book::release(client_id client, object_id id) {
+  const object_row& row = rows_.held(client, id, object_family::reservation);
+  if (rows_.drop_reference(id, client)) let_go(id, row);
+}
+
+proto::reservation_reply reservation_book::begin_version(
+    client_id client, const proto::begin_version_request& request) {
+  versioned_reservation& entry = held(client, request.reservation_id, true, "write a version of");
+  if (request.size > entry.max_size()) {
+    throw request_error(errc::invalid_argument,
+                        fmt::format("{} bytes exceed reservation {}'s {}", request.size,
+                                    request.reservation_id, entry.max_size()));
+  }
+  quotas_.check(rows_, client, charge::memory(entry.device(), request.size, 0));
+  std::unique_ptr<reservation> chunks = make(entry.device(), entry.max_size());
+  chunks->resize(whole_chunks(request.size, chunks->chunk_size()));
+  const std::uint64_t bytes = chunks->committed();
+  const std::uint64_t version = entry.begin_draft(client, std::move(chunks));
+  rows_.touch(request.reservation_id);
+  proto::reservation_reply reply =
+      grant(request.reservation_id, entry, proto::access_mode::read_write);
+  reply.version = version;
+  reply.committed = bytes;
+  return reply;
+}
+
+proto::reservation_reply reservation_book::commit_version(client_id client,
+                                                          const proto::version_request& request) {
+  versioned_reservation& entry = held(client, request.reservation_id, true, "commit a version of");
+  entry.commit_draft(client, request.version);
+  rows_.set_bytes(request.reservation_id, entry.committed());
+  rows_.touch(request.reservation_id);
+  spdlog::info("reservation {}: version {} committed ({} bytes)", request.reservation_id,
+               request.version, entry.committed());
+  return grant(request.reservation_id, entry, proto::access_mode::read_only);
+}
+
+void reservation_book::abandon_version(client_id client, const proto::version_request& request) {
+  held(client, request.reservation_id, true, "abandon a version of")
+      .abandon_draft(client, request.version);
+  rows_.touch(request.reservation_id);
+}
+
+std::pair<object_id, versioned_reservation*> reservation_book::targeted(
+    client_id client, const proto::reservation_target& target) {
+  object_id id = target.reservation_id;
+  if (id == 0) {
+    const auto found = rows_.find_name(object_family::reservation, target.name.view());
+    if (!found) {
+      throw request_error(errc::not_found,
+                          fmt::format("no reservation named '{}'", target.name.view()));
+    }
+    id = *found;
+  } else {
+    rows_.held(client, id, object_family::reservation);
+  }
+  return {id, entries_.at(id).get()};
+}
+
+proto::reservation_status reservation_book::sleep(client_id client,
+                                                  const proto::sleep_request& request) {
+  const auto [id, entry] = targeted(client, request.target);
+  access_.check_operate(rows_.client(client).who, id, *rows_.find(id), "put to sleep");
+  const std::chrono::milliseconds deadline = request.deadline_ms == 0
+                                                 ? kDefaultSleepDeadline
+                                                 : std::chrono::milliseconds(request.deadline_ms);
+  if (deadline > kLongestSleepDeadline) {
+    throw request_error(errc::invalid_argument,
+                        fmt::format("a sleep deadline of {} ms is longer than the {} ms allowed",
+                                    deadline.count(), kLongestSleepDeadline.count()));
+  }
+  if (background_ == nullptr) {
+    throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
+  }
+  entry->begin_sleep((request.flags & proto::kSleepDiscard) != 0);
+  rows_.touch(id);
+  spdlog::info("reservation {}: going to sleep ({}), {} holder(s) to let go within {} ms", id,
+               entry->discards() ? "discarding" : "copying", entry->holders_mapping().size(),
+               deadline.count());
+  const std::uint64_t attempt = entry->attempt();
+  background_->after(deadline, [this, id, attempt] { deadline_passed(id, attempt); });
+  copy_out_when_ready(id);
+  return entry->status(id);
+}
+
+void reservation_book::deadline_passed(object_id id, std::uint64_t attempt) {
+  const auto found = entries_.find(id);
+  if (found == entries_.end()) return;
+  versioned_reservation& entry = *found->second;
+  if (entry.attempt() != attempt ||
+      entry.current_phase() != versioned_reservation::phase::draining) {
+    return;
+  }
+  std::string names;
+  for (const client_id holder : entry.holders_mapping()) {
+    names += (names.empty() ? "" : ", ") + describe_holder(holder);
+  }
+  entry.fail(errc::busy, fmt::format("reservation {} stays awake: {} did not let go in time "
+                                     "(refresh() or quiesce() lets go)",
+                                     id, names));
+  rows_.touch(id);
+  spdlog::warn("reservation {}: sleep failed, holder(s) {} did not let go", id, names);
+}
+
+std::string reservation_book::describe_holder(client_id holder) const {
+  const auto found = rows_.clients().find(holder);
+  if (found == rows_.clients().end()) return fmt::format("client {}", holder);
+  return fmt::format("client {} ({})", holder,
+                     access_policy::describe(found->second.who, found->second.label));
+}
+
+void reservation_book::copy_out_when_ready(object_id id) {
+  const auto found = entries_.find(id);
+  if (found == entries_.end() || !found->second->ready_to_copy_out()) return;
+  std::shared_ptr<versioned_reservation> entry = found->second;
+  const reservation* from = entry->begin_copy_out();
+  rows_.touch(id);
+  auto copy = std::make_shared<std::optional<sleep_copy>>();
+  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t bytes = entry->committed();
+  background_->run(
+      [from, copy, bytes] {
+        if (from == nullptr) return;  // discarding
+        copy->emplace(sleep_copy::make(bytes));
+        from->copy_out(static_cast<std::byte*>((*copy)->mapped.get()));
+      },
+      [this, id, entry, copy, started, bytes](std::exception_ptr failure) {
+        if (!still_held(id, entry.get())) return;
+        rows_.touch(id);
+        if (failure) {
+          errc code = errc::internal;
+          const std::string why = what_failed(failure, code);
+          entry->fail(
+              code, fmt::format("reservation {} stays awake: copying it out failed: {}", id, why));
+          spdlog::error("reservation {}: sleep failed: {}", id, why);
+          return;
+        }
+        entry->finish_sleep(std::move(*copy));
+        spdlog::info("reservation {}: asleep, {} bytes {} in {} ms", id, bytes,
+                     entry->discards() ? "dropped" : "copied to the host",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - started)
+                         .count());
+        lose_if_owner_left(id, *entry);
+      });
+}
+
+proto::reservation_status reservation_book::wake(client_id client,
+                                                 const proto::reservation_target& target) {
+  const auto [id, entry] = targeted(client, target);
+  access_.check_operate(rows_.client(client).who, id, *rows_.find(id), "wake");
+  entry->check_may_wake();
+  if (background_ == nullptr) {
+    throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
+  }
+  std::unique_ptr<reservation> fresh = make(entry->device(), entry->max_size());
+  fresh->resize(whole_chunks(entry->committed(), fresh->chunk_size()));
+  reservation& into = entry->begin_copy_in(std::move(fresh));
+  rows_.touch(id);
+  std::shared_ptr<versioned_reservation> kept = entries_.at(id);
+  const sleep_copy* from = entry->host_copy();
+  const bool sealed = entry->version() > 1;
+  const auto started = std::chrono::steady_clock::now();
+  background_->run(
+      [&into, from, sealed] {
+        if (from == nullptr) {
+          into.clear();
+        } else {
+          into.copy_in(static_cast<const std::byte*>(from->mapped.get()));
+        }
+        if (sealed) into.seal();
+      },
+      [this, id, kept, started](std::exception_ptr failure) {
+        if (!still_held(id, kept.get())) return;
+        rows_.touch(id);
+        if (failure) {
+          errc code = errc::internal;
+          const std::string why = what_failed(failure, code);
+          kept->fail(code,
+                     fmt::format("reservation {} stays asleep: waking it failed: {}", id, why));
+          spdlog::error("reservation {}: wake failed: {}", id, why);
+          lose_if_owner_left(id, *kept);
+          return;
+        }
+        kept->finish_wake();
+        spdlog::info("reservation {}: awake in {} ms", id,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - started)
+                         .count());
+      });
+  return entry->status(id);
+}
+
+proto::reservation_status reservation_book::status(client_id client,
+                                                   const proto::reservation_target& target) {
+  const auto [id, entry] = targeted(client, target);
+  if (target.reservation_id == 0 && !access_.may_see(rows_.client(client).who, *rows_.find(id))) {
+    throw request_error(errc::not_found,
+                        fmt::format("no reservation named '{}'", target.name.view()));
+  }
+  return entry->status(id);
+}
+
+bool reservation_book::still_held(object_id id, const versioned_reservation* entry) const noexcept {
+  const auto found = entries_.find(id);
+  return found != entries_.end() && found->second.get() == entry;
+}
+
+void reservation_book::lose_if_owner_left(object_id id, versioned_reservation& entry) {
+  const object_row* row = rows_.find(id);
+  if (row == nullptr || row->owner != 0 ||
+      entry.current_phase() != versioned_reservation::phase::asleep) {
+    return;
+  }
+  entry.lose();
+  rows_.touch(id);
+  spdlog::info("reservation {}: lost, its owner let go of it while it slept", id);
+}
+
+void reservation_book::let_go(object_id id, const object_row& row) noexcept {
+  const auto found = entries_.find(id);
+  if (found != entries_.end()) {
+    versioned_reservation& entry = *found->second;
+    std::vector<client_id> gone;
+    for (const auto& [holder, version] : entry.mapped()) {
+      if (!row.holders.contains(holder)) gone.push_back(holder);
+    }
+    for (const client_id holder : entry.writers()) {
+      if (!row.holders.contains(holder)) gone.push_back(holder);
+    }
+    if (entry.draft_writer() != 0 && !row.holders.contains(entry.draft_writer())) {
+      gone.push_back(entry.draft_writer());
+    }
+    for (const client_id holder : gone) entry.forget(holder);
+    rows_.touch(id);
+    lose_if_owner_left(id, entry);
+    copy_out_when_ready(id);
+  }
+  if (!row.holders.empty()) return;
+  // A copy under way keeps its own reference: the entry goes when the copy is done.
+  entries_.erase(id);
+  rows_.erase(id);
+}
+
+proto::reservation_list_reply reservation_book::list(client_id asker, object_id after) const {
+  const credentials& who = rows_.client(asker).who;
+  return rows_.page<proto::reservation_record>(
+      object_family::reservation, after, kPageSize,
+      [&](const object_row& row) { return access_.may_see(who, row); },
+      [&](object_id id, const object_row& row) {
+        const versioned_reservation& entry = *entries_.at(id);
+        proto::reservation_record record{};
+        record.reservation_id = id;
+        record.max_size = entry.max_size();
+        record.committed = entry.committed();
+        record.owner_client_id = row.owner;
+        record.holders = static_cast<std::uint32_t>(row.holders.size());
+        record.device = entry.device();
+        record.name = to_wire(row.name);
+        record.version = entry.version();
+        record.draft_version = entry.draft_version();
+        record.oldest_mapped = entry.oldest_mapped();
+        record.retained_bytes = entry.retained_bytes();
+        record.host_bytes = entry.host_copy() ? entry.host_copy()->bytes : 0;
+        record.state = entry.state();
+        record.holders_current = entry.holders_on(entry.version());
+        record.holders_behind = entry.holders_behind();
+        return record;
+      });
+}
+
+void reservation_book::adopt(object_id id, std::unique_ptr<versioned_reservation> adopted) {
+  entries_.insert_or_assign(id, std::shared_ptr<versioned_reservation>(std::move(adopted)));
+}
+
+const versioned_reservation* reservation_book::find(object_id id) const noexcept {
+  const auto found = entries_.find(id);
+  return found == entries_.end() ? nullptr : found->second.get();
+}
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,189 @@
+#pragma once
+/// @file
+/// @brief A reservation as its holders see it: the version they are to map, older versions some
+/// holder still maps, the draft its owner writes, and its sleep.
+///
+/// Holders are told of every change through the notice page; each holder's answer to
+/// get_chunks records what it maps from then on (a version, or nothing). An older version's
+/// chunks go when no holder maps it. A sleep waits (draining) until no holder maps anything,
+/// then the bytes go to a memfd the daemon owns (copying out) and every chunk goes (asleep); a
+/// wake makes new chunks and copies the bytes back (copying in). The copies run on a worker
+/// thread: while one runs, the loop leaves the chunks and the memfd to it.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpumem/proto/errc.hpp"
+#include "gpumem/proto/messages.hpp"
+#include "gpumem/shared/os/mapping.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+#include "ledger/ledger.hpp"
+#include "memory/notice_page.hpp"
+#include "memory/reservation.hpp"
+
+namespace gpumem::daemon {
+
+/// Host memory the daemon owns that holds a sleeping reservation's bytes: a memfd, so that it
+/// can be kept in systemd's fd store across a restart.
+struct sleep_copy {
+  unique_fd memory;
+  os::mapping mapped;
+  std::uint64_t bytes = 0;
+
+  /// @brief A memfd of @p bytes, mapped, its pages made resident by several threads at once:
+  /// a copy into fresh pages runs at the speed the kernel can hand them out.
+  /// @throws std::system_error
+  static sleep_copy make(std::uint64_t bytes);
+  /// @throws std::system_error
+  static sleep_copy adopt(unique_fd memory);
+};
+
+class versioned_reservation {
+ public:
+  enum class phase { awake, draining, copying_out, asleep, copying_in, lost };
+
+  versioned_reservation(std::unique_ptr<reservation> first, notice_page notice);
+
+  /// @name What holders map.
+  /// @{
+  std::int32_t device() const noexcept { return device_; }
+  std::uint64_t max_size() const noexcept { return max_size_; }
+  std::uint64_t chunk_size() const noexcept { return chunk_size_; }
+  std::uint64_t version() const noexcept { return version_; }
+  /// Bytes of the current version, asleep or awake.
+  std::uint64_t committed() const noexcept { return committed_; }
+  phase current_phase() const noexcept { return phase_; }
+  proto::reservation_state state() const noexcept;
+  const notice_page& notice() const noexcept { return notice_; }
+  /// The current version's chunks; nullptr unless holders may map them (awake).
+  const reservation* current() const noexcept;
+  /// @brief The current version, for its owner to resize.
+  /// @throws request_error(wrong_state) after a later version was committed, or unless awake.
+  reservation& resizable();
+  /// @brief After a resize: holders map the change at their next refresh.
+  void resized();
+  /// @}
+
+  /// @name Holders: who maps which version (0: nothing), and who may write version 1.
+  /// @{
+  void add_writer(client_id holder) { writers_.insert(holder); }
+  bool may_write(client_id holder) const noexcept { return writers_.contains(holder); }
+  const std::set<client_id>& writers() const noexcept { return writers_; }
+  void maps_current(client_id holder);
+  void maps_nothing(client_id holder);
+  /// A holder let go for good; its draft, if it wrote one, goes.
+  void forget(client_id holder);
+  std::vector<client_id> holders_mapping() const;
+  /// The oldest version some holder maps; 0 when none maps any.
+  std::uint64_t oldest_mapped() const noexcept;
+  std::uint32_t holders_on(std::uint64_t version) const noexcept;
+  std::uint32_t holders_behind() const noexcept;
+  /// Chunks kept for older versions and the draft.
+  std::uint64_t retained_bytes() const noexcept;
+  /// @}
+
+  /// @name The owner's draft of the next version.
+  /// @{
+  /// @throws request_error(wrong_state) while a draft is open or unless awake.
+  std::uint64_t begin_draft(client_id writer, std::unique_ptr<reservation> chunks);
+  const reservation* draft(client_id writer, std::uint64_t draft_version) const;
+  std::uint64_t draft_version() const noexcept { return draft_ ? version_ + 1 : 0; }
+  /// @throws request_error(not_found) for no such draft of @p writer, (busy) when it is
+  /// still mapped writable (the host backend's seal).
+  void commit_draft(client_id writer, std::uint64_t draft_version);
+  void abandon_draft(client_id writer, std::uint64_t draft_version);
+  /// @}
+
+  /// @name Sleep and wake, in the order they happen. Each step that changes what holders map
+  /// publishes on the notice page.
+  /// @{
+  /// @throws request_error(wrong_state) unless awake with no draft open.
+  void begin_sleep(bool discard);
+  bool discards() const noexcept { return discard_; }
+  /// Draining, and no holder maps anything any more: the copy may start.
+  bool ready_to_copy_out() const noexcept;
+  /// @return the chunks the worker copies from (nullptr for a discarding sleep).
+  const reservation* begin_copy_out();
+  /// The bytes are safe in @p copy (empty for a discarding sleep): the chunks go.
+  void finish_sleep(std::optional<sleep_copy> copy);
+  /// @throws request_error(wrong_state) unless asleep.
+  void check_may_wake() const;
+  /// @return the new chunks, for the worker to fill from host_copy() (or clear).
+  reservation& begin_copy_in(std::unique_ptr<reservation> fresh);
+  void finish_wake();
+  /// The step under way failed: back to awake (sleep) or asleep (wake), nothing lost.
+  void fail(proto::errc code, std::string reason);
+  /// Its owner let go while it slept: the bytes go, and holders learn it is gone.
+  void lose();
+  const sleep_copy* host_copy() const noexcept { return host_copy_ ? &*host_copy_ : nullptr; }
+  /// Counts sleeps and wakes begun: a deadline set for one attempt ignores later ones.
+  std::uint64_t attempt() const noexcept { return attempt_; }
+  proto::reservation_status status(object_id id) const;
+  /// @}
+
+  /// @name Re-adoption (daemon/restart/).
+  /// @{
+  struct saved_version {
+    std::uint64_t version;
+    std::unique_ptr<reservation> chunks;
+  };
+  struct saved {
+    std::uint64_t version = 1;
+    std::uint64_t committed = 0;
+    std::unique_ptr<reservation> current;  ///< nullptr while asleep
+    std::vector<saved_version> older;
+    std::unique_ptr<reservation> draft;
+    client_id draft_writer = 0;
+    std::map<client_id, std::uint64_t> mapped;
+    std::set<client_id> writers;
+    std::uint64_t attempt = 0;
+    std::optional<sleep_copy> host_copy;  ///< asleep: the bytes (none after a discarding sleep)
+    bool asleep = false;
+    bool lost = false;
+  };
+  versioned_reservation(std::int32_t device, std::uint64_t max_size, std::uint64_t chunk_size,
+                        saved state, notice_page notice);
+  const std::map<std::uint64_t, std::unique_ptr<reservation>>& older() const noexcept {
+    return older_;
+  }
+  const std::map<client_id, std::uint64_t>& mapped() const noexcept { return mapped_; }
+  client_id draft_writer() const noexcept { return draft_writer_; }
+  const reservation* draft_chunks() const noexcept { return draft_.get(); }
+  /// The current version's chunks in any phase (nullptr asleep): a copy may be reading them.
+  const reservation* current_for_saving() const noexcept { return current_.get(); }
+  /// @}
+
+ private:
+  void publish() noexcept;
+  void retire_unmapped() noexcept;
+
+  std::int32_t device_;
+  std::uint64_t max_size_;
+  std::uint64_t chunk_size_;
+  notice_page notice_;
+  std::uint64_t version_ = 1;
+  std::uint64_t committed_ = 0;
+  phase phase_ = phase::awake;
+  std::unique_ptr<reservation> current_;
+  /// Older versions some holder still maps, by version.
+  std::map<std::uint64_t, std::unique_ptr<reservation>> older_;
+  std::unique_ptr<reservation> draft_;
+  client_id draft_writer_ = 0;
+  std::unique_ptr<reservation> waking_;
+  std::map<client_id, std::uint64_t> mapped_;
+  std::set<client_id> writers_;
+  std::optional<sleep_copy> host_copy_;
+  bool discard_ = false;
+  std::uint64_t attempt_ = 0;
+  proto::errc failure_ = proto::errc::ok;
+  std::string failure_reason_;
+};
+
+}  // namespace gpumem::daemon
