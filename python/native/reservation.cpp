@@ -30,6 +30,11 @@ reservation_core::reservation_core(Reservation reservation)
   take_snapshot();
 }
 
+void reservation_core::release() {
+  const std::lock_guard turn(mutex_);
+  reservation_.release();
+}
+
 bool reservation_core::read_only() const noexcept {
   return access_ == Access::read_only || version() > 1;
 }
@@ -115,7 +120,7 @@ void shared_reservation::release() {
   std::shared_ptr<reservation_core> core = std::move(core_);
   if (core.use_count() != 1) return;  // the last of its exports and its draft releases it
   py::gil_scoped_release released;
-  core->run([](Reservation& reservation) { reservation.release(); });
+  core->release();
 }
 
 void shared_reservation::hold_until_deallocated() {

@@ -41,6 +41,10 @@ class reservation_core {
     return work(reservation_);
   }
 
+  /// @brief The last call: unmaps and lets go, reporting failure. Nothing of the C++ object can
+  /// be read afterwards, so no snapshot is taken.
+  void release();
+
   void* data() const noexcept { return data_; }
   std::size_t max_size() const noexcept { return max_size_; }
   std::size_t chunk_size() const noexcept { return chunk_size_; }
