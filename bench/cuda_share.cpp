@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_daemon.hpp"
+#include "child_results.hpp"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/slab.hpp"
 #include "kernels.hpp"
@@ -28,62 +29,15 @@
 namespace {
 
 using namespace gpumem::testing;
+using gpumem::bench::in_child;
+using gpumem::bench::summarise;
+using gpumem::bench::summary;
 using clock_type = std::chrono::steady_clock;
 constexpr std::size_t kShareSize = 1 << 20;
 constexpr std::size_t kBandwidthSize = std::size_t{1} << 30;
 
 double micros_since(clock_type::time_point start) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - start).count();
-}
-
-struct summary {
-  double median;
-  double p99;
-};
-
-summary summarise(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  return {samples[samples.size() / 2],
-          samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
-}
-
-// Runs @p work in a forked child that writes its results (doubles) to a pipe.
-std::vector<double> in_child(const std::function<std::vector<double>()>& work) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe");
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(fds[0]);
-    int status = 0;
-    try {
-      const auto values = work();
-      const std::size_t count = values.size();
-      (void)!::write(fds[1], &count, sizeof count);
-      (void)!::write(fds[1], values.data(), count * sizeof(double));
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "benchmark child: %s\n", error.what());
-      status = 1;
-    }
-    ::_exit(status);
-  }
-  ::close(fds[1]);
-  std::size_t count = 0;
-  std::vector<double> values;
-  if (::read(fds[0], &count, sizeof count) == sizeof count) {
-    values.resize(count);
-    std::size_t got = 0;
-    while (got < count * sizeof(double)) {
-      const ssize_t n = ::read(fds[0], reinterpret_cast<char*>(values.data()) + got,
-                               count * sizeof(double) - got);
-      if (n <= 0) break;
-      got += static_cast<std::size_t>(n);
-    }
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("a child failed");
-  return values;
 }
 
 // Median and p99 of each of several series measured in one child: the child returns

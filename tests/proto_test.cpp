@@ -93,7 +93,7 @@ reserve_request sample() {
 }
 template <>
 reservation_reply sample() {
-  return {5, 1ull << 30, 4 << 20, 2 << 20, 0, access_mode::read_only};
+  return {5, 1ull << 30, 4 << 20, 2 << 20, 0, access_mode::read_only, 3};
 }
 template <>
 resize_request sample() {
@@ -101,12 +101,12 @@ resize_request sample() {
 }
 template <>
 chunks_request sample() {
-  return {5, 2, 0};
+  return {5, 2, chunk_set::draft, 4};
 }
 template <>
 chunks_reply sample() {
   chunks_reply reply;
-  reply.head = {2, 1, 300};
+  reply.head = {2, 1, 300, 4, reservation_state::awake, 9};
   reply.records.push_back({17, 2});
   reply.records.push_back({18, 3});
   return reply;
@@ -115,12 +115,33 @@ template <>
 reservation_list_reply sample() {
   reservation_list_reply reply;
   reply.head = {1, 0};
-  reply.records.push_back({5, 1ull << 30, 4 << 20, 2, 3, 0, name_of("kv")});
+  reply.records.push_back({5, 1ull << 30, 4 << 20, 2, 3, 0, name_of("kv"), 3, 4, 2, 8 << 20, 0,
+                           reservation_state::awake, 2, 1, 0});
   return reply;
 }
 template <>
 reservation_release_request sample() {
   return {5};
+}
+template <>
+begin_version_request sample() {
+  return {5, 64 << 20};
+}
+template <>
+version_request sample() {
+  return {5, 4};
+}
+template <>
+reservation_target sample() {
+  return {0, name_of("weights")};
+}
+template <>
+sleep_request sample() {
+  return {{5, wire_name{}}, kSleepDiscard, 2500};
+}
+template <>
+reservation_status sample() {
+  return {5, 3, 4 << 20, 4 << 20, reservation_state::asleep, 12, 0, 24, "client 3 did not let go"};
 }
 
 template <>

@@ -5,13 +5,17 @@
 // description prints) and table.hpp (aligned columns). It may include the public client
 // headers only, never client/src, proto/ internals or daemon/.
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "gpumem/gpumem.hpp"
+#include "gpumem/reservation.hpp"
 #include "records.hpp"
 
 namespace {
@@ -92,47 +96,134 @@ constexpr command kCommands[] = {
     {"pools", "configured pools and their usage", pools},
     {"clients", "connected clients and what they hold", clients},
     {"allocations", "live allocations, names and holders", allocations},
-    {"reservations", "VMM reservations, committed sizes and holders", reservations},
+    {"reservations",
+     "reservations: state, versions, committed sizes, holders per version, host bytes asleep",
+     reservations},
     {"locks", "locks, barriers and channels: state, holder, waiters, deaths", locks},
     {"quotas", "use against quota per uid (yours; every uid's for an administrator)", quotas},
     {"ping", "check that the daemon answers", ping},
 };
 
+struct reset_args {
+  std::string name;
+  std::uint32_t parties = 0;
+};
+
+void reset(gpumem::Client& client, const reset_args& args, bool as_json) {
+  client.reset(args.name, args.parties);
+  if (as_json) return print_json({{"reset", args.name}});
+  std::cout << "reset " << args.name << '\n';
+}
+
+/// Where reservation @p name is now: in full (reservation-status), or in the one line that
+/// sleep and wake end with.
+void print_reservation(gpumem::Client& client, const std::string& name, bool as_json,
+                       bool in_full) {
+  const gpumemctl::named_reservation_status status{gpumem::reservation_status(client, name), name};
+  if (as_json) {
+    return print_json(gpumemctl::record_json(status, gpumemctl::kReservationStatusFields));
+  }
+  if (!in_full) {
+    std::cout << gpumemctl::reservation_outcome(status) << '\n';
+    return;
+  }
+  gpumemctl::record_rows(status, gpumemctl::kReservationStatusFields).print(std::cout, false);
+}
+
+struct sleep_args {
+  std::string name;
+  bool discard = false;
+  std::uint32_t deadline_ms = 0;
+};
+
+void sleep_named(gpumem::Client& client, const sleep_args& args, bool as_json) {
+  gpumem::sleep_reservation(
+      client, args.name,
+      {.discard = args.discard, .deadline = std::chrono::milliseconds(args.deadline_ms)});
+  print_reservation(client, args.name, as_json, false);
+}
+
+struct wake_args {
+  std::string name;
+  std::uint32_t timeout_ms = 60'000;
+};
+
+void wake_named(gpumem::Client& client, const wake_args& args, bool as_json) {
+  gpumem::wake_reservation(client, args.name, std::chrono::milliseconds(args.timeout_ms));
+  print_reservation(client, args.name, as_json, false);
+}
+
+/// What the chosen subcommand does once connected.
+using action = std::function<void(gpumem::Client&)>;
+
+/// A subcommand that takes --json after its name too, and chooses @p run when it is given.
+CLI::App* add_command(CLI::App& app, const char* name, const char* summary, bool& as_json,
+                      action& chosen, action run) {
+  auto* sub = app.add_subcommand(name, summary);
+  sub->add_flag("--json", as_json, "print JSON instead of a table");
+  sub->callback([&chosen, run = std::move(run)] { chosen = run; });
+  return sub;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gpumemctl: inspect a running gpumemd"};
+  CLI::App app{
+      "gpumemctl: inspect a running gpumemd, reset its locks, put reservations to sleep "
+      "and wake them"};
   app.require_subcommand(1);
   std::string socket_path;
   bool as_json = false;
   app.add_option("-s,--socket", socket_path, "daemon socket (default: $GPUMEM_SOCKET, ...)");
   app.add_flag("--json", as_json, "print JSON instead of a table");
-  const command* chosen = nullptr;
+  action chosen;
   for (const auto& each : kCommands) {
-    auto* sub = app.add_subcommand(each.name, each.summary);
-    sub->add_flag("--json", as_json, "print JSON instead of a table");
-    sub->callback([&chosen, &each] { chosen = &each; });
+    add_command(app, each.name, each.summary, as_json, chosen,
+                [&each, &as_json](gpumem::Client& client) { each.run(client, as_json); });
   }
-  std::string reset_name;
-  std::uint32_t reset_parties = 0;
-  auto* reset = app.add_subcommand(
-      "reset", "make a lock usable again (releasing its holder) or restart a barrier or channel");
-  reset->add_option("name", reset_name, "the lock, barrier or channel")->required();
-  reset->add_option("--parties", reset_parties,
-                    "barriers and channels: parties from now on (default: those attached)");
+
+  reset_args reset_with;
+  auto* reset_command = add_command(
+      app, "reset",
+      "make a lock usable again (releasing its holder) or restart a barrier or channel", as_json,
+      chosen, [&](gpumem::Client& client) { reset(client, reset_with, as_json); });
+  reset_command->add_option("name", reset_with.name, "the lock, barrier or channel")->required();
+  reset_command->add_option("--parties", reset_with.parties,
+                            "barriers and channels: parties from now on (default: those attached)");
+
+  sleep_args sleep_with;
+  auto* sleep_command = add_command(
+      app, "sleep",
+      "put a reservation to sleep: bytes to host memory, device memory freed (its owner uid or "
+      "an administrator)",
+      as_json, chosen, [&](gpumem::Client& client) { sleep_named(client, sleep_with, as_json); });
+  sleep_command->add_option("name", sleep_with.name, "the reservation")->required();
+  sleep_command->add_flag("--discard", sleep_with.discard,
+                          "drop the bytes instead of copying them: it wakes zeroed");
+  sleep_command->add_option(
+      "--deadline", sleep_with.deadline_ms,
+      "milliseconds each holder gets to let go of its mapping (default: the daemon's, 5000)");
+
+  wake_args wake_with;
+  auto* wake_command = add_command(
+      app, "wake",
+      "wake a reservation: bytes copied back, holders map them again at the same addresses",
+      as_json, chosen, [&](gpumem::Client& client) { wake_named(client, wake_with, as_json); });
+  wake_command->add_option("name", wake_with.name, "the reservation")->required();
+  wake_command->add_option("--timeout", wake_with.timeout_ms,
+                           "milliseconds to wait for the wake to end (default: 60000)");
+
+  std::string status_name;
+  auto* status_command = add_command(
+      app, "reservation-status",
+      "one reservation's state, version, host bytes and last failed sleep or wake", as_json, chosen,
+      [&](gpumem::Client& client) { print_reservation(client, status_name, as_json, true); });
+  status_command->add_option("name", status_name, "the reservation")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     auto client = gpumem::Client::connect({.socket_path = socket_path, .label = "gpumemctl"});
-    if (reset->parsed()) {
-      client.reset(reset_name, reset_parties);
-      if (as_json) {
-        print_json({{"reset", reset_name}});
-      } else {
-        std::cout << "reset " << reset_name << '\n';
-      }
-      return 0;
-    }
-    chosen->run(client, as_json);
+    chosen(client);
     return 0;
   } catch (const gpumem::Error& error) {
     std::fprintf(stderr, "gpumemctl: %s\n", error.what());

@@ -27,6 +27,23 @@ std::string sync_state(const SyncInfo& sync) {
   return "ok";
 }
 
+std::string reservation_outcome(const named_reservation_status& status) {
+  std::string line = "reservation '" + status.name + "' " + gpumem::to_string(status.state);
+  switch (status.state) {
+    case gpumem::ReservationState::asleep:
+      // A discarding sleep keeps nothing: the reservation wakes zeroed.
+      if (status.host_bytes == 0) return line + ": " + bytes_text(status.committed) + " discarded";
+      return line + ": " + bytes_text(status.host_bytes) + " on the host";
+    case gpumem::ReservationState::awake:
+      return line + ": version " + std::to_string(status.version) + ", " +
+             bytes_text(status.committed);
+    case gpumem::ReservationState::draining:
+    case gpumem::ReservationState::lost:
+      break;
+  }
+  return line;
+}
+
 std::string driver_bytes(const json& value, const PoolStats& pool) {
   return pool.device == gpumem::kHost ? "-" : bytes(value, pool);
 }

@@ -7,6 +7,7 @@
 
 #include "field.hpp"
 #include "gpumem/gpumem.hpp"
+#include "gpumem/reservation.hpp"
 
 namespace gpumemctl {
 
@@ -14,6 +15,7 @@ using gpumem::AllocationInfo;
 using gpumem::ClientInfo;
 using gpumem::PoolStats;
 using gpumem::ReservationInfo;
+using gpumem::ReservationStatus;
 using gpumem::Stats;
 using gpumem::SyncInfo;
 using gpumem::UsageInfo;
@@ -26,6 +28,11 @@ struct daemon_status : Stats {
 /// @brief `clients` marks the row of the gpumemctl that asks.
 struct listed_client : ClientInfo {
   bool self = false;
+};
+
+/// @brief `reservation-status`, `sleep` and `wake` name the reservation they asked about.
+struct named_reservation_status : ReservationStatus {
+  std::string name;
 };
 
 /// @brief "host" or "cuda:N".
@@ -53,6 +60,21 @@ std::string dash_if_zero(const json& number, const Record& /*record*/) {
 template <class Record>
 std::string gone_if_zero(const json& owner, const Record& /*record*/) {
   return owner.get<std::uint64_t>() == 0 ? "(gone)" : owner.dump();
+}
+
+/// @brief What a finished sleep or wake left, in one line: "reservation 'w' asleep: 1.0 GiB on
+/// the host".
+std::string reservation_outcome(const named_reservation_status& status);
+
+template <class Record>
+json state_of(const Record& record) {
+  return gpumem::to_string(record.state);
+}
+
+/// @brief Host bytes are "-" while a reservation is awake (or slept discarding).
+template <class Record>
+std::string bytes_or_dash(const json& value, const Record& record) {
+  return value.get<std::uint64_t>() == 0 ? "-" : bytes(value, record);
 }
 
 /// @brief The driver's counters exist for CUDA pools only.
@@ -169,10 +191,45 @@ inline constexpr field<ReservationInfo> kReservationFields[] = {
     {"ID", "id", member<&ReservationInfo::id>},
     {"NAME", "name", member<&ReservationInfo::name>, dash_if_empty},
     {"DEVICE", "device", device_of<&ReservationInfo::device>},
+    {"STATE", "state", state_of<ReservationInfo>},
+    {"VERSION", "version", member<&ReservationInfo::version>},
+    {"DRAFT", "draft_version", member<&ReservationInfo::draft_version>, dash_if_zero},
     {"COMMITTED", "committed", member<&ReservationInfo::committed>, bytes},
     {"MAX", "max_size", member<&ReservationInfo::max_size>, bytes},
     {"OWNER", "owner_client", member<&ReservationInfo::owner_client>, gone_if_zero},
     {"HOLDERS", "holders", member<&ReservationInfo::holders>},
+    // Holders on the current version / on an older one: "3/1" while one has not refreshed.
+    {"CURRENT/BEHIND", "holders_current", member<&ReservationInfo::holders_current>,
+     [](const json& current, const ReservationInfo& reservation) {
+       return current.dump() + "/" + std::to_string(reservation.holders_behind);
+     }},
+    {"", "holders_behind", member<&ReservationInfo::holders_behind>},
+    {"OLDEST MAPPED", "oldest_mapped", member<&ReservationInfo::oldest_mapped>, dash_if_zero},
+    {"RETAINED", "retained_bytes", member<&ReservationInfo::retained_bytes>, bytes},
+    {"ON HOST", "host_bytes", member<&ReservationInfo::host_bytes>, bytes_or_dash},
+};
+
+inline constexpr field<named_reservation_status> kReservationStatusFields[] = {
+    {"reservation", "name", member<&named_reservation_status::name>},
+    {"id", "id", member<&ReservationStatus::id>},
+    {"state", "state", state_of<named_reservation_status>},
+    {"version", "version", member<&ReservationStatus::version>},
+    {"committed", "committed", member<&ReservationStatus::committed>, bytes},
+    {"on host", "host_bytes", member<&ReservationStatus::host_bytes>, bytes_or_dash},
+    {"busy", "busy", member<&ReservationStatus::busy>,
+     [](const json& busy, const named_reservation_status&) -> std::string {
+       return busy.get<bool>() ? "yes (a sleep or wake is under way)" : "no";
+     }},
+    // The last sleep or wake that failed: null (JSON) or "-" when none did.
+    {"last failure", "error",
+     [](const named_reservation_status& status) -> json {
+       if (status.error == gpumem::errc::ok) return nullptr;
+       return gpumem::proto::describe(status.error);
+     },
+     [](const json& error, const named_reservation_status& status) -> std::string {
+       return error.is_null() ? "-" : error.get<std::string>() + ": " + status.reason;
+     }},
+    {"", "reason", member<&ReservationStatus::reason>},
 };
 
 inline constexpr field<SyncInfo> kSyncFields[] = {

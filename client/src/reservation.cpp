@@ -1,108 +1,265 @@
 #include "gpumem/reservation.hpp"
 
-#include <vector>
+#include <algorithm>
+#include <limits>
+#include <thread>
 
+#include "chunk_mapping.hpp"
 #include "connection.hpp"
-
-#ifdef GPUMEM_WITH_CUDA
-#include "cuda_context.hpp"
-#endif
+#include "gpumem/shared/os/mapping.hpp"
+#include "gpumem/shared/reservation_notice.hpp"
+#include "gpumem/shared/sync/futex.hpp"
+#include "range_mapper.hpp"
 
 namespace gpumem {
 
 using proto::message_type;
 
-#ifdef GPUMEM_WITH_CUDA
+namespace {
 
-struct Reservation::state {
-  /// The handle before the mapping: the chunk is unmapped before its handle is released.
-  struct mapped_chunk {
-    std::uint64_t id;
-    cuda::allocation_handle handle;
-    cuda::mapped_range mapping;
-  };
+using clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
-  std::shared_ptr<detail::connection> connection;
-  const cuda::driver_api& cu = detail::cuda_driver();
-  proto::reservation_reply granted{};
-  // In the order they are made, so that they go in reverse: chunks, range, context.
-  cuda::primary_context context;
-  cuda::address_range range;
-  std::vector<mapped_chunk> chunks;
+/// What a sleep may take beyond the holders' deadline: the copy itself (32 GiB take about 1 s).
+constexpr auto kCopyMargin = std::chrono::seconds(120);
+/// The daemon's deadline for holders when the caller gives none.
+constexpr auto kDefaultSleepDeadline = std::chrono::seconds(5);
+/// While waiting on the notice page, how long before asking the daemon anyway: the page's words
+/// are hints, and a wake-up can be missed between asking and sleeping.
+constexpr auto kNoticeRecheck = milliseconds(50);
+/// Without a notice page, the pauses between asks grow from the first to the last.
+constexpr auto kFirstPoll = milliseconds(1);
+constexpr auto kLastPoll = milliseconds(20);
 
-  explicit state(std::shared_ptr<detail::connection> session) : connection(std::move(session)) {}
+ReservationState to_state(proto::reservation_state state) {
+  switch (state) {
+    case proto::reservation_state::awake:
+      return ReservationState::awake;
+    case proto::reservation_state::draining:
+      return ReservationState::draining;
+    case proto::reservation_state::asleep:
+      return ReservationState::asleep;
+    case proto::reservation_state::lost:
+      return ReservationState::lost;
+  }
+  throw Error(errc::bad_message, "gpumemd sent an unknown reservation state");
+}
 
-  // Reserves this process's range; a failure here gives the grant back.
-  void map_range(const proto::reservation_reply& grant) {
-    granted = grant;
-    CUdevice device = 0;
-    detail::check_cuda(cu.cuDeviceGet(&device, grant.device), "cuDeviceGet");
-    detail::check_cuda(cuda::primary_context::retain(cu, device, context),
-                       "retaining the primary context");
-    detail::context_scope scope(cu, context.get());
-    detail::check_cuda(cuda::address_range::reserve(cu, grant.max_size, grant.chunk_size, range),
-                       "cuMemAddressReserve");
-    refresh();
+ReservationStatus to_status(const proto::reservation_status& status) {
+  return {.id = status.reservation_id,
+          .version = status.version,
+          .committed = status.committed,
+          .host_bytes = status.host_bytes,
+          .state = to_state(status.state),
+          .busy = status.busy != 0,
+          .error = static_cast<errc>(status.error),
+          .reason = status.reason};
+}
+
+proto::reservation_target target_of(std::uint64_t reservation_id) {
+  return {reservation_id, {}};
+}
+
+proto::reservation_target target_named(std::string_view name) {
+  proto::reservation_target target{};
+  if (name.empty() || proto::make_wire_name(name, target.name)) {
+    throw Error(errc::invalid_name, "reservation name '" + std::string(name) +
+                                        "' is not 1-63 characters of [A-Za-z0-9._:/@+-]");
+  }
+  return target;
+}
+
+/// How errors name a target.
+std::string describe(const proto::reservation_target& target) {
+  if (target.reservation_id == 0) return "reservation '" + std::string(target.name.view()) + "'";
+  return "reservation " + std::to_string(target.reservation_id);
+}
+
+proto::sleep_request sleep_request_for(const proto::reservation_target& target,
+                                       const SleepOptions& options) {
+  if (options.deadline.count() < 0) {
+    throw Error(errc::invalid_argument, "a sleep's deadline cannot be negative");
+  }
+  const auto deadline_ms = static_cast<std::uint32_t>(
+      std::min<std::int64_t>(options.deadline.count(), std::numeric_limits<std::uint32_t>::max()));
+  return {target, options.discard ? proto::kSleepDiscard : 0u, deadline_ms};
+}
+
+/// How long a caller waits for a sleep to end: the holders' deadline, then the copy.
+milliseconds sleep_wait_limit(const SleepOptions& options) {
+  const milliseconds deadline =
+      options.deadline.count() == 0 ? kDefaultSleepDeadline : options.deadline;
+  return deadline + kCopyMargin;
+}
+
+/// @brief Waits until the sleep or wake that @p status answered has ended, watching @p notice
+/// where the caller maps it and asking the daemon again and again otherwise.
+/// @return the status it ended with.
+/// @throws Error with the daemon's code and reason when it failed; Error(timed_out) when it
+/// is still under way after @p limit.
+proto::reservation_status await_outcome(detail::connection& session,
+                                        const proto::reservation_target& target,
+                                        proto::reservation_status status,
+                                        const reservation_notice* notice, milliseconds limit,
+                                        const char* what) {
+  const auto give_up = clock::now() + limit;
+  milliseconds pause = kFirstPoll;
+  // The generation is read before each ask, so that a change after it ends the wait at once.
+  std::uint32_t seen = status.generation;
+  while (status.busy != 0) {
+    const auto now = clock::now();
+    if (now >= give_up) {
+      throw Error(errc::timed_out, std::string(what) + " of " + describe(target) +
+                                       " did not end within " + std::to_string(limit.count()) +
+                                       " ms");
+    }
+    const auto remaining = std::chrono::duration_cast<milliseconds>(give_up - now);
+    if (notice != nullptr) {
+      sync::futex_wait(&notice->generation, seen, std::min(kNoticeRecheck, remaining));
+      seen = notice_generation(*notice);
+    } else {
+      std::this_thread::sleep_for(std::min(pause, remaining));
+      pause = std::min(pause * 2, kLastPoll);
+    }
+    status = session.call<proto::reservation_status>(message_type::get_reservation_status, target);
+  }
+  if (status.error != 0) {
+    throw Error(static_cast<errc>(status.error),
+                std::string(what) + " of " + describe(target) + " failed: " + status.reason);
+  }
+  return status;
+}
+
+os::mapping map_notice(const std::vector<unique_fd>& fds) {
+  if (fds.size() != 1) {
+    throw Error(errc::unexpected_handle, "gpumemd sent a reservation without its notice page");
+  }
+  std::error_code error;
+  os::mapping page =
+      os::mapping::share(fds[0].get(), kReservationNoticeBytes, os::access::read_only, 0, error);
+  if (error) throw Error(errc::io_error, "mapping a reservation's notice page: " + error.message());
+  return page;
+}
+
+}  // namespace
+
+const char* to_string(ReservationState state) noexcept {
+  switch (state) {
+    case ReservationState::awake:
+      return "awake";
+    case ReservationState::draining:
+      return "draining";
+    case ReservationState::asleep:
+      return "asleep";
+    case ReservationState::lost:
+      return "lost";
+  }
+  return "unknown";
+}
+
+/// One holder's view: the grant, the notice page, and the current version mapped in the range.
+struct Reservation::impl {
+  std::shared_ptr<detail::connection> session;
+  proto::reservation_reply granted;  ///< id, sizes, device and access; the rest as of the grant
+  os::mapping notice_page;
+  detail::chunk_mapping mapped;
+  std::uint64_t version;
+  ReservationState state = ReservationState::awake;
+  std::uint32_t answered_generation = 0;  ///< the notice generation of the daemon's last answer
+  bool must_ask = true;                   ///< the next refresh asks, whatever the page shows
+
+  impl(std::shared_ptr<detail::connection> link, const proto::reservation_reply& grant,
+       const std::vector<unique_fd>& fds)
+      : session(std::move(link)),
+        granted(grant),
+        notice_page(map_notice(fds)),
+        mapped(detail::reserve_range(grant.device, grant.max_size, grant.chunk_size),
+               grant.max_size / grant.chunk_size),
+        version(grant.version) {}
+
+  /// Maps a grant the daemon just made; a failure gives it back.
+  static std::unique_ptr<impl> adopt(const std::shared_ptr<detail::connection>& link,
+                                     const proto::reservation_reply& grant,
+                                     const std::vector<unique_fd>& fds) {
+    try {
+      auto self = std::make_unique<impl>(link, grant, fds);
+      self->refresh();
+      return self;
+    } catch (...) {
+      link->call<proto::empty_payload>(message_type::release_reservation,
+                                       proto::reservation_release_request{grant.reservation_id});
+      throw;
+    }
+  }
+
+  const reservation_notice& notice() const noexcept {
+    return *static_cast<const reservation_notice*>(notice_page.get());
+  }
+  std::uint64_t id() const noexcept { return granted.reservation_id; }
+  std::size_t size() const noexcept { return mapped.count() * granted.chunk_size; }
+  /// Committed versions never change: only version 1 is mapped as the grant allows.
+  Access access_to(std::uint64_t mapped_version) const noexcept {
+    return mapped_version == 1 && granted.access == proto::access_mode::read_write
+               ? Access::read_write
+               : Access::read_only;
   }
 
   std::size_t refresh() {
-    std::vector<proto::chunk_record> wanted;
-    std::vector<unique_fd> fds;
-    for (bool more = true; more;) {
-      std::vector<unique_fd> page_fds;
-      const auto page = connection->call<proto::chunks_reply>(
-          message_type::get_chunks,
-          proto::chunks_request{granted.reservation_id, static_cast<std::uint32_t>(wanted.size()),
-                                0},
-          &page_fds);
-      if (page_fds.size() != page.records.size()) {
-        throw Error(errc::unexpected_handle, "gpumemd sent a chunk without its descriptor");
-      }
-      wanted.insert(wanted.end(), page.records.begin(), page.records.end());
-      for (auto& fd : page_fds) fds.push_back(std::move(fd));
-      more = page.head.more != 0 && !page.records.empty();
-    }
-    detail::context_scope scope(cu, context.get());
-    // Chunks keep their ids: the first index whose id differs is where the mappings change.
-    std::size_t same = 0;
-    while (same < chunks.size() && same < wanted.size() &&
-           chunks[same].id == wanted[same].chunk_id) {
-      ++same;
-    }
-    chunks.erase(chunks.begin() + static_cast<std::ptrdiff_t>(same), chunks.end());
-    for (std::size_t index = same; index < wanted.size(); ++index) {
-      mapped_chunk chunk{wanted[index].chunk_id, {}, {}};
-      detail::check_cuda(cuda::allocation_handle::import_fd(cu, fds[index].get(), chunk.handle),
-                         "cuMemImportFromShareableHandle");
-      const CUdeviceptr at = range.get() + index * granted.chunk_size;
-      detail::check_cuda(
-          cuda::mapped_range::map(cu, at, granted.chunk_size, chunk.handle.get(), chunk.mapping),
-          "cuMemMap");
-      chunks.push_back(std::move(chunk));
-      CUmemAccessDesc access{};
-      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      access.location.id = context.device();
-      access.flags = granted.access == proto::access_mode::read_only
-                         ? CU_MEM_ACCESS_FLAGS_PROT_READ
-                         : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      detail::check_cuda(cu.cuMemSetAccess(at, granted.chunk_size, &access, 1), "cuMemSetAccess");
-    }
-    return chunks.size() * granted.chunk_size;
-  }
-
-  /// Maps a grant the daemon just made; a failure gives it back.
-  static std::unique_ptr<state> adopt(const std::shared_ptr<detail::connection>& session,
-                                      const proto::reservation_reply& grant) {
-    auto self = std::make_unique<state>(session);
+    if (!must_ask && notice_generation(notice()) == answered_generation) return size();
+    detail::chunk_listing listing;
     try {
-      self->map_range(grant);
-    } catch (...) {
-      self.reset();
-      session->call<proto::empty_payload>(message_type::release_reservation,
-                                          proto::reservation_release_request{grant.reservation_id});
+      listing = detail::list_chunks(*session, id(), proto::chunk_set::current);
+    } catch (const Error& error) {
+      if (error.status() == errc::not_found) lose();
       throw;
     }
-    return self;
+    if (listing.head.state == proto::reservation_state::lost) {
+      lose();
+      throw Error(errc::not_found, "reservation " + std::to_string(id()) +
+                                       " is lost: its owner let go of it while it slept");
+    }
+    mapped.apply(listing, access_to(listing.head.version));
+    version = listing.head.version;
+    state = to_state(listing.head.state);
+    answered_generation = listing.head.generation;
+    must_ask = false;
+    return size();
+  }
+
+  /// The reservation is gone: nothing of it stays mapped here.
+  void lose() {
+    must_ask = true;
+    state = ReservationState::lost;
+    mapped.clear();
+  }
+
+  void quiesce() {
+    must_ask = true;
+    mapped.clear();
+    session->call<proto::empty_payload>(message_type::quiesce_reservation,
+                                        proto::reservation_release_request{id()});
+  }
+};
+
+/// The owner's draft: its chunks mapped writable in a range of their own.
+struct ReservationDraft::impl {
+  Reservation::impl& owner;
+  std::uint64_t version;
+  std::size_t size;
+  detail::chunk_mapping mapped;
+  bool open = true;  ///< neither committed nor abandoned
+
+  impl(Reservation::impl& reservation, const proto::reservation_reply& draft)
+      : owner(reservation),
+        version(draft.version),
+        size(draft.committed),
+        mapped(detail::reserve_range(owner.granted.device, owner.granted.max_size,
+                                     owner.granted.chunk_size),
+               owner.granted.max_size / owner.granted.chunk_size) {}
+
+  void map() {
+    mapped.apply(detail::list_chunks(*owner.session, owner.id(), proto::chunk_set::draft),
+                 Access::read_write);
   }
 };
 
@@ -111,7 +268,7 @@ Reservation Reservation::create(Client& client, std::size_t max_bytes,
   if (max_bytes == 0 || options.initial > max_bytes) {
     throw Error(errc::invalid_argument, "a reservation needs 0 < initial <= max_bytes");
   }
-  detail::cuda_driver();  // fail before asking the daemon when this process has no CUDA
+  detail::require_backend(options.device);  // before asking the daemon for anything
   proto::reserve_request request{
       max_bytes, options.initial, options.device, detail::creation_flags(options.mode), {}};
   if (proto::make_wire_name(options.name, request.name)) {
@@ -119,13 +276,13 @@ Reservation Reservation::create(Client& client, std::size_t max_bytes,
                                         "' is not 0-63 characters of [A-Za-z0-9._:/@+-]");
   }
   auto session = client.connection_;
-  return Reservation(state::adopt(
-      session, session->call<proto::reservation_reply>(message_type::reserve, request)));
+  std::vector<unique_fd> fds;
+  const auto grant = session->call<proto::reservation_reply>(message_type::reserve, request, &fds);
+  return Reservation(impl::adopt(session, grant, fds));
 }
 
 Reservation Reservation::open(Client& client, std::string_view name,
                               const OpenReservationOptions& options) {
-  detail::cuda_driver();
   proto::open_request request{};
   if (name.empty() || proto::make_wire_name(name, request.name)) {
     throw Error(errc::invalid_name, "reservation name '" + std::string(name) +
@@ -134,15 +291,22 @@ Reservation Reservation::open(Client& client, std::string_view name,
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
   auto session = client.connection_;
-  return Reservation(state::adopt(
-      session, session->call<proto::reservation_reply>(message_type::open_reservation, request)));
+  std::vector<unique_fd> fds;
+  // The device is known only now: adopt() gives the grant back when it cannot be mapped here.
+  const auto grant =
+      session->call<proto::reservation_reply>(message_type::open_reservation, request, &fds);
+  return Reservation(impl::adopt(session, grant, fds));
+}
+
+std::shared_ptr<detail::connection> Reservation::session_of(Client& client) {
+  return client.connection_;
 }
 
 void* Reservation::data() const noexcept {
-  return reinterpret_cast<void*>(self_->range.get());
+  return self_->mapped.base();
 }
 std::size_t Reservation::size() const noexcept {
-  return self_->chunks.size() * self_->granted.chunk_size;
+  return self_->size();
 }
 std::size_t Reservation::max_size() const noexcept {
   return self_->granted.max_size;
@@ -151,7 +315,7 @@ std::size_t Reservation::chunk_size() const noexcept {
   return self_->granted.chunk_size;
 }
 std::uint64_t Reservation::id() const noexcept {
-  return self_->granted.reservation_id;
+  return self_->id();
 }
 int Reservation::device() const noexcept {
   return self_->granted.device;
@@ -160,10 +324,17 @@ Access Reservation::access() const noexcept {
   return self_->granted.access == proto::access_mode::read_only ? Access::read_only
                                                                 : Access::read_write;
 }
+std::uint64_t Reservation::version() const noexcept {
+  return self_->version;
+}
+ReservationState Reservation::state() const noexcept {
+  return self_->state;
+}
 
 void Reservation::resize(std::size_t bytes) {
-  self_->granted = self_->connection->call<proto::reservation_reply>(
-      message_type::resize_reservation, proto::resize_request{id(), bytes});
+  self_->session->call<proto::reservation_reply>(message_type::resize_reservation,
+                                                 proto::resize_request{id(), bytes});
+  self_->must_ask = true;
   self_->refresh();
 }
 
@@ -171,55 +342,81 @@ std::size_t Reservation::refresh() {
   return self_->refresh();
 }
 
+bool Reservation::wait_version(std::uint64_t wanted, milliseconds timeout) {
+  const auto give_up = clock::now() + timeout;
+  const reservation_notice& notice = self_->notice();
+  for (;;) {
+    const std::uint32_t seen = notice_generation(notice);
+    if (notice_version(notice) >= wanted) {
+      self_->refresh();
+      if (self_->version >= wanted) return true;
+    }
+    const auto now = clock::now();
+    if (now >= give_up) return false;
+    sync::futex_wait(&notice.generation, seen, give_up - now);
+  }
+}
+
+void Reservation::quiesce() {
+  self_->quiesce();
+}
+
+ReservationDraft Reservation::begin_version(std::size_t bytes) {
+  impl& self = *self_;
+  const auto grant = self.session->call<proto::reservation_reply>(
+      message_type::begin_version, proto::begin_version_request{id(), bytes});
+  try {
+    auto draft = std::make_unique<ReservationDraft::impl>(self, grant);
+    draft->map();
+    return ReservationDraft(std::move(draft));
+  } catch (...) {
+    self.session->call<proto::empty_payload>(message_type::abandon_version,
+                                             proto::version_request{id(), grant.version});
+    throw;
+  }
+}
+
+void Reservation::sleep(const SleepOptions& options) {
+  impl& self = *self_;
+  const proto::sleep_request request = sleep_request_for(target_of(id()), options);
+  self.quiesce();
+  try {
+    const auto asked =
+        self.session->call<proto::reservation_status>(message_type::sleep_reservation, request);
+    const auto ended = await_outcome(*self.session, request.target, asked, &self.notice(),
+                                     sleep_wait_limit(options), "sleep");
+    self.state = to_state(ended.state);
+  } catch (const Error&) {
+    self.refresh();  // it stays awake: map it here again, as the holders that kept theirs
+    throw;
+  }
+}
+
+void Reservation::wake(milliseconds timeout) {
+  impl& self = *self_;
+  const auto target = target_of(id());
+  const auto asked =
+      self.session->call<proto::reservation_status>(message_type::wake_reservation, target);
+  await_outcome(*self.session, target, asked, &self.notice(), timeout, "wake");
+  self.must_ask = true;
+  self.refresh();
+}
+
+ReservationStatus Reservation::status() {
+  return to_status(self_->session->call<proto::reservation_status>(
+      message_type::get_reservation_status, target_of(id())));
+}
+
 void Reservation::release() {
   if (!self_) return;
   const std::uint64_t reservation_id = id();
-  auto session = self_->connection;
+  auto session = self_->session;
   self_.reset();  // unmaps first: the chunks must not be used after the daemon lets go
   session->call<proto::empty_payload>(message_type::release_reservation,
                                       proto::reservation_release_request{reservation_id});
 }
 
-#else
-
-struct Reservation::state {};
-
-Reservation Reservation::create(Client&, std::size_t, const ReserveOptions&) {
-  throw Error(errc::not_supported, "this libgpumem was built without CUDA support");
-}
-Reservation Reservation::open(Client&, std::string_view, const OpenReservationOptions&) {
-  throw Error(errc::not_supported, "this libgpumem was built without CUDA support");
-}
-void* Reservation::data() const noexcept {
-  return nullptr;
-}
-std::size_t Reservation::size() const noexcept {
-  return 0;
-}
-std::size_t Reservation::max_size() const noexcept {
-  return 0;
-}
-std::size_t Reservation::chunk_size() const noexcept {
-  return 0;
-}
-std::uint64_t Reservation::id() const noexcept {
-  return 0;
-}
-int Reservation::device() const noexcept {
-  return 0;
-}
-Access Reservation::access() const noexcept {
-  return Access::read_write;
-}
-void Reservation::resize(std::size_t) {}
-std::size_t Reservation::refresh() {
-  return 0;
-}
-void Reservation::release() {}
-
-#endif
-
-Reservation::Reservation(std::unique_ptr<state> self) : self_(std::move(self)) {}
+Reservation::Reservation(std::unique_ptr<impl> self) : self_(std::move(self)) {}
 Reservation::Reservation(Reservation&&) noexcept = default;
 Reservation& Reservation::operator=(Reservation&& other) noexcept {
   Reservation taken(std::move(other));
@@ -231,6 +428,82 @@ Reservation::~Reservation() {
     release();
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report; release() can
   }
+}
+
+void* ReservationDraft::data() const noexcept {
+  return self_->mapped.base();
+}
+std::size_t ReservationDraft::size() const noexcept {
+  return self_->size;
+}
+std::uint64_t ReservationDraft::version() const noexcept {
+  return self_->version;
+}
+
+void ReservationDraft::commit() {
+  impl& self = *self_;
+  if (!self.open) {
+    throw Error(errc::wrong_state,
+                "version " + std::to_string(self.version) + " was committed or abandoned already");
+  }
+  // The host daemon seals the chunks, which it cannot while a writable mapping is left.
+  self.mapped.clear();
+  try {
+    self.owner.session->call<proto::reservation_reply>(
+        message_type::commit_version, proto::version_request{self.owner.id(), self.version});
+  } catch (...) {
+    self.map();  // refused: the draft is as it was
+    throw;
+  }
+  // The range stays reserved until the draft goes: a stale data() faults instead of reaching
+  // whatever the process maps next.
+  self.open = false;
+  self.owner.must_ask = true;
+  self.owner.refresh();
+}
+
+void ReservationDraft::abandon() {
+  if (!self_ || !self_->open) return;
+  impl& self = *self_;
+  self.open = false;
+  self.mapped.clear();
+  self.owner.session->call<proto::empty_payload>(
+      message_type::abandon_version, proto::version_request{self.owner.id(), self.version});
+}
+
+ReservationDraft::ReservationDraft(std::unique_ptr<impl> self) : self_(std::move(self)) {}
+ReservationDraft::ReservationDraft(ReservationDraft&&) noexcept = default;
+ReservationDraft& ReservationDraft::operator=(ReservationDraft&& other) noexcept {
+  ReservationDraft taken(std::move(other));
+  std::swap(self_, taken.self_);  // what *this held is abandoned when `taken` goes
+  return *this;
+}
+ReservationDraft::~ReservationDraft() {
+  try {
+    abandon();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report; abandon() can
+  }
+}
+
+ReservationStatus reservation_status(Client& client, std::string_view name) {
+  return to_status(Reservation::session_of(client)->call<proto::reservation_status>(
+      message_type::get_reservation_status, target_named(name)));
+}
+
+void sleep_reservation(Client& client, std::string_view name, const SleepOptions& options) {
+  auto session = Reservation::session_of(client);
+  const proto::sleep_request request = sleep_request_for(target_named(name), options);
+  const auto asked =
+      session->call<proto::reservation_status>(message_type::sleep_reservation, request);
+  await_outcome(*session, request.target, asked, nullptr, sleep_wait_limit(options), "sleep");
+}
+
+void wake_reservation(Client& client, std::string_view name, milliseconds timeout) {
+  auto session = Reservation::session_of(client);
+  const auto target = target_named(name);
+  const auto asked =
+      session->call<proto::reservation_status>(message_type::wake_reservation, target);
+  await_outcome(*session, target, asked, nullptr, timeout, "wake");
 }
 
 }  // namespace gpumem

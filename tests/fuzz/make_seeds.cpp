@@ -78,7 +78,7 @@ void fill(reserve_request& m) {
   m.max_size = 2 << 20;
 }
 void fill(reservation_reply& m) {
-  m = {1, 2 << 20, 0, 2 << 20, 0, access_mode::read_write};
+  m = {1, 2 << 20, 0, 2 << 20, 0, access_mode::read_write, 1};
 }
 void fill(resize_request& m) {
   m = {1, 2 << 20};
@@ -88,13 +88,29 @@ void fill(chunks_request& m) {
 }
 void fill(chunks_reply& m) {
   m.records = {{1, 0}};
-  m.head = {1, 0, 1};
+  m.head = {1, 0, 1, 1, reservation_state::awake, 1};
 }
 void fill(reservation_release_request& m) {
   m.reservation_id = 1;
 }
+void fill(begin_version_request& m) {
+  m = {1, 2 << 20};
+}
+void fill(version_request& m) {
+  m = {1, 2};
+}
+void fill(reservation_target& m) {
+  m.name = name("r");
+}
+void fill(sleep_request& m) {
+  m.target.name = name("r");
+}
+void fill(reservation_status& m) {
+  m.reservation_id = 1;
+}
 void fill(reservation_list_reply& m) {
-  m.records = {{1, 2 << 20, 0, 1, 1, 0, name("r")}};
+  m.records = {
+      {1, 2 << 20, 0, 1, 1, 0, name("r"), 1, 0, 1, 0, 0, reservation_state::awake, 1, 0, 0}};
   m.head.count = 1;
 }
 void fill(sync_attach_reply& m) {

@@ -25,10 +25,19 @@
 //                            fill, which began at INITIAL), print "ok"; on SIGTERM release and
 //                            print "released"
 //   free-memory              print "free BYTES", the device's free memory as this process sees it
+//   reservation-watch NAME LAST
+//                            open a reservation read-only, print "mapped VERSION POINTER"; then
+//                            wait for each next version up to LAST, check its bytes for the seed
+//                            VERSION and print "version V ok POINTER" or "version V bad N"
+//   reservation-hold-still NAME SIZE SEED
+//                            open a reservation read-only and map it, print "ready", never
+//                            refresh; on SIGTERM check SIZE bytes for SEED, print "ok" or "bad N"
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -211,6 +220,33 @@ int run(int argc, char** argv) {
     }
     range.release();
     say("released");
+    return 0;
+  }
+  if (command == "reservation-watch" && argc == 4) {
+    auto range = gpumem::Reservation::open(client, argv[2], {.access = gpumem::Access::read_only});
+    const std::uint64_t last = std::stoull(argv[3]);
+    const auto pointer = std::to_string(reinterpret_cast<std::uintptr_t>(range.data()));
+    say("mapped " + std::to_string(range.version()) + " " + pointer);
+    while (range.version() < last) {
+      if (!range.wait_version(range.version() + 1, std::chrono::seconds(60))) {
+        say("timed out at version " + std::to_string(range.version()));
+        return 1;
+      }
+      const auto bad = mismatches_on_device(range.data(), range.size(),
+                                            static_cast<std::uint32_t>(range.version()), stream);
+      say("version " + std::to_string(range.version()) +
+          (bad == 0 ? " ok " + std::to_string(reinterpret_cast<std::uintptr_t>(range.data()))
+                    : " bad " + std::to_string(bad)));
+    }
+    return 0;
+  }
+  if (command == "reservation-hold-still" && argc == 5) {
+    auto range = gpumem::Reservation::open(client, argv[2], {.access = gpumem::Access::read_only});
+    say("ready");
+    wait_for_sigterm();
+    const auto bad = mismatches_on_device(range.data(), std::stoull(argv[3]),
+                                          static_cast<std::uint32_t>(std::stoul(argv[4])), stream);
+    say(bad == 0 ? "ok" : "bad " + std::to_string(bad));
     return 0;
   }
   if (command == "free-memory" && argc == 2) {

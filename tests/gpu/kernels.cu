@@ -39,6 +39,16 @@ __global__ void compare(const std::uint8_t* data, std::size_t size, std::uint32_
   if (local != 0) atomicAdd(bad, local);
 }
 
+__global__ void count_nonzero(const std::uint8_t* data, std::size_t size,
+                              unsigned long long* nonzero) {
+  unsigned long long mine = 0;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < size;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    mine += data[i] != 0;
+  }
+  if (mine != 0) atomicAdd(nonzero, mine);
+}
+
 __global__ void sum(const uint4* data, std::size_t count, unsigned long long* out) {
   unsigned long long local = 0;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
@@ -116,6 +126,21 @@ std::uint64_t mismatches_on_device(const void* data, std::size_t size, std::uint
   return result;
 }
 
+std::uint64_t nonzero_on_device(const void* data, std::size_t size, stream_t stream) {
+  unsigned long long* found = nullptr;
+  check(cudaMallocAsync(&found, sizeof *found, native(stream)), "cudaMallocAsync");
+  check(cudaMemsetAsync(found, 0, sizeof *found, native(stream)), "cudaMemsetAsync");
+  count_nonzero<<<1024, 256, 0, native(stream)>>>(static_cast<const std::uint8_t*>(data), size,
+                                                  found);
+  check(cudaGetLastError(), "count_nonzero launch");
+  unsigned long long result = 0;
+  check(cudaMemcpyAsync(&result, found, sizeof result, cudaMemcpyDeviceToHost, native(stream)),
+        "cudaMemcpyAsync");
+  check(cudaFreeAsync(found, native(stream)), "cudaFreeAsync");
+  synchronize(stream);
+  return result;
+}
+
 double read_bandwidth(const void* data, std::size_t size, stream_t stream, int repeats) {
   unsigned long long* out = nullptr;
   check(cudaMalloc(&out, sizeof *out), "cudaMalloc");
@@ -150,6 +175,24 @@ void* device_malloc(std::size_t size) {
 
 void device_free(void* data) {
   check(cudaFree(data), "cudaFree");
+}
+
+void* pinned_malloc(std::size_t size) {
+  void* data = nullptr;
+  check(cudaMallocHost(&data, size), "cudaMallocHost");
+  return data;
+}
+
+void pinned_free(void* data) {
+  check(cudaFreeHost(data), "cudaFreeHost");
+}
+
+void copy_to_host(void* host, const void* device, std::size_t size) {
+  check(cudaMemcpy(host, device, size, cudaMemcpyDeviceToHost), "cudaMemcpy device to host");
+}
+
+void copy_to_device(void* device, const void* host, std::size_t size) {
+  check(cudaMemcpy(device, host, size, cudaMemcpyHostToDevice), "cudaMemcpy host to device");
 }
 
 std::string try_write_on_device(void* data, stream_t stream) {

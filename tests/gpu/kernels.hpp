@@ -30,12 +30,21 @@ std::uint64_t mismatches_on_device(const void* data, std::size_t size, std::uint
 /// Adds to *errors, without waiting, the bytes that differ from the pattern.
 void count_mismatches(const void* data, std::size_t size, std::uint32_t seed,
                       unsigned long long* errors, stream_t stream);
+/// Counts the bytes that are not zero; waits for the stream.
+std::uint64_t nonzero_on_device(const void* data, std::size_t size, stream_t stream);
 /// Device read bandwidth of a sum kernel over @p size bytes, in GB/s (median of @p repeats).
 double read_bandwidth(const void* data, std::size_t size, stream_t stream, int repeats);
 
 /// cudaMalloc / cudaFree, for baselines.
 void* device_malloc(std::size_t size);
 void device_free(void* data);
+
+/// cudaMallocHost / cudaFreeHost and synchronous cudaMemcpy, the raw copies sleep and wake are
+/// measured against.
+void* pinned_malloc(std::size_t size);
+void pinned_free(void* data);
+void copy_to_host(void* host, const void* device, std::size_t size);
+void copy_to_device(void* device, const void* host, std::size_t size);
 
 /// A one-word write through a kernel; "" when it worked, else the CUDA error's text.
 std::string try_write_on_device(void* data, stream_t stream);

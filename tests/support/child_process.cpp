@@ -1,6 +1,7 @@
 #include "child_process.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,7 +16,7 @@ extern char** environ;
 namespace gpumem::testing {
 
 child_process::child_process(const std::vector<std::string>& argv,
-                             const std::vector<std::string>& extra_env) {
+                             const std::vector<std::string>& extra_env, const child_setup& setup) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   std::vector<std::string> env_storage;
@@ -31,6 +32,11 @@ child_process::child_process(const std::vector<std::string>& argv,
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
     ::dup2(pipe_fds[1], STDOUT_FILENO);
+    if (setup.stderr_to_stdout) ::dup2(pipe_fds[1], STDERR_FILENO);
+    if (setup.user && (::setgroups(0, nullptr) != 0 || ::setgid(setup.user->gid) != 0 ||
+                       ::setuid(setup.user->uid) != 0)) {
+      ::_exit(126);
+    }
     ::execve(args[0], args.data(), env.data());
     ::_exit(127);
   }

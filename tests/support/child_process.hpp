@@ -13,11 +13,24 @@
 
 namespace gpumem::testing {
 
+/// A user and group for a child to run as: tests run as root drop a child to another uid.
+struct run_as {
+  uid_t uid;
+  gid_t gid;
+};
+
+/// How a child starts besides its argv and environment.
+struct child_setup {
+  bool stderr_to_stdout = false;  ///< read_line() reads its stderr too, in the order written
+  std::optional<run_as> user;     ///< nullopt: the parent's; else set before exec (needs root)
+};
+
 class child_process {
  public:
   /// @brief Starts argv[0] (a path) with the parent's environment plus @p extra_env.
   explicit child_process(const std::vector<std::string>& argv,
-                         const std::vector<std::string>& extra_env = {});
+                         const std::vector<std::string>& extra_env = {},
+                         const child_setup& setup = {});
   child_process(child_process&&) noexcept;
   child_process& operator=(child_process&&) = delete;
   ~child_process();  // SIGKILLs and reaps a child still running

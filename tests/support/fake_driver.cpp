@@ -187,6 +187,18 @@ CUresult mem_unmap(CUdeviceptr at, std::size_t size) {
   return free_handle(kind::mapping, at, false, "cuMemUnmap");
 }
 
+CUresult set_access(CUdeviceptr at, std::size_t size, const CUmemAccessDesc* rights,
+                    std::size_t count) {
+  if (fails("cuMemSetAccess")) return books.fail_with;
+  if (books.live[kind::mapping].count(at) == 0 || count != 1) {
+    books.misuse.push_back("cuMemSetAccess of memory that is not mapped");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  check_size(kind::mapping, at, size, "cuMemSetAccess");
+  books.access[at] = rights[0].flags;
+  return CUDA_SUCCESS;
+}
+
 CUresult host_register(void* start, std::size_t, unsigned) {
   if (fails("cuMemHostRegister")) return books.fail_with;
   books.live[kind::registration].insert(raw(start));
@@ -222,6 +234,7 @@ cuda::driver_api make_table() {
   table.cuMemAddressFree = &address_free;
   table.cuMemMap = &mem_map;
   table.cuMemUnmap = &mem_unmap;
+  table.cuMemSetAccess = &set_access;
   table.cuMemHostRegister = &host_register;
   table.cuMemHostUnregister = &host_unregister;
   return table;

@@ -22,6 +22,8 @@ struct fake_books {
   std::map<kind, int> made;
   std::map<CUdevice, int> retains;  ///< primary context retains outstanding, by device
   CUcontext current = nullptr;
+  /// The access cuMemSetAccess last gave each mapping, by address (kept after the unmap).
+  std::map<CUdeviceptr, CUmemAccess_flags> access;
   std::vector<std::string> misuse;  ///< empty while the code under test behaves
   /// The entry point (its name without _v2) that answers fail_with; empty: none fails.
   std::string failing;

@@ -1,16 +1,20 @@
 #pragma once
 // gpumemctl run against a test daemon, for black-box tests of what operators see.
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "child_process.hpp"
 #include "daemon_process.hpp"
 
 namespace gpumem::testing {
 
-/// @brief Everything gpumemctl prints for @p args, and its exit code (-1: it did not end).
+/// @brief Everything gpumemctl prints for @p args, its errors included, and its exit code (-1:
+/// it did not end). It runs as @p user where one is given.
 std::pair<std::string, int> run_gpumemctl(const daemon_process& daemon,
-                                          const std::vector<std::string>& args);
+                                          const std::vector<std::string>& args,
+                                          std::optional<run_as> user = std::nullopt);
 
 }  // namespace gpumem::testing

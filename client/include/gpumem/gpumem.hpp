@@ -233,14 +233,32 @@ struct AllocationInfo {
   std::string name;
 };
 
+/// Where a reservation is (gpumem/reservation.hpp has the reservations themselves).
+enum class ReservationState {
+  awake,     ///< its current version is mapped (or will be, at the next refresh)
+  draining,  ///< going to sleep: holders let go at their next refresh() or quiesce()
+  asleep,    ///< its bytes are on the host; nothing is mapped
+  lost,      ///< its owner let go of it while it slept: it is gone
+};
+const char* to_string(ReservationState state) noexcept;
+
+/// A reservation as `gpumemctl reservations` shows it.
 struct ReservationInfo {
   std::uint64_t id = 0;
   std::uint64_t max_size = 0;
-  std::uint64_t committed = 0;
+  std::uint64_t committed = 0;     ///< bytes of the current version, asleep or awake
   std::uint64_t owner_client = 0;  ///< 0 once the owner let go while others still hold it
   std::uint32_t holders = 0;
   int device = 0;
   std::string name;
+  std::uint64_t version = 0;
+  std::uint64_t draft_version = 0;   ///< 0 when no draft is being written
+  std::uint64_t oldest_mapped = 0;   ///< the oldest version a holder still maps; 0: none maps any
+  std::uint64_t retained_bytes = 0;  ///< chunks of older versions still mapped, and of the draft
+  std::uint64_t host_bytes = 0;      ///< host memory holding its bytes while it sleeps
+  ReservationState state = ReservationState::awake;
+  std::uint32_t holders_current = 0;  ///< holders that map the current version
+  std::uint32_t holders_behind = 0;   ///< holders that still map an older one
 };
 
 enum class SyncKind { lock, barrier, channel };

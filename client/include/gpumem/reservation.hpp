@@ -54,15 +54,6 @@ struct OpenReservationOptions {
   Access access = Access::read_write;
 };
 
-/// Where a reservation is.
-enum class ReservationState {
-  awake,     ///< its current version is mapped (or will be, at the next refresh)
-  draining,  ///< going to sleep: holders let go at their next refresh() or quiesce()
-  asleep,    ///< its bytes are on the host; nothing is mapped
-  lost,      ///< its owner let go of it while it slept: it is gone
-};
-const char* to_string(ReservationState state) noexcept;
-
 struct SleepOptions {
   /// Drop the bytes instead of copying them: after wake() the range reads zero.
   bool discard = false;
@@ -108,9 +99,9 @@ class ReservationDraft {
 
  private:
   friend class Reservation;
-  struct state;
-  explicit ReservationDraft(std::unique_ptr<state> self);
-  std::unique_ptr<state> self_;
+  struct impl;
+  explicit ReservationDraft(std::unique_ptr<impl> self);
+  std::unique_ptr<impl> self_;
 };
 
 class Reservation {
@@ -178,9 +169,14 @@ class Reservation {
 
  private:
   friend class ReservationDraft;
-  struct state;
-  explicit Reservation(std::unique_ptr<state> self);
-  std::unique_ptr<state> self_;
+  // An operator's calls by name reach the daemon through the client's session, as this does.
+  friend ReservationStatus reservation_status(Client&, std::string_view);
+  friend void sleep_reservation(Client&, std::string_view, const SleepOptions&);
+  friend void wake_reservation(Client&, std::string_view, std::chrono::milliseconds);
+  static std::shared_ptr<detail::connection> session_of(Client& client);
+  struct impl;  // not `state`: state() names the reservation's state
+  explicit Reservation(std::unique_ptr<impl> self);
+  std::unique_ptr<impl> self_;
 };
 
 /// @name An operator's view of a reservation by name (the owner uid or an administrator), as
