@@ -207,7 +207,9 @@ def test_a_holder_that_does_not_let_go_is_named_and_keeps_its_mapping(daemon, cl
     with pytest.raises(gpumem.Error) as refused:
         owner.sleep(deadline=0.2)
     assert refused.value.code == gpumem.errc.busy
-    assert owner.status().state == gpumem.ReservationState.awake
+    assert "stubborn" in str(refused.value) and "did not let go" in str(refused.value)
+    status = owner.status()
+    assert (status.state, status.error) == (gpumem.ReservationState.awake, gpumem.errc.busy)
     assert owner.refresh() == SIZE
     assert holds_pattern(reader, 1)
 
