@@ -10,6 +10,27 @@
 Buffers export DLPack (1.0 and 0.x), the buffer protocol (host memory) and
 __cuda_array_interface__ (CUDA memory); every failure raises gpumem.Error, whose .code is a
 gpumem.errc member. Calls that wait let the GIL go.
+
+Reservations keep one address in every holder while their contents change version, sleep to
+host memory and wake:
+
+    weights = client.reserve(8 << 30, device=0, name="llama", initial=nbytes)
+    torch.from_dlpack(weights)[:nbytes].copy_(first)  # version 1: its owner writes in place
+    with weights.begin_version(nbytes) as draft:     # the next version, written beside it
+        torch.from_dlpack(draft)[:nbytes].copy_(second)
+        torch.cuda.synchronize()
+        draft.commit()  # refused while a tensor of the draft lives: commit unmaps it
+    # a reader, in its own process:
+    w = gpumem.connect().open_reservation("llama", read_only=True)
+    flat = torch.from_dlpack(w)  # made once: w.ptr never moves
+    while True:
+        w.refresh()  # maps the newest version at the same address
+        forward(flat)
+
+A tensor made from a reservation holds it, and stays valid across versions and wake; it must
+not be used while the reservation sleeps or is quiesced, nor beyond size after a refresh that
+shrank it. A version after the first is mapped read-only: the buffer protocol and DLPack 1.0
+say so, a DLPack 0.x consumer of read-only host memory is refused.
 """
 
 from __future__ import annotations
@@ -31,6 +52,10 @@ from ._gpumem import (
     Client,
     Error,
     Lock,
+    Reservation,
+    ReservationDraft,
+    ReservationState,
+    ReservationStatus,
     errc,
 )
 
@@ -49,6 +74,10 @@ __all__ = [
     "Client",
     "Error",
     "Lock",
+    "Reservation",
+    "ReservationDraft",
+    "ReservationState",
+    "ReservationStatus",
     "connect",
     "errc",
 ]

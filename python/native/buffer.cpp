@@ -1,10 +1,12 @@
 #include "buffer.hpp"
 
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "dlpack_export.hpp"
 #include "gil.hpp"
+#include "host_views.hpp"
 #include "streams.hpp"
 
 namespace py = pybind11;
@@ -32,6 +34,11 @@ shared_buffer::shared_buffer(std::shared_ptr<Buffer> memory, bool owned)
 const std::shared_ptr<Buffer>& shared_buffer::memory() const {
   if (memory_ == nullptr) throw py::buffer_error("the gpumem.Buffer was released");
   return memory_;
+}
+
+exported_range shared_buffer::exported() const {
+  const auto& memory = this->memory();
+  return {memory->data(), memory->size(), device_, read_only_, memory};
 }
 
 std::uintptr_t shared_buffer::pointer() const {
@@ -70,10 +77,6 @@ void shared_buffer::release(py::handle last_use) {
 
 namespace {
 
-std::string device_name(int device) {
-  return device == kHost ? "host" : "cuda:" + std::to_string(device);
-}
-
 std::string describe(const shared_buffer& buffer) {
   std::string text = "<gpumem.Buffer id=" + std::to_string(buffer.id()) +
                      " size=" + std::to_string(buffer.size()) +
@@ -102,37 +105,19 @@ py::dict cuda_array_interface(shared_buffer& buffer) {
   return interface;
 }
 
-// The buffer protocol, for host memory: a memoryview (read-only for read-only opens) whose
-// Py_buffer holds the memory, so that release() never unmaps it under a live view.
-int get_buffer(PyObject* self, Py_buffer* view, int flags) {
-  try {
-    const py::handle owner(self);
-    const auto& buffer = owner.cast<const shared_buffer&>();
-    if (buffer.device() != kHost) {
-      throw py::buffer_error(
-          "a CUDA buffer has no host memory: use DLPack (torch.from_dlpack, cupy.from_dlpack, "
-          "jax.dlpack.from_dlpack) or __cuda_array_interface__");
-    }
-    const auto& memory = buffer.memory();
-    if (PyBuffer_FillInfo(view, self, memory->data(), static_cast<Py_ssize_t>(memory->size()),
-                          buffer.read_only() ? 1 : 0, flags) != 0) {
-      return -1;
-    }
-    view->internal = new std::shared_ptr<Buffer>(memory);
-    return 0;
-  } catch (py::error_already_set& error) {
-    error.restore();
-  } catch (const py::builtin_exception& error) {
-    error.set_error();
-  } catch (const std::exception& error) {
-    PyErr_SetString(PyExc_BufferError, error.what());
-  }
-  view->obj = nullptr;
-  return -1;
+exported_range exported_buffer(py::handle self) {
+  return self.cast<const shared_buffer&>().exported();
 }
 
-void release_buffer(PyObject* /*self*/, Py_buffer* view) {
-  delete static_cast<std::shared_ptr<Buffer>*>(view->internal);
+// For CUDA memory the consumer's stream first waits for the work queued on the buffer's stream.
+py::capsule buffer_dlpack(const shared_buffer& buffer, py::handle stream, py::handle max_version,
+                          py::handle dl_device, py::handle copy) {
+  const exported_range range = buffer.exported();
+  const std::optional<Stream> consumer =
+      range.device == kHost ? std::nullopt : dlpack_consumer_stream(stream);
+  py::capsule capsule = dlpack_capsule(range, max_version, dl_device, copy);
+  if (consumer) order_after(*consumer, buffer.stream(), range.device);
+  return capsule;
 }
 
 }  // namespace
@@ -142,10 +127,7 @@ void bind_buffer(py::module_& module) {
                                  "Memory shared through gpumemd. Exported without copies "
                                  "through DLPack, the buffer protocol (host) and "
                                  "__cuda_array_interface__ (CUDA).");
-  // pybind11's buffer protocol keeps no owner with the view; these slots keep the memory.
-  auto* heap_type = reinterpret_cast<PyHeapTypeObject*>(type.ptr());
-  heap_type->as_buffer.bf_getbuffer = get_buffer;
-  heap_type->as_buffer.bf_releasebuffer = release_buffer;
+  enable_host_views<exported_buffer>(type);
 
   type.def_property_readonly("size", &shared_buffer::size, "bytes")
       .def_property_readonly("id", &shared_buffer::id,
@@ -166,10 +148,11 @@ void bind_buffer(py::module_& module) {
            "memory.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](shared_buffer& buffer, py::args) { buffer.release(py::none()); })
-      .def("__dlpack__", &dlpack_capsule, py::arg("stream") = py::none(), py::kw_only(),
+      .def("__dlpack__", &buffer_dlpack, py::arg("stream") = py::none(), py::kw_only(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
            py::arg("copy") = py::none())
-      .def("__dlpack_device__", &dlpack_device)
+      .def("__dlpack_device__",
+           [](const shared_buffer& buffer) { return dlpack_device(buffer.device()); })
       .def_property_readonly("__cuda_array_interface__", &cuda_array_interface,
                              "CUDA buffers. Reading it makes this object hold the memory "
                              "until it is deallocated, release() notwithstanding.")

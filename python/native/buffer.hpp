@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "exported_range.hpp"
 #include "gpumem/gpumem.hpp"
 
 namespace gpumem::python {
@@ -25,6 +26,9 @@ class shared_buffer {
   /// @brief The memory, for an export to hold.
   /// @throws BufferError once released.
   const std::shared_ptr<Buffer>& memory() const;
+  /// @brief The whole buffer, held by the export.
+  /// @throws BufferError once released.
+  exported_range exported() const;
   /// @brief Lets go of this object's reference: when no export holds the memory, at once,
   /// after the work queued on @p last_use (None: the buffer's stream), reporting failure;
   /// else the last export lets go of it later, after the work queued on the buffer's stream,

@@ -12,6 +12,7 @@
 #include "buffer.hpp"
 #include "daemon_reports.hpp"
 #include "gpumem/gpumem.hpp"
+#include "reservation.hpp"
 #include "streams.hpp"
 #include "sync.hpp"
 
@@ -72,10 +73,10 @@ std::optional<std::chrono::milliseconds> reconnect_from(std::optional<double> se
 }  // namespace
 
 void bind_client(py::module_& module) {
-  py::class_<Client>(module, "Client",
-                     "A session with gpumemd. Buffers, locks, barriers and channels keep it "
-                     "open after the Client object is gone.")
-      .def("allocate", &allocate, "nbytes"_a, py::kw_only(), "device"_a = kHost,
+  py::class_<Client> type(module, "Client",
+                          "A session with gpumemd. Buffers, reservations, locks, barriers and "
+                          "channels keep it open after the Client object is gone.");
+  type.def("allocate", &allocate, "nbytes"_a, py::kw_only(), "device"_a = kHost,
            "name"_a = py::none(), "pool"_a = py::none(), "stream"_a = py::none(),
            "mode"_a = py::none(),
            "New memory: named, other processes can open() it (who: `mode`, e.g. 0o640; None: "
@@ -110,6 +111,7 @@ void bind_client(py::module_& module) {
         return "<gpumem.Client id=" + std::to_string(client.id()) + " socket='" +
                client.socket_path() + "'>";
       });
+  bind_reservation_calls(type);
 
   module.def(
       "connect",

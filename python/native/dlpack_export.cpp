@@ -5,7 +5,6 @@
 #include <string>
 
 #include "dlpack.hpp"
-#include "streams.hpp"
 
 namespace py = pybind11;
 
@@ -15,17 +14,17 @@ namespace {
 
 using namespace dlpack;
 
-DLDevice device_of(const shared_buffer& buffer) {
-  if (buffer.device() == kHost) return {kDLCPU, 0};
-  return {kDLCUDA, buffer.device()};
+DLDevice device_of(int device) {
+  if (device == kHost) return {kDLCPU, 0};
+  return {kDLCUDA, device};
 }
 
 // What a capsule owns: the managed tensor, its shape and strides, and a reference to the
-// memory. The deleter may run on any thread, with or without the GIL.
+// memory's owner. The deleter may run on any thread, with or without the GIL.
 template <class Managed>
 struct tensor_export {
   Managed managed{};
-  std::shared_ptr<Buffer> memory;
+  std::shared_ptr<const void> owner;
   std::int64_t shape = 0;
   std::int64_t stride = 1;
 
@@ -33,13 +32,13 @@ struct tensor_export {
 };
 
 template <class Managed>
-Managed* make_export(const shared_buffer& buffer, const std::shared_ptr<Buffer>& memory) {
+Managed* make_export(const exported_range& range) {
   auto* made = new tensor_export<Managed>{};
-  made->memory = memory;
-  made->shape = static_cast<std::int64_t>(memory->size());
+  made->owner = range.owner;
+  made->shape = static_cast<std::int64_t>(range.size);
   DLTensor& tensor = made->managed.dl_tensor;
-  tensor.data = memory->data();
-  tensor.device = device_of(buffer);
+  tensor.data = range.data;
+  tensor.device = device_of(range.device);
   tensor.ndim = 1;
   tensor.dtype = {kDLUInt, 8, 1};
   tensor.shape = &made->shape;
@@ -76,51 +75,45 @@ bool wants_versioned(py::handle max_version) {
   return version[0].cast<std::uint32_t>() >= kMajorVersion;
 }
 
-void check_device(const shared_buffer& buffer, py::handle dl_device) {
+void check_device(const exported_range& range, py::handle dl_device) {
   if (dl_device.is_none()) return;
   const auto asked = dl_device.cast<py::tuple>();
-  const DLDevice ours = device_of(buffer);
+  const DLDevice ours = device_of(range.device);
   if (asked.size() == 2 && asked[0].cast<int>() == ours.device_type &&
       asked[1].cast<int>() == ours.device_id) {
     return;
   }
-  throw py::buffer_error("__dlpack__: the buffer lives on device (" +
+  throw py::buffer_error("__dlpack__: the memory lives on device (" +
                          std::to_string(ours.device_type) + ", " + std::to_string(ours.device_id) +
                          "); gpumem does not copy it elsewhere");
 }
 
 }  // namespace
 
-py::tuple dlpack_device(const shared_buffer& buffer) {
-  const DLDevice device = device_of(buffer);
-  return py::make_tuple(static_cast<int>(device.device_type), device.device_id);
+py::tuple dlpack_device(int device) {
+  const DLDevice dl_device = device_of(device);
+  return py::make_tuple(static_cast<int>(dl_device.device_type), dl_device.device_id);
 }
 
-py::capsule dlpack_capsule(const shared_buffer& buffer, py::handle stream, py::handle max_version,
+py::capsule dlpack_capsule(const exported_range& range, py::handle max_version,
                            py::handle dl_device, py::handle copy) {
-  const auto& memory = buffer.memory();
   if (!copy.is_none() && copy.cast<bool>()) {
     throw py::buffer_error("__dlpack__: gpumem shares its memory and makes no copies (copy=True)");
   }
-  check_device(buffer, dl_device);
+  check_device(range, dl_device);
   const bool versioned = wants_versioned(max_version);
-  if (buffer.device() != kHost) {
-    if (auto consumer = dlpack_consumer_stream(stream)) {
-      order_after(*consumer, buffer.stream(), buffer.device());
-    }
-  } else if (buffer.read_only() && !versioned) {
-    // Host memory opened read-only is mapped without write permission: a consumer of DLPack
-    // 0.x cannot be told, and its first write would kill the process.
+  if (range.device == kHost && range.read_only && !versioned) {
+    // Host memory mapped read-only has no write permission: a consumer of DLPack 0.x cannot
+    // be told, and its first write would kill the process.
     throw py::buffer_error(
-        "__dlpack__: this host buffer is read-only and a DLPack 0.x consumer cannot be told; "
-        "use a consumer of DLPack 1.0 (NumPy 2.1 or later), memoryview(buffer) or "
-        "numpy.frombuffer(buffer)");
+        "__dlpack__: this host memory is read-only and a DLPack 0.x consumer cannot be told; "
+        "use a consumer of DLPack 1.0 (NumPy 2.1 or later) or the buffer protocol "
+        "(memoryview, numpy.frombuffer)");
   }
-  if (!versioned)
-    return wrap<DLManagedTensor, kCapsuleName>(make_export<DLManagedTensor>(buffer, memory));
-  auto* managed = make_export<DLManagedTensorVersioned>(buffer, memory);
+  if (!versioned) return wrap<DLManagedTensor, kCapsuleName>(make_export<DLManagedTensor>(range));
+  auto* managed = make_export<DLManagedTensorVersioned>(range);
   managed->version = {kMajorVersion, kMinorVersion};
-  managed->flags = buffer.read_only() ? kFlagReadOnly : 0;
+  managed->flags = range.read_only ? kFlagReadOnly : 0;
   return wrap<DLManagedTensorVersioned, kVersionedCapsuleName>(managed);
 }
 

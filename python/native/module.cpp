@@ -5,6 +5,7 @@
 #include "client.hpp"
 #include "errors.hpp"
 #include "gpumem/gpumem.hpp"
+#include "reservation.hpp"
 #include "sync.hpp"
 
 PYBIND11_MODULE(_gpumem, module) {
@@ -14,5 +15,6 @@ PYBIND11_MODULE(_gpumem, module) {
   gpumem::python::bind_errors(module);
   gpumem::python::bind_buffer(module);
   gpumem::python::bind_sync(module);
+  gpumem::python::bind_reservation(module);
   gpumem::python::bind_client(module);
 }

@@ -1,10 +1,10 @@
 #include "sync.hpp"
 
 #include <chrono>
-#include <cmath>
 #include <optional>
 
 #include "buffer.hpp"
+#include "durations.hpp"
 #include "streams.hpp"
 
 namespace py = pybind11;
@@ -15,21 +15,6 @@ namespace gpumem::python {
 namespace {
 
 using timeout_t = std::optional<std::chrono::nanoseconds>;
-
-/// Seconds (an int or a float) or a datetime.timedelta; None and infinity wait for ever.
-timeout_t timeout_from(py::handle timeout) {
-  if (timeout.is_none()) return std::nullopt;
-  const py::object seconds_object = py::hasattr(timeout, "total_seconds")
-                                        ? timeout.attr("total_seconds")()
-                                        : py::reinterpret_borrow<py::object>(timeout);
-  const double seconds = py::float_(seconds_object);
-  if (std::isnan(seconds) || seconds < 0) {
-    throw py::value_error("timeout must be a number of seconds, not negative");
-  }
-  if (std::isinf(seconds)) return std::nullopt;
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(seconds));
-}
 
 /// A slot of a channel, with its place in the channel's buffer.
 struct channel_slot {
@@ -74,7 +59,7 @@ void bind_lock(py::module_& module) {
       .def(
           "acquire",
           [](Lock& lock, py::handle timeout_seconds) {
-            const timeout_t timeout = timeout_from(timeout_seconds);
+            const timeout_t timeout = duration_from(timeout_seconds);
             py::gil_scoped_release released;
             if (!timeout) return lock.acquire();
             return lock.try_acquire_for(*timeout);
@@ -141,7 +126,7 @@ void bind_barrier(py::module_& module) {
           "wait",
           [](Barrier& barrier, Barrier::Token token, py::handle stream,
              py::handle timeout_seconds) -> py::object {
-            const timeout_t timeout = timeout_from(timeout_seconds);
+            const timeout_t timeout = duration_from(timeout_seconds);
             if (!stream.is_none()) {
               if (timeout) throw py::value_error("a stream-ordered wait takes no timeout");
               const Stream on = stream_from(stream);

@@ -7,7 +7,14 @@
   lock-count LOCK BUFFER N     N times: with the lock, read, yield, write the counter + 1; "done"
   channel-produce NAME ITEMS CONSUMERS SLOTS BYTES
                                publish ITEMS patterned items, print "done"
+  reservation-follow NAME SIZE LAST
+                               open a host reservation read-only, view it once, print "ready
+                               VERSION PTR"; then for each version up to LAST, wait for it
+                               and print "version V PTR ok" when the view (made once) holds the
+                               pattern of seed V, else "version V PTR mismatch at I"
 GPU (PyTorch on device 0):
+  torch-follow-reservation NAME SIZE LAST
+                               reservation-follow through one tensor made by torch.from_dlpack
   torch-produce NAME SIZE SEED allocate, fill on a stream, synchronize, print "ready ID", wait
   torch-hold SIZE              allocate, print "ready ID", wait to be killed
   jax-verify NAME SIZE SEED    open, read through jax.dlpack, print "ok" or "mismatch at I"
@@ -97,6 +104,45 @@ def channel_produce(client: gpumem.Client, name: str, *numbers: str) -> int:
     return 0
 
 
+def follow_reservation(client: gpumem.Client, name: str, size: str, last: str, view) -> int:
+    """Sees each version in turn through one view of the range, made before the first: the
+    address does not move, so the view shows every later version."""
+    reservation = client.open_reservation(name, read_only=True)
+    reservation.refresh()
+    contents = view(reservation)
+    address = reservation.ptr
+    say(f"ready {reservation.version} {address:#x}")
+    for version in range(reservation.version + 1, int(last) + 1):
+        if not reservation.wait_version(version, timeout=60):
+            say(f"timeout waiting for version {version}")
+            return 1
+        if reservation.ptr != address or reservation.size < int(size):
+            say(f"moved to {reservation.ptr:#x} with {reservation.size} bytes")
+            return 1
+        bad = support.first_mismatch(contents()[: int(size)], reservation.version)
+        verdict = "ok" if bad == int(size) else f"mismatch at {bad}"
+        say(f"version {reservation.version} {address:#x} {verdict}")
+    return 0
+
+
+def reservation_follow(client: gpumem.Client, name: str, size: str, last: str) -> int:
+    def host_view(reservation):
+        array = np.frombuffer(reservation, dtype=np.uint8)
+        return lambda: array
+
+    return follow_reservation(client, name, size, last, host_view)
+
+
+def torch_follow_reservation(client: gpumem.Client, name: str, size: str, last: str) -> int:
+    import torch
+
+    def device_view(reservation):
+        tensor = torch.from_dlpack(reservation)
+        return lambda: tensor.cpu().numpy()
+
+    return follow_reservation(client, name, size, last, device_view)
+
+
 def torch_produce(client: gpumem.Client, name: str, size: str, seed: str) -> None:
     import torch
 
@@ -159,7 +205,9 @@ COMMANDS = {
     "write-read-only": write_read_only,
     "lock-count": lock_count,
     "channel-produce": channel_produce,
+    "reservation-follow": reservation_follow,
     "torch-produce": torch_produce,
+    "torch-follow-reservation": torch_follow_reservation,
     "torch-hold": torch_hold,
     "jax-verify": jax_verify,
     "stream-lock-count": stream_lock_count,

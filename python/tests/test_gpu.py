@@ -259,3 +259,78 @@ def test_the_shared_weights_example_gives_every_worker_the_same_output(cuda_clie
     lines = run.output()
     assert run.wait() == 0, lines
     assert lines[-1] == "every worker computed the same output", lines
+
+
+def cuda_reservation(client: gpumem.Client, name: str, seed: int) -> gpumem.Reservation:
+    """A reservation on device 0 at version 1, holding SIZE bytes of the pattern of @p seed."""
+    torch = torch_on_a_gpu()
+    reservation = client.reserve(16 * SIZE, device=0, name=name, initial=SIZE)
+    torch.from_dlpack(reservation)[:SIZE].copy_(torch.from_numpy(support.pattern(SIZE, seed)))
+    torch.cuda.synchronize()
+    return reservation
+
+
+def test_torch_takes_a_cuda_reservation_through_dlpack_at_its_fixed_address(cuda_client):
+    torch = torch_on_a_gpu()
+    weights = cuda_reservation(cuda_client, "weights", 31)
+    tensor = torch.from_dlpack(weights)
+    assert (tensor.device, tensor.dtype, tensor.shape) == (
+        torch.device("cuda", 0),
+        torch.uint8,
+        (weights.size,),
+    )
+    assert tensor.data_ptr() == weights.ptr
+    assert weights.__dlpack_device__() == (2, 0)
+    assert support.first_mismatch(tensor[:SIZE].cpu().numpy(), 31) == SIZE
+    with pytest.raises(BufferError, match="CUDA"):
+        memoryview(weights)
+
+
+def test_torch_in_another_process_sees_each_version_at_one_address(cuda_client):
+    torch = torch_on_a_gpu()
+    weights = cuda_reservation(cuda_client, "weights", 1)
+    with support.python_peer("torch-follow-reservation", "weights", SIZE, 3) as reader:
+        ready, version, address = reader.line(timeout=120).split()
+        assert (ready, version) == ("ready", "1")
+        for version in (2, 3):
+            with weights.begin_version(SIZE) as draft:
+                torch.from_dlpack(draft)[:SIZE].copy_(
+                    torch.from_numpy(support.pattern(SIZE, version))
+                )
+                torch.cuda.synchronize()
+                draft.commit()
+            assert reader.line(timeout=60) == f"version {version} {address} ok"
+        assert reader.wait() == 0
+
+
+def test_a_cuda_reservation_wakes_with_its_bytes_under_the_same_tensor(cuda_client):
+    torch = torch_on_a_gpu()
+    weights = cuda_reservation(cuda_client, "weights", 32)
+    tensor = torch.from_dlpack(weights)  # made once, used again after the wake
+    weights.sleep()
+    assert weights.size == 0 and weights.status().host_bytes >= SIZE
+    weights.wake()
+    assert weights.ptr == tensor.data_ptr()
+    assert support.first_mismatch(tensor[:SIZE].cpu().numpy(), 32) == SIZE
+
+
+def test_cupy_reads_a_cuda_reservation_through_both_protocols(cuda_client):
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    weights = cuda_reservation(cuda_client, "weights", 33)
+    through_dlpack = cupy.from_dlpack(weights)
+    through_interface = cupy.asarray(weights)  # __cuda_array_interface__
+    for array in (through_dlpack, through_interface):
+        assert array.data.ptr == weights.ptr
+        assert support.first_mismatch(cupy.asnumpy(array[:SIZE]), 33) == SIZE
+
+
+def test_the_hot_swap_example_switches_torch_readers_on_the_gpu(cuda_client, daemon):
+    torch_on_a_gpu()
+    example = support.REPOSITORY / "examples/python/hot_swap_weights.py"
+    run = support.Process(
+        [sys.executable, str(example), "--socket", daemon.socket_path, "--device", "cuda"]
+    )
+    lines = run.output(timeout=300)
+    assert run.wait() == 0, lines
+    assert "on cuda" in lines[0], lines
+    assert lines[-1].startswith("every reader saw versions 1 to 3"), lines
