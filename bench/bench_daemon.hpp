@@ -13,14 +13,16 @@
 
 class bench_daemon {
  public:
-  explicit bench_daemon(const std::string& binary, const char* prefix) {
+  /// @param log_level gpumemd's --log-level: its log goes to this process's stderr.
+  explicit bench_daemon(const std::string& binary, const char* prefix,
+                        const std::string& log_level = "warn") {
     std::string pattern = std::string("/tmp/") + prefix + "-XXXXXX";
     folder_ = ::mkdtemp(pattern.data());
     socket_ = folder_ + "/gpumemd.sock";
     pid_ = ::fork();
     if (pid_ == 0) {
-      ::execl(binary.c_str(), binary.c_str(), "--socket", socket_.c_str(), "--log-level", "warn",
-              nullptr);
+      ::execl(binary.c_str(), binary.c_str(), "--socket", socket_.c_str(), "--log-level",
+              log_level.c_str(), nullptr);
       ::_exit(127);
     }
     while (!std::filesystem::exists(socket_)) {

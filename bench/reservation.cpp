@@ -10,6 +10,7 @@
 // Every CUDA user is a forked child: the parent never initialises CUDA.
 //
 //   reservation_bench [--sizes 1,8,32] [--readers 8] [--rounds 50] [--daemon PATH]
+//                     [--log-level info]
 #include "gpumem/reservation.hpp"
 
 #include <unistd.h>
@@ -102,14 +103,20 @@ std::vector<double> sleep_and_wake(const gpumem::ConnectOptions& connect, std::s
   return {sleep_s, wake_s};
 }
 
-/// Waits until @p holders hold the reservation named @p name (the readers have opened it).
-void wait_for_holders(gpumem::Client& client, const std::string& name, std::uint32_t holders) {
-  for (;;) {
+/// Waits until @p holders hold the reservation named @p name (the readers have opened it) and,
+/// with @p on_current, map its current version (the readers have switched).
+void wait_for_holders(gpumem::Client& client, const std::string& name, std::uint32_t holders,
+                      bool on_current = false) {
+  const auto give_up = clock_type::now() + std::chrono::seconds(60);
+  while (clock_type::now() < give_up) {
     for (const auto& each : client.reservations()) {
-      if (each.name == name && each.holders >= holders) return;
+      if (each.name == name && (on_current ? each.holders_current : each.holders) >= holders) {
+        return;
+      }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  throw std::runtime_error("the readers of " + name + " did not come within 60 s");
 }
 
 /// Per round, the commit's start (µs on the shared clock), then the commit call's length (µs).
@@ -130,8 +137,8 @@ std::vector<double> write_versions(const gpumem::ConnectOptions& connect, const 
     draft.commit();
     calls.push_back(now_us() - began);
     starts.push_back(began);
-    // Readers take well under this to switch; the next version must not overtake the last.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // The next version must not overtake this one: every reader switches first.
+    wait_for_holders(client, name, static_cast<std::uint32_t>(readers) + 1, true);
   }
   starts.insert(starts.end(), calls.begin(), calls.end());
   destroy_stream(stream);
@@ -154,11 +161,15 @@ std::vector<double> read_versions(const gpumem::ConnectOptions& connect, const s
     }
   }
   std::vector<double> seen;
-  for (int round = 0; round < rounds; ++round) {
+  while (seen.size() < static_cast<std::size_t>(rounds)) {
     if (!weights->wait_version(weights->version() + 1, std::chrono::seconds(60))) {
       throw std::runtime_error("no new version within 60 s");
     }
-    seen.push_back(now_us());
+    // A version this reader never mapped (the next came first) counts as seen with the next.
+    const double now = now_us();
+    while (seen.size() < std::min<std::size_t>(rounds, weights->version() - 1)) {
+      seen.push_back(now);
+    }
   }
   return seen;
 }
@@ -248,13 +259,15 @@ int main(int argc, char** argv) {
   int readers = 8;
   int rounds = 50;
   std::string daemon = GPUMEM_BENCH_DAEMON;
+  std::string log_level = "warn";
   app.add_option("--sizes", sizes, "GiB slept and woken, one figure each")->delimiter(',');
   app.add_option("--readers", readers, "processes reading versions")->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "versions committed per size")->check(CLI::PositiveNumber);
   app.add_option("--daemon", daemon, "gpumemd binary")->check(CLI::ExistingFile);
+  app.add_option("--log-level", log_level, "gpumemd's log level (its log goes to stderr)");
   CLI11_PARSE(app, argc, argv);
 
-  const bench_daemon gpumemd(daemon, "gpumem-reservation-bench");
+  const bench_daemon gpumemd(daemon, "gpumem-reservation-bench", log_level);
   const gpumem::ConnectOptions connect{.socket_path = gpumemd.socket(), .label = "bench"};
   try {
     std::printf("sleep and wake against raw pinned cudaMemcpy (GB/s; ratio = gpumemd / raw)\n");

@@ -25,6 +25,11 @@ std::uint64_t whole_chunks(std::uint64_t bytes, std::uint64_t chunk) {
   return (bytes + chunk - 1) / chunk;
 }
 
+double milliseconds_between(std::chrono::steady_clock::time_point from,
+                            std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
 std::string what_failed(const std::exception_ptr& failure, errc& code) {
   try {
     std::rethrow_exception(failure);
@@ -322,32 +327,39 @@ void reservation_book::copy_out_when_ready(object_id id) {
   std::shared_ptr<versioned_reservation> entry = found->second;
   const reservation* from = entry->begin_copy_out();
   rows_.touch(id);
-  auto copy = std::make_shared<std::optional<sleep_copy>>();
-  const auto started = std::chrono::steady_clock::now();
+  struct copy_out_job {
+    std::optional<sleep_copy> copy;
+    double populate_ms = 0;
+    double copy_ms = 0;
+  };
+  auto job = std::make_shared<copy_out_job>();
   const std::uint64_t bytes = entry->committed();
   background_->run(
-      [from, copy, bytes] {
+      [from, job, bytes] {
         if (from == nullptr) return;  // discarding
-        copy->emplace(sleep_copy::make(bytes));
-        from->copy_out(static_cast<std::byte*>((*copy)->mapped.get()));
+        const auto started = std::chrono::steady_clock::now();
+        job->copy.emplace(sleep_copy::make(bytes));
+        const auto populated = std::chrono::steady_clock::now();
+        from->copy_out(static_cast<std::byte*>(job->copy->mapped.get()));
+        job->populate_ms = milliseconds_between(started, populated);
+        job->copy_ms = milliseconds_between(populated, std::chrono::steady_clock::now());
       },
-      [this, id, entry, copy, started, bytes](std::exception_ptr failure) {
+      [this, id, entry, job, bytes](std::exception_ptr failure) {
         if (!still_held(id, entry.get())) return;
         rows_.touch(id);
         if (failure) {
           errc code = errc::internal;
           const std::string why = what_failed(failure, code);
-          entry->fail(
-              code, fmt::format("reservation {} stays awake: copying it out failed: {}", id, why));
+          entry->fail(code, fmt::format("reservation {} stays awake: copying it out failed: {}",
+                                        id, why));
           spdlog::error("reservation {}: sleep failed: {}", id, why);
           return;
         }
-        entry->finish_sleep(std::move(*copy));
-        spdlog::info("reservation {}: asleep, {} bytes {} in {} ms", id, bytes,
-                     entry->discards() ? "dropped" : "copied to the host",
-                     std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::steady_clock::now() - started)
-                         .count());
+        entry->finish_sleep(std::move(job->copy));
+        spdlog::info("reservation {}: asleep, {} bytes {} (host pages made in {:.1f} ms, copied in "
+                     "{:.1f} ms)",
+                     id, bytes, entry->discards() ? "dropped" : "copied to the host",
+                     job->populate_ms, job->copy_ms);
         lose_if_owner_left(id, *entry);
       });
 }
@@ -390,10 +402,8 @@ proto::reservation_status reservation_book::wake(client_id client,
           return;
         }
         kept->finish_wake();
-        spdlog::info("reservation {}: awake in {} ms", id,
-                     std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::steady_clock::now() - started)
-                         .count());
+        spdlog::info("reservation {}: awake in {:.1f} ms", id,
+                     milliseconds_between(started, std::chrono::steady_clock::now()));
       });
   return entry->status(id);
 }
