@@ -1,0 +1,87 @@
+// Versions and sleep survive a restart: a real gpumemd under the stand-in for systemd is
+// SIGKILLed while host reservations have a committed version a reader has not switched to, a
+// draft half written, and a sleeping copy; clients reconnect and carry on where they were.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "gpumem/gpumem.hpp"
+#include "gpumem/reservation.hpp"
+#include "support/pattern.hpp"
+#include "support/systemd_supervisor.hpp"
+
+namespace gpumem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::size_t kChunk = 2 << 20;
+
+const ReservationInfo& listed(Client& client, std::vector<ReservationInfo>& storage) {
+  storage = client.reservations();
+  EXPECT_EQ(storage.size(), 1u);
+  return storage.at(0);
+}
+
+TEST(ReservationRestart, VersionsADraftAndAReaderBehindSurviveASigkill) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto owner_client = daemon.connect("owner");
+  auto reader_client = daemon.connect("reader");
+  auto owner = Reservation::create(owner_client, 8 * kChunk,
+                                   {.device = kHost, .name = "w", .initial = 2 * kChunk});
+  fill_pattern(owner.data(), owner.size(), 1);
+  auto reader = Reservation::open(reader_client, "w", {.access = Access::read_only});
+  void* const reader_base = reader.data();
+  {
+    auto second = owner.begin_version(3 * kChunk);
+    fill_pattern(second.data(), second.size(), 2);
+    second.commit();
+  }
+  auto third = owner.begin_version(kChunk);
+  fill_pattern(third.data(), kChunk / 2, 3);  // half written when the daemon dies
+
+  daemon.restart(SIGKILL);
+  std::vector<ReservationInfo> storage;
+  const ReservationInfo& after = listed(reader_client, storage);
+  EXPECT_EQ(after.version, 2u);
+  EXPECT_EQ(after.draft_version, 3u);
+  EXPECT_EQ(after.oldest_mapped, 1u) << "the reader still maps version 1";
+  EXPECT_EQ(after.retained_bytes, 2 * kChunk + kChunk) << "version 1 and the draft";
+  EXPECT_EQ(reader.version(), 1u);
+  EXPECT_EQ(first_mismatch(reader.data(), 2 * kChunk, 1), 2 * kChunk);
+
+  EXPECT_EQ(reader.refresh(), 3 * kChunk);
+  EXPECT_EQ(reader.data(), reader_base);
+  EXPECT_EQ(first_mismatch(reader.data(), 3 * kChunk, 2), 3 * kChunk);
+  fill_pattern(third.data(), kChunk, 3);
+  third.commit();
+  EXPECT_TRUE(reader.wait_version(3, 5s)) << "the kept notice page still wakes the reader";
+  EXPECT_EQ(reader.size(), kChunk);
+  EXPECT_EQ(first_mismatch(reader.data(), kChunk, 3), kChunk);
+  EXPECT_EQ(listed(owner_client, storage).retained_bytes, 0u);
+}
+
+TEST(ReservationRestart, ASleepingReservationWakesWithItsBytesAfterASigkill) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto client = daemon.connect("owner");
+  auto weights = Reservation::create(client, 4 * kChunk,
+                                     {.device = kHost, .name = "s", .initial = 4 * kChunk});
+  void* const base = weights.data();
+  fill_pattern(weights.data(), weights.size(), 5);
+  weights.sleep();
+  ASSERT_EQ(weights.status().host_bytes, 4 * kChunk);
+
+  daemon.restart(SIGKILL);
+  const ReservationStatus kept = weights.status();
+  EXPECT_EQ(kept.state, ReservationState::asleep);
+  EXPECT_EQ(kept.host_bytes, 4 * kChunk) << "the sleep copy was kept in the fd store";
+  weights.wake();
+  EXPECT_EQ(weights.data(), base);
+  ASSERT_EQ(weights.size(), 4 * kChunk);
+  EXPECT_EQ(first_mismatch(weights.data(), weights.size(), 5), weights.size());
+  EXPECT_EQ(weights.status().host_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace gpumem::testing
