@@ -350,16 +350,17 @@ void reservation_book::copy_out_when_ready(object_id id) {
         if (failure) {
           errc code = errc::internal;
           const std::string why = what_failed(failure, code);
-          entry->fail(code, fmt::format("reservation {} stays awake: copying it out failed: {}",
-                                        id, why));
+          entry->fail(
+              code, fmt::format("reservation {} stays awake: copying it out failed: {}", id, why));
           spdlog::error("reservation {}: sleep failed: {}", id, why);
           return;
         }
         entry->finish_sleep(std::move(job->copy));
-        spdlog::info("reservation {}: asleep, {} bytes {} (host pages made in {:.1f} ms, copied in "
-                     "{:.1f} ms)",
-                     id, bytes, entry->discards() ? "dropped" : "copied to the host",
-                     job->populate_ms, job->copy_ms);
+        spdlog::info(
+            "reservation {}: asleep, {} bytes {} (host pages made in {:.1f} ms, copied in "
+            "{:.1f} ms)",
+            id, bytes, entry->discards() ? "dropped" : "copied to the host", job->populate_ms,
+            job->copy_ms);
         lose_if_owner_left(id, *entry);
       });
 }
