@@ -4,6 +4,7 @@
 #include "gpumem/gpumem.hpp"
 #include "gpumem/shared/sync/layout.hpp"
 #include "gpumem/slab.hpp"
+#include "reservation_state.hpp"
 
 namespace gpumem {
 
@@ -86,20 +87,6 @@ AllocationInfo to_info(const proto::allocation_record& r) {
           .name = std::string(r.name.view())};
 }
 
-ReservationState to_info(proto::reservation_state state) {
-  switch (state) {
-    case proto::reservation_state::awake:
-      return ReservationState::awake;
-    case proto::reservation_state::draining:
-      return ReservationState::draining;
-    case proto::reservation_state::asleep:
-      return ReservationState::asleep;
-    case proto::reservation_state::lost:
-      return ReservationState::lost;
-  }
-  throw Error(errc::bad_message, "gpumemd listed a reservation in an unknown state");
-}
-
 ReservationInfo to_info(const proto::reservation_record& r) {
   return {.id = r.reservation_id,
           .max_size = r.max_size,
@@ -113,7 +100,7 @@ ReservationInfo to_info(const proto::reservation_record& r) {
           .oldest_mapped = r.oldest_mapped,
           .retained_bytes = r.retained_bytes,
           .host_bytes = r.host_bytes,
-          .state = to_info(r.state),
+          .state = detail::to_state(r.state),
           .holders_current = r.holders_current,
           .holders_behind = r.holders_behind};
 }

@@ -10,6 +10,7 @@
 #include "gpumem/shared/reservation_notice.hpp"
 #include "gpumem/shared/sync/futex.hpp"
 #include "range_mapper.hpp"
+#include "reservation_state.hpp"
 
 namespace gpumem {
 
@@ -31,26 +32,12 @@ constexpr auto kNoticeRecheck = milliseconds(50);
 constexpr auto kFirstPoll = milliseconds(1);
 constexpr auto kLastPoll = milliseconds(20);
 
-ReservationState to_state(proto::reservation_state state) {
-  switch (state) {
-    case proto::reservation_state::awake:
-      return ReservationState::awake;
-    case proto::reservation_state::draining:
-      return ReservationState::draining;
-    case proto::reservation_state::asleep:
-      return ReservationState::asleep;
-    case proto::reservation_state::lost:
-      return ReservationState::lost;
-  }
-  throw Error(errc::bad_message, "gpumemd sent an unknown reservation state");
-}
-
 ReservationStatus to_status(const proto::reservation_status& status) {
   return {.id = status.reservation_id,
           .version = status.version,
           .committed = status.committed,
           .host_bytes = status.host_bytes,
-          .state = to_state(status.state),
+          .state = detail::to_state(status.state),
           .busy = status.busy != 0,
           .error = static_cast<errc>(status.error),
           .reason = status.reason};
@@ -220,7 +207,7 @@ struct Reservation::impl {
     }
     mapped.apply(listing, access_to(listing.head.version));
     version = listing.head.version;
-    state = to_state(listing.head.state);
+    state = detail::to_state(listing.head.state);
     answered_generation = listing.head.generation;
     must_ask = false;
     return size();
@@ -385,7 +372,7 @@ void Reservation::sleep(const SleepOptions& options) {
         self.session->call<proto::reservation_status>(message_type::sleep_reservation, request);
     const auto ended = await_outcome(*self.session, request.target, asked, &self.notice(),
                                      sleep_wait_limit(options), "sleep");
-    self.state = to_state(ended.state);
+    self.state = detail::to_state(ended.state);
   } catch (const Error&) {
     self.refresh();  // it stays awake: map it here again, as the holders that kept theirs
     throw;

@@ -50,6 +50,13 @@ enum class object_kind : std::uint8_t { allocation, reservation, lock, barrier, 
 
 /// Names are unique within a family: an allocation, a reservation and a lock may share a name,
 /// but a lock and a barrier may not (they open by name with the kind checked).
+/// @brief A name as the ledger stores it, back on the wire (it was checked on the way in).
+inline proto::wire_name to_wire(const std::string& stored) {
+  proto::wire_name name{};
+  (void)proto::make_wire_name(stored, name);
+  return name;
+}
+
 enum class object_family : std::uint8_t { allocation, reservation, sync };
 inline constexpr std::size_t kFamilyCount = 3;
 

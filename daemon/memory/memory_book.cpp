@@ -14,11 +14,6 @@ namespace gpumem::daemon {
 using proto::errc;
 
 namespace {
-proto::wire_name to_wire(const std::string& text) {
-  proto::wire_name name{};
-  (void)proto::make_wire_name(text, name);  // every stored name was checked on the way in
-  return name;
-}
 
 std::string device_text(std::int32_t device) {
   return device == proto::kHostDevice ? "host" : "cuda:" + std::to_string(device);

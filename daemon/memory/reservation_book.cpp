@@ -15,11 +15,6 @@ namespace gpumem::daemon {
 using proto::errc;
 
 namespace {
-proto::wire_name to_wire(const std::string& text) {
-  proto::wire_name name{};
-  (void)proto::make_wire_name(text, name);  // every stored name was checked on the way in
-  return name;
-}
 
 std::uint64_t whole_chunks(std::uint64_t bytes, std::uint64_t chunk) {
   return (bytes + chunk - 1) / chunk;
