@@ -6,8 +6,8 @@
 //                              100 ms), then check the whole of the version mapped, each round;
 //                              "saw V SIZE" once per version, "done" after LAST; "torn V AT",
 //                              "moved" (data() changed) or "lost WHY" and exit 1 otherwise
-//   write NAME ro|rw           open, "writing", store a byte at data() (read-only: SIGSEGV),
-//                              "wrote"
+//   write NAME ro|rw           open, "writing", store a byte at data() (where the mapping is
+//                              read-only the fault exits 3), "wrote"
 //   hold NAME SEED             open read-only, check, "ready CLIENT_ID"; on SIGUSR1 check again
 //                              without a refresh: "ok" or "mismatch at N"; wait to be killed
 //   own-drafting NAME SIZE     make NAME of SIZE bytes (version 1, seed 1), begin version 2 of
@@ -102,6 +102,9 @@ int hold(gpumem::Client& client, const char* name, std::uint32_t seed) {
   wait_forever();
 }
 
+/// The exit status of `write` when the write faults.
+constexpr int kWriteFaulted = 3;
+
 int run(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   auto client = gpumem::Client::connect({.label = "reservation-" + command});
@@ -123,6 +126,10 @@ int run(int argc, char** argv) {
     auto reservation = gpumem::Reservation::open(
         client, argv[2],
         {.access = access == "ro" ? gpumem::Access::read_only : gpumem::Access::read_write});
+    // A handler of its own: under a sanitizer the fault would end in its abort, not SIGSEGV.
+    struct sigaction on_fault {};
+    on_fault.sa_handler = [](int) { ::_exit(kWriteFaulted); };
+    ::sigaction(SIGSEGV, &on_fault, nullptr);
     say("writing");
     *static_cast<volatile char*>(reservation.data()) = 1;
     say("wrote");
