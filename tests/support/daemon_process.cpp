@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -17,9 +18,10 @@ std::string make_folder() {
 
 std::vector<std::string> daemon_argv(const std::string& socket,
                                      const std::vector<std::string>& extra) {
-  std::vector<std::string> argv{
-      daemon_binary(), "--socket", socket, "--log-level",
-      (std::getenv("GPUMEM_TEST_LOG") ? std::getenv("GPUMEM_TEST_LOG") : "warn")};
+  std::vector<std::string> argv = daemon_command();
+  argv.insert(argv.end(),
+              {"--socket", socket, "--log-level",
+               (std::getenv("GPUMEM_TEST_LOG") ? std::getenv("GPUMEM_TEST_LOG") : "warn")});
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -27,6 +29,16 @@ std::vector<std::string> daemon_argv(const std::string& socket,
 
 std::string daemon_binary() {
   return GPUMEM_TEST_DAEMON;
+}
+
+std::vector<std::string> daemon_command() {
+  std::vector<std::string> command;
+  if (const char* wrapper = std::getenv("GPUMEM_TEST_DAEMON_WRAPPER")) {
+    std::istringstream words(wrapper);
+    for (std::string word; words >> word;) command.push_back(word);
+  }
+  command.push_back(daemon_binary());
+  return command;
 }
 std::string peer_binary() {
   return GPUMEM_TEST_PEER;

@@ -40,6 +40,11 @@ class daemon_process {
 
 /// Paths of the binaries under test, set by CMake.
 std::string daemon_binary();
+/// @brief How tests start gpumemd: daemon_binary(), after the words of
+/// $GPUMEM_TEST_DAEMON_WRAPPER when set (e.g. tests/sandbox/unit_sandbox and its options, to run
+/// every daemon of a test under the service unit's sandbox). The wrapper must exec gpumemd in
+/// its own process, so that signals and LISTEN_PID reach the daemon.
+std::vector<std::string> daemon_command();
 std::string peer_binary();
 
 }  // namespace gpumem::testing

@@ -208,8 +208,9 @@ void systemd_supervisor::start() {
   std::vector<std::string> argv_storage;
   if (options_.binary.empty()) {
     const char* level = std::getenv("GPUMEM_TEST_LOG");
-    argv_storage = {daemon_binary(), "--socket", socket_path_, "--log-level",
-                    level != nullptr ? level : "warn"};
+    argv_storage = daemon_command();
+    argv_storage.insert(argv_storage.end(), {"--socket", socket_path_, "--log-level",
+                                             level != nullptr ? level : "warn"});
   } else {
     argv_storage = {options_.binary};
   }
