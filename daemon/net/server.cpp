@@ -236,7 +236,11 @@ void server::reload() {
       }
     }
     spdlog::set_level(spdlog::level::from_str(plan.next.log_level));
-    if (plan.next.socket_mode != config_.socket_mode) apply_socket_mode(plan.next.socket_mode);
+    if (plan.next.socket_mode != config_.socket_mode && !apply_socket_mode(plan.next.socket_mode)) {
+      std::erase_if(plan.changes,
+                    [](const std::string& change) { return change.starts_with("socket_mode "); });
+      plan.next.socket_mode = config_.socket_mode;
+    }
     // New requests meet the new rules; what exists stays (a client over a lowered quota keeps
     // what it owns and is refused more). The socket is made by this process: its group is ours.
     books_.access = access_policy(plan.next.access, ::geteuid(), ::getegid());
@@ -253,7 +257,7 @@ void server::reload() {
   systemd::notify("READY=1\nSTATUS=accepting clients");
 }
 
-void server::apply_socket_mode(mode_t mode) {
+bool server::apply_socket_mode(mode_t mode) {
   if (!owns_socket_file_) {
     spdlog::warn(
         "reload: socket_mode: the socket {} was made by systemd's socket unit, whose SocketMode= "
@@ -265,7 +269,10 @@ void server::apply_socket_mode(mode_t mode) {
   } else if (::chmod(socket_path_.c_str(), mode) != 0) {
     spdlog::warn("reload: socket_mode: chmod {}: {}; not changed", socket_path_,
                  std::strerror(errno));
+  } else {
+    return true;
   }
+  return false;
 }
 
 asio::awaitable<void> server::accept_loop() {

@@ -74,7 +74,8 @@ class server {
   /// cannot be read changes nothing.
   void reload();
   /// Applies a reload's new socket mode to the socket file, when it is this daemon's.
-  void apply_socket_mode(mode_t mode);
+  /// @return false, having said why at warning, when the mode stays as it was.
+  bool apply_socket_mode(mode_t mode);
   /// After a session ended: retries, until none is left, the clean-ups after deaths that found
   /// a lock hand-off in flight. Runs only while there are some.
   void settle_pending();
