@@ -151,6 +151,7 @@ proto::client_list_reply books::list_clients(client_id asker, client_id after) c
         proto::client_record record{};
         record.client_id = id;
         record.pid = static_cast<std::uint32_t>(entry.who.pid);
+        record.client_pid = entry.reported_pid;
         record.uid = entry.who.uid;
         record.gid = entry.who.gid;
         record.allocations_owned = allocations.owned;

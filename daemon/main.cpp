@@ -4,10 +4,11 @@
 // include: config/ (the configuration), ledger/ (the one table of objects and clients),
 // memory/ (pools, reservations and their book), sync/ (locks, barriers, channels and their
 // book), books.hpp (the ledger and the domain books together), handlers/ (one handler per
-// message, by domain), net/ (socket, sessions), systemd/ (notification, passed fds, watchdog).
+// message, by domain), net/ (socket, sessions), systemd/ (notification, passed fds, watchdog),
+// log/ (stderr or the journal).
 // A request crosses
 // proto -> net/session -> handlers -> one book -> one backend.
-#include <spdlog/sinks/stdout_color_sinks.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +20,10 @@
 
 #include "books.hpp"
 #include "config/config.hpp"
+#include "config/device_check.hpp"
+#include "gpumem/proto/wire.hpp"
+#include "gpumem/shared/version.hpp"
+#include "log/logger.hpp"
 #include "memory/pool_factory.hpp"
 #include "net/server.hpp"
 #include "restart/state_store.hpp"
@@ -26,22 +31,63 @@
 
 using namespace gpumem::daemon;
 
-int main(int argc, char** argv) {
-  CLI::App app{"gpumemd: shares GPU and host memory between processes"};
-  std::string config_path;
+namespace {
+/// What --version prints: the release, the wire protocol, and whether CUDA pools can be made.
+std::string version_text() {
+#ifdef GPUMEM_WITH_CUDA
+  constexpr const char* cuda_backend = "built (the driver is loaded at run time)";
+#else
+  constexpr const char* cuda_backend = "not built (host pools only)";
+#endif
+  return fmt::format("gpumemd {}\nprotocol version {}\nCUDA backend: {}", gpumem::kVersion,
+                     gpumem::proto::kProtocolVersion, cuda_backend);
+}
+
+/// The configuration file (or the embedded default) with the command line's overrides, which
+/// pass through the same checks as the file's values. Read at start and again at each reload.
+struct config_source {
+  std::string path;  ///< empty: the embedded default
   std::string socket_path;
   std::string socket_mode;
   std::string log_level;
+
+  std::string name() const { return path.empty() ? "the embedded default" : path; }
+
+  daemon_config read() const {
+    daemon_config config = path.empty() ? embedded_default_config() : load_config_file(path);
+    if (!socket_path.empty()) set_key(config, "socket", socket_path, "--socket");
+    if (!socket_mode.empty()) set_key(config, "socket_mode", socket_mode, "--socket-mode");
+    if (!log_level.empty()) set_key(config, "log_level", log_level, "--log-level");
+    return config;
+  }
+};
+
+/// --check-config: the file's checks, then the devices it names against this machine's.
+int check_config(const config_source& source, const daemon_config& config) {
+  const std::vector<std::string> unchecked = check_devices(config, source.name());
+  std::printf("configuration is valid: %zu pool(s)\n", config.pools.size());
+  for (const std::string& line : unchecked) std::printf("%s\n", line.c_str());
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpumemd: shares GPU and host memory between processes"};
+  config_source source;
   bool check_only = false;
   bool print_default = false;
-  app.add_option("-c,--config", config_path, "YAML configuration (default: embedded)")
-      ->check(CLI::ExistingFile);
-  app.add_option("-s,--socket", socket_path, "socket path (default: $GPUMEM_SOCKET, ...)");
-  app.add_option("--socket-mode", socket_mode, "socket permissions in octal (default: 0600)");
-  app.add_option("-l,--log-level", log_level, "trace, debug, info, warn, error, critical, off");
-  app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  // Not CLI::ExistingFile: a missing file is a configuration error like any other (exit 2).
+  app.add_option("-c,--config", source.path, "YAML configuration (default: embedded)");
+  app.add_option("-s,--socket", source.socket_path, "socket path (default: $GPUMEM_SOCKET, ...)");
+  app.add_option("--socket-mode", source.socket_mode,
+                 "socket permissions in octal (default: 0600)");
+  app.add_option("-l,--log-level", source.log_level,
+                 "trace, debug, info, warn, error, critical, off");
+  app.add_flag("--check-config", check_only,
+               "validate the configuration and the CUDA devices it names, and exit");
   app.add_flag("--print-default-config", print_default,
                "print the default configuration as commented YAML and exit");
+  app.set_version_flag("--version", version_text(), "print the version and exit");
   CLI11_PARSE(app, argc, argv);
   if (print_default) {
     std::fputs(default_config_yaml().c_str(), stdout);
@@ -51,7 +97,7 @@ int main(int argc, char** argv) {
   // Replies go out with MSG_NOSIGNAL; this covers any other write to a closed pipe (a log on a
   // pipe whose reader went away), which must not kill the daemon and lose every client.
   std::signal(SIGPIPE, SIG_IGN);
-  spdlog::set_default_logger(spdlog::stderr_color_mt("gpumemd"));
+  spdlog::set_default_logger(gpumem::daemon::log::make_daemon_logger());
   // Taken once, before anything else opens fds: the socket unit's listening socket
   // (FileDescriptorName=listen) and what the fd store kept of an earlier gpumemd.
   std::vector<systemd::passed_fd> passed = systemd::take_passed_fds();
@@ -62,17 +108,9 @@ int main(int argc, char** argv) {
     passed.erase(listen);
   }
   try {
-    daemon_config config =
-        config_path.empty() ? embedded_default_config() : load_config_file(config_path);
-    // The command line overrides the file, key by key, through the same checks.
-    if (!socket_path.empty()) set_key(config, "socket", socket_path, "--socket");
-    if (!socket_mode.empty()) set_key(config, "socket_mode", socket_mode, "--socket-mode");
-    if (!log_level.empty()) set_key(config, "log_level", log_level, "--log-level");
+    daemon_config config = source.read();
     spdlog::set_level(spdlog::level::from_str(config.log_level));
-    if (check_only) {
-      std::printf("configuration is valid: %zu pool(s)\n", config.pools.size());
-      return 0;
-    }
+    if (check_only) return check_config(source, config);
     boost::asio::io_context io(1);
     config.pools = resolve_pools(config);
     // What the fd store kept of an earlier gpumemd is re-adopted; a state that cannot be read
@@ -97,7 +135,11 @@ int main(int argc, char** argv) {
                                       make_signal_page_maker());
     }
     store.start(*state, readopted);
-    server listener(io, config, *state, std::move(listen_socket));
+    server listener(io, config, *state, std::move(listen_socket), [&source] {
+      daemon_config reread = source.read();
+      reread.pools = resolve_pools(reread);
+      return reread;
+    });
     listener.watch_adopted(store.take_adopted_processes());
     listener.run();
     return 0;

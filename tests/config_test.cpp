@@ -8,6 +8,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/reload_plan.hpp"
+#include "gpumem/proto/wire.hpp"
+#include "gpumem/shared/version.hpp"
+
 namespace gpumem::daemon {
 namespace {
 
@@ -228,6 +232,86 @@ TEST_F(ConfigFile, ErrorsNameTheFileAndThePathOfTheKey) {
             std::string::npos);
 }
 
+/// A file gpumemd must refuse, the key its error names and the reason it gives.
+struct refused_file {
+  const char* text;
+  const char* key;
+  const char* reason;
+};
+
+// Each of these once passed, or failed without naming the key: values that leave the daemon
+// unable to serve, values yaml-cpp cannot convert, keys YAML would silently drop, and pools
+// that cannot work on this machine.
+constexpr refused_file kRefusedFiles[] = {
+    {"max_output_bytes: 0\n", "max_output_bytes", "0 is below the minimum of 256KiB"},
+    {"max_output_bytes: 64KiB\n", "max_output_bytes", "64KiB is below the minimum of 256KiB"},
+    {"frame_deadline: 1ms\n", "frame_deadline", "1ms is below the minimum of 100ms"},
+    {"max_connections: 0\n", "max_connections", "not a whole number above 0"},
+    {"open_across_users: maybe\n", "open_across_users", "'maybe' is not true or false"},
+    {"pools:\n  - {name: a, device: host, size: [1]}\n", "pools[0].size", "is a single value"},
+    {"pools:\n  - {name: a, device: host, size: 12XB}\n", "pools[0].size", "'12XB' is not a size"},
+    {"pools:\n  - {name: a, device: host, size: 100}\n", "pools[0].size",
+     "100 is below the minimum of 4KiB"},
+    {"pools: []\n", "pools", "lists no pool"},
+    {"log_level: info\nlog_level: warn\n", "log_level", "is given twice"},
+    {"pools:\n  - {name: a, device: host, size: 1MiB, size: 2MiB}\n", "pools[0].size",
+     "is given twice"},
+    {"quotas:\n  default: {bytes: 1GiB}\n  default: {bytes: 2GiB}\n", "quotas.default",
+     "is given twice"},
+    {"pools:\n  - {name: a, device: 0, size: 1GiB, release_threshold: 2GiB}\n",
+     "pools[0].release_threshold", "2GiB is above the pool's size (1GiB)"},
+    {"pools:\n  - {name: a, device: host, size: 1024TiB}\n", "pools[0].size",
+     "1024TiB is more than this machine's memory"},
+};
+
+TEST_F(ConfigFile, RefusesEachBadFileNamingTheFileTheKeyAndTheReason) {
+  for (const auto& [text, key, reason] : kRefusedFiles) {
+    const std::string error = error_of(text);
+    EXPECT_NE(error.find(path + ": " + key + ": "), std::string::npos) << text << error;
+    EXPECT_NE(error.find(reason), std::string::npos) << text << error;
+    // The path is said once: an error from a nested read is not wrapped a second time.
+    EXPECT_EQ(error.find(path, 1), std::string::npos) << error;
+    EXPECT_EQ(error.find("bad conversion"), std::string::npos) << error;
+  }
+}
+
+TEST_F(ConfigFile, CheckConfigRefusesEachBadFileWithStatusTwo) {
+  for (const auto& [text, key, reason] : kRefusedFiles) {
+    std::ofstream(path) << text;
+    const auto checked = run_gpumemd("--check-config --config '" + path + "' 2>&1");
+    EXPECT_EQ(checked.exit_status, 2) << text << checked.output;
+    EXPECT_NE(checked.output.find(path + ": " + key + ": "), std::string::npos)
+        << text << checked.output;
+  }
+}
+
+TEST_F(ConfigFile, AMissingFileIsAConfigurationErrorWithStatusTwo) {
+  const auto missing = run_gpumemd("--check-config --config '" + path + ".missing' 2>&1");
+  EXPECT_EQ(missing.exit_status, 2) << missing.output;
+  EXPECT_NE(missing.output.find(path + ".missing: cannot be read: No such file or directory"),
+            std::string::npos)
+      << missing.output;
+  const auto folder = run_gpumemd("--check-config --config '" + ::testing::TempDir() + "' 2>&1");
+  EXPECT_EQ(folder.exit_status, 2) << folder.output;
+  EXPECT_NE(folder.output.find("is a folder, not a file"), std::string::npos) << folder.output;
+}
+
+TEST_F(ConfigFile, CheckConfigChecksTheCudaDevicesItNamesOrSaysItCouldNot) {
+  std::ofstream(path) << "pools:\n  - {name: far, device: 7, size: 1GiB}\n";
+  const auto checked = run_gpumemd("--check-config --config '" + path + "' 2>&1");
+  if (checked.output.find("not checked: no CUDA driver") != std::string::npos) {
+    // No driver here to ask: the rest is valid, so it passes, saying what it could not check.
+    EXPECT_EQ(checked.exit_status, 0) << checked.output;
+    EXPECT_NE(checked.output.find("pools[0].device: CUDA device 7 not checked"), std::string::npos)
+        << checked.output;
+  } else {
+    EXPECT_EQ(checked.exit_status, 2) << checked.output;
+    EXPECT_NE(checked.output.find(path + ": pools[0].device: CUDA device 7 does not exist"),
+              std::string::npos)
+        << checked.output;
+  }
+}
+
 TEST_F(ConfigFile, CheckConfigExitsWithStatusTwoNamingTheFileAndTheKey) {
   std::ofstream(path) << "max_output_bytes: lots\n";
   const auto checked = run_gpumemd("--check-config --config '" + path + "' 2>&1");
@@ -250,6 +334,80 @@ TEST(CommandLine, OptionsOverrideTheFileThroughTheSameChecks) {
   EXPECT_EQ(bad_level.exit_status, 2);
   EXPECT_NE(bad_level.output.find("--log-level: 'loud' is not a log level"), std::string::npos)
       << bad_level.output;
+}
+
+TEST(CommandLine, VersionPrintsTheReleaseTheProtocolAndTheCudaBackend) {
+  const auto version = run_gpumemd("--version");
+  EXPECT_EQ(version.exit_status, 0);
+  EXPECT_EQ(version.output.rfind(std::string("gpumemd ") + gpumem::kVersion + "\n", 0), 0u)
+      << version.output;
+  EXPECT_NE(version.output.find("protocol version " + std::to_string(proto::kProtocolVersion)),
+            std::string::npos)
+      << version.output;
+  EXPECT_NE(version.output.find("CUDA backend: "), std::string::npos) << version.output;
+}
+
+pool_config pool(const std::string& name, std::uint64_t size) {
+  return {.name = name,
+          .device = proto::kHostDevice,
+          .size = size,
+          .release_threshold = size,
+          .peer_access = {}};
+}
+
+TEST(ReloadPlan, TakesTheLiveKeysAndKeepsTheSocketPathForARestart) {
+  daemon_config running = embedded_default_config();
+  daemon_config wanted = running;
+  wanted.log_level = "debug";
+  wanted.socket_mode = 0660;
+  wanted.max_output_bytes = 8u << 20;
+  wanted.quotas.per_uid.allocations = 2;
+  wanted.socket_path = "/elsewhere.sock";
+  const reload_plan plan = plan_reload(running, wanted);
+  EXPECT_EQ(plan.next.log_level, "debug");
+  EXPECT_EQ(plan.next.socket_mode, 0660u);
+  EXPECT_EQ(plan.next.max_output_bytes, 8u << 20);
+  EXPECT_EQ(plan.next.quotas, wanted.quotas);
+  EXPECT_EQ(plan.next.socket_path, running.socket_path);
+  EXPECT_EQ(plan.changes,
+            (std::vector<std::string>{"log_level info -> debug", "socket_mode 0600 -> 0660",
+                                      "quotas", "max_output_bytes 4194304 -> 8388608"}));
+  ASSERT_EQ(plan.not_applied.size(), 1u);
+  EXPECT_EQ(plan.not_applied[0].rfind("socket: '' -> '/elsewhere.sock' cannot change", 0), 0u)
+      << plan.not_applied[0];
+}
+
+TEST(ReloadPlan, AddsNewPoolsAndKeepsChangedAndRemovedOnesForARestart) {
+  daemon_config running = embedded_default_config();
+  running.pools = {pool("host", 1u << 30), pool("gone", 1u << 20)};
+  daemon_config wanted = running;
+  wanted.pools = {pool("host", 2u << 30), pool("extra", 1u << 20)};
+  const reload_plan plan = plan_reload(running, wanted);
+  EXPECT_TRUE(plan.changes.empty());
+  ASSERT_EQ(plan.new_pools.size(), 1u);
+  EXPECT_EQ(plan.new_pools[0].name, "extra");
+  // The running pools as they are, the new one after them.
+  ASSERT_EQ(plan.next.pools.size(), 3u);
+  EXPECT_EQ(plan.next.pools[0], running.pools[0]);
+  EXPECT_EQ(plan.next.pools[1], running.pools[1]);
+  EXPECT_EQ(plan.next.pools[2].name, "extra");
+  ASSERT_EQ(plan.not_applied.size(), 2u);
+  EXPECT_NE(
+      plan.not_applied[0].find("pool 'host' (size 1073741824 -> 2147483648, release_threshold"),
+      std::string::npos)
+      << plan.not_applied[0];
+  EXPECT_NE(plan.not_applied[1].find("pool 'gone' is no longer configured but stays"),
+            std::string::npos)
+      << plan.not_applied[1];
+}
+
+TEST(ReloadPlan, AnUnchangedConfigurationChangesNothing) {
+  const daemon_config running = embedded_default_config();
+  const reload_plan plan = plan_reload(running, running);
+  EXPECT_EQ(plan.next, running);
+  EXPECT_TRUE(plan.changes.empty());
+  EXPECT_TRUE(plan.not_applied.empty());
+  EXPECT_TRUE(plan.new_pools.empty());
 }
 
 }  // namespace

@@ -274,7 +274,7 @@ TEST(Integration, AClientSendingDescriptorsIsDisconnectedAndNothingLeaks) {
 }
 
 TEST(Integration, AClientThatNeverReadsIsDisconnectedAndOthersCarryOn) {
-  const auto config = write_config("max_output_bytes: 64KiB\n");
+  const auto config = write_config("max_output_bytes: 256KiB\n");
   daemon_process daemon({"--config", config});
   auto steady = daemon.connect();
   auto fd = raw_connect(daemon.socket_path());

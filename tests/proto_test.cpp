@@ -168,7 +168,8 @@ template <>
 sync_list_reply sample() {
   sync_list_reply reply;
   reply.head = {1, 0};
-  reply.records.push_back({9, sync_kind::lock, 4, 1, 0, 2, 1, 4242, 3, 1, 7, name_of("kv.lock")});
+  reply.records.push_back({9, sync_kind::lock, 4, 1, 0, 2, sync_record::kHeld | 1, 4242, 3, 1, 7,
+                           name_of("kv.lock"), 5});
   return reply;
 }
 template <>

@@ -23,8 +23,16 @@ std::string sync_state(const SyncInfo& sync) {
   if (sync.not_recoverable) return "not recoverable";
   if (sync.owner_died) return "owner died";
   if (sync.broken) return "broken";
-  if (sync.kind == gpumem::SyncKind::lock) return sync.owner_pid != 0 ? "held" : "free";
+  if (sync.kind == gpumem::SyncKind::lock) return sync.held ? "held" : "free";
   return "ok";
+}
+
+json visible_pid(std::uint32_t pid) {
+  return pid == 0 ? json(nullptr) : json(pid);
+}
+
+std::string pid_or_note(const json& pid) {
+  return pid.is_null() ? "- (not in gpumemd's PID namespace)" : pid.dump();
 }
 
 std::string reservation_outcome(const named_reservation_status& status) {

@@ -41,6 +41,12 @@ std::string kind_name(gpumem::SyncKind kind);
 /// @brief "corrupt", "not recoverable", "owner died", "broken", "held", "free" or "ok".
 std::string sync_state(const SyncInfo& sync);
 
+/// @brief A pid from the kernel for JSON: null where gpumemd cannot see the process (it lives
+/// outside gpumemd's PID namespace, which gives it pid 0 there).
+json visible_pid(std::uint32_t pid);
+/// @brief Its table cell: the pid, or "-" with the reason.
+std::string pid_or_note(const json& pid);
+
 template <auto device_member, class Record>
 json device_of(const Record& record) {
   return device_name(record.*device_member);
@@ -133,7 +139,11 @@ inline constexpr field<listed_client> kClientFields[] = {
        return id.dump() + (client.self ? "*" : "");
      }},
     {"", "self", member<&listed_client::self>},
-    {"PID", "pid", member<&ClientInfo::pid>},
+    {"PID", "pid", [](const listed_client& client) { return visible_pid(client.pid); },
+     [](const json& pid, const listed_client&) { return pid_or_note(pid); }},
+    // What the client says of itself: shown for operators matching a container's processes,
+    // never trusted.
+    {"OWN PID (CLIENT-REPORTED)", "reported_pid", member<&ClientInfo::reported_pid>, dash_if_zero},
     {"UID", "uid", member<&ClientInfo::uid>},
     {"", "gid", member<&ClientInfo::gid>},
     {"LABEL", "label", member<&ClientInfo::label>},
@@ -238,7 +248,18 @@ inline constexpr field<SyncInfo> kSyncFields[] = {
     {"NAME", "name", member<&SyncInfo::name>},
     {"DOMAIN", "domain", member<&SyncInfo::domain>},
     {"STATE", "state", [](const SyncInfo& sync) -> json { return sync_state(sync); }},
-    {"OWNER", "owner_pid", member<&SyncInfo::owner_pid>, dash_if_zero},
+    {"", "held", member<&SyncInfo::held>},
+    {"OWNER", "owner_client", member<&SyncInfo::owner_client>,
+     [](const json& owner, const SyncInfo& sync) -> std::string {
+       if (!sync.held) return "-";
+       return owner.get<std::uint64_t>() == 0 ? "(gone)" : "client " + owner.dump();
+     }},
+    {"OWNER PID", "owner_pid",
+     [](const SyncInfo& sync) { return sync.held ? visible_pid(sync.owner_pid) : json(nullptr); },
+     [](const json& pid, const SyncInfo& sync) -> std::string {
+       // A lock held by a client that is gone has no process to name.
+       return sync.held && sync.owner_client != 0 ? pid_or_note(pid) : "-";
+     }},
     {"QUEUED", "queued", member<&SyncInfo::queued>,
      [](const json& queued, const SyncInfo& sync) -> std::string {
        return sync.kind == gpumem::SyncKind::lock ? queued.dump() : "-";

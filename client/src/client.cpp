@@ -69,6 +69,7 @@ Stats to_info(const proto::stats_reply& reply) {
 ClientInfo to_info(const proto::client_record& r) {
   return {.id = r.client_id,
           .pid = r.pid,
+          .reported_pid = r.client_pid,
           .uid = r.uid,
           .gid = r.gid,
           .allocations_owned = r.allocations_owned,
@@ -118,6 +119,8 @@ SyncInfo to_info(const proto::sync_record& r) {
           .parties = r.parties,
           .attached = r.attached,
           .owner_pid = r.owner_pid,
+          .held = lock && (r.flags & proto::sync_record::kHeld) != 0,
+          .owner_client = r.owner_client_id,
           .queued = r.queued,
           .owner_deaths = r.owner_deaths,
           .epoch = r.epoch,

@@ -221,8 +221,10 @@ bool transport::greet(std::string& broke) {
   const uid_t answering = listener_uid(socket_.get(), path_);
   const bool resuming = client_id_ != 0;
   std::vector<std::byte> frame;
-  proto::append_frame(frame, static_cast<std::uint16_t>(message_type::hello), ++last_request_id_,
-                      proto::hello_request{proto::kProtocolVersion, 0, label_, client_id_, token_});
+  proto::append_frame(
+      frame, static_cast<std::uint16_t>(message_type::hello), ++last_request_id_,
+      proto::hello_request{proto::kProtocolVersion, static_cast<std::uint32_t>(owner_pid_), label_,
+                           client_id_, token_});
   std::vector<unique_fd> fds;
   const auto answer = round_trip(frame, fds, broke);
   if (!answer) return false;

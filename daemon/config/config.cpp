@@ -3,11 +3,17 @@
 #include <grp.h>
 #include <pwd.h>
 #include <spdlog/common.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <set>
 #include <span>
 #include <type_traits>
@@ -185,9 +191,10 @@ std::chrono::milliseconds read_duration(const YAML::Node& node, const location& 
 
 std::uint64_t read_size(value_type type, const YAML::Node& node, const location& where) {
   if (type == value_type::count) return read_count(node, where);
+  const std::string text = read_scalar(node, where);
   std::uint64_t bytes = 0;
   try {
-    bytes = parse_size(read_scalar(node, where));
+    bytes = parse_size(text);
   } catch (const config_error& error) {
     fail(where, error.what());
   }
@@ -300,6 +307,36 @@ Value read_value(value_type type, const YAML::Node& node, const location& where)
   }
 }
 
+/// "256KiB" for a whole number of a binary unit, else bytes.
+std::string size_text(std::uint64_t bytes) {
+  for (const auto& [suffix, factor] : kUnits) {
+    if (suffix[1] == 'i' && bytes >= factor && bytes % factor == 0) {
+      return std::to_string(bytes / factor) + suffix;
+    }
+  }
+  return std::to_string(bytes);
+}
+
+template <class Config, class Value>
+void check_minimum(const config_key<Config>& row, const Value& value, const location& where) {
+  std::uint64_t amount = 0;
+  std::string (*text)(std::uint64_t) = nullptr;
+  if constexpr (std::is_same_v<Value, std::chrono::milliseconds>) {
+    amount = static_cast<std::uint64_t>(value.count());
+    text = [](std::uint64_t ms) { return std::to_string(ms) + "ms"; };
+  } else if constexpr (std::is_same_v<Value, std::uint64_t>) {
+    amount = value;
+    text = row.type == value_type::count ? [](std::uint64_t n) { return std::to_string(n); }
+                                         : size_text;
+  } else {
+    return;
+  }
+  if (amount < row.minimum) {
+    fail(where, text(amount) + " is below the minimum of " + text(row.minimum) + " (" +
+                    std::string(row.minimum_reason) + ")");
+  }
+}
+
 template <class Config>
 void store(Config& config, const config_key<Config>& row, const YAML::Node& node,
            const location& where) {
@@ -307,6 +344,7 @@ void store(Config& config, const config_key<Config>& row, const YAML::Node& node
       [&](auto landing) {
         using value = typename landing_value<decltype(landing)>::type;
         value read = read_value<value>(row.type, node, where);
+        check_minimum(row, read, where);
         if constexpr (std::is_member_object_pointer_v<decltype(landing)>) {
           config.*landing = std::move(read);
         } else {
@@ -317,11 +355,24 @@ void store(Config& config, const config_key<Config>& row, const YAML::Node& node
 }
 
 /// Reads a map whose keys are @p keys into @p config; a key left out takes its default.
+/// The keys of map @p node. yaml-cpp keeps a key given twice and answers node[key] with one of
+/// them, so the other would be dropped without a word: it is an error instead.
+std::vector<std::string> keys_of(const YAML::Node& node, const location& where) {
+  std::vector<std::string> keys;
+  for (const auto& item : node) {
+    const std::string key = read_scalar(item.first, where.key("(a key)"));
+    if (std::ranges::find(keys, key) != keys.end()) {
+      fail(where.key(key), "is given twice (YAML would keep only one of them)");
+    }
+    keys.push_back(key);
+  }
+  return keys;
+}
+
 template <class Config>
 void read_map(const YAML::Node& node, std::span<const config_key<Config>> keys,
               const location& where, Config& config) {
-  for (const auto& item : node) {
-    const auto key = item.first.as<std::string>();
+  for (const std::string& key : keys_of(node, where)) {
     if (std::ranges::none_of(keys, [&](const config_key<Config>& row) { return row.key == key; })) {
       std::string known;
       for (const auto& row : keys) known += (known.empty() ? "" : ", ") + std::string(row.key);
@@ -340,8 +391,33 @@ void read_map(const YAML::Node& node, std::span<const config_key<Config>> keys,
   }
 }
 
+/// The machine's memory (MemTotal): a host pool larger than it can never be filled.
+std::uint64_t machine_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return std::numeric_limits<std::uint64_t>::max();
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
+}
+
+/// What no single key can tell: the keys of one pool together, and the pool against the machine.
+void check_pool(const pool_config& pool, const location& entry) {
+  if (pool.release_threshold > pool.size) {
+    fail(entry.key("release_threshold"), size_text(pool.release_threshold) +
+                                             " is above the pool's size (" + size_text(pool.size) +
+                                             "): a pool keeps at most its size for reuse");
+  }
+  if (const std::uint64_t memory = machine_memory();
+      pool.device == proto::kHostDevice && pool.size > memory) {
+    fail(entry.key("size"), size_text(pool.size) + " is more than this machine's memory (" +
+                                std::to_string(memory >> 20) + " MiB): a host pool lives in it");
+  }
+}
+
 std::vector<pool_config> read_pools(const YAML::Node& node, const location& where) {
   if (!node.IsSequence()) fail(where, "is a list");
+  if (node.size() == 0) {
+    fail(where, "lists no pool: list at least one, or leave the key out for the default host pool");
+  }
   std::vector<pool_config> pools;
   std::set<std::string> names;
   for (std::size_t i = 0; i < node.size(); ++i) {
@@ -351,6 +427,7 @@ std::vector<pool_config> read_pools(const YAML::Node& node, const location& wher
     if (!names.insert(pools.back().name).second) {
       fail(entry, "duplicate pool name '" + pools.back().name + "'");
     }
+    check_pool(pools.back(), entry);
   }
   return pools;
 }
@@ -376,6 +453,7 @@ quota_config read_quotas(const YAML::Node& node, const location& where) {
     quotas =
         read_quotas(YAML::Load(std::string(default_quotas_yaml())), {"the default quotas", ""});
   }
+  keys_of(node, where);
   for (const auto& item : node) {
     const auto key = item.first.as<std::string>();
     const location entry = where.key(key);
@@ -507,9 +585,16 @@ std::uint64_t parse_size(const std::string& text) {
 }
 
 daemon_config load_config_file(const std::string& path) {
+  // Checked here rather than by the command line's parser, so that a missing file is reported
+  // (and exits) like every other configuration error.
+  std::ifstream stream(path);
+  if (!stream) throw config_error(path + ": cannot be read: " + std::strerror(errno));
+  if (std::error_code ignored; std::filesystem::is_directory(path, ignored)) {
+    throw config_error(path + ": is a folder, not a file");
+  }
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    root = YAML::Load(stream);
   } catch (const YAML::Exception& error) {
     throw config_error(path + ": " + error.what());
   }

@@ -4,9 +4,10 @@
 ///
 /// daemon/config/ holds the configuration: the structs the rest of the daemon reads (here),
 /// the table of every key with its type, default, description and member (config_keys.hpp),
-/// and the reading and printing of YAML that the table drives (config.cpp). Every other daemon
-/// folder may include it, so it includes only proto/ and shared/ headers (and third-party
-/// ones), never a header of another daemon folder.
+/// the reading and printing of YAML that the table drives (config.cpp), what a reload changes
+/// (reload_plan.hpp) and --check-config's look at the CUDA devices (device_check.hpp). Every
+/// other daemon folder may include it, so it includes only proto/ and shared/ headers (and
+/// third-party ones), never a header of another daemon folder.
 
 #include <sys/types.h>
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "gpumem/proto/wire.hpp"
 
 namespace gpumem::daemon {
 
@@ -63,7 +64,19 @@ struct config_key {
   std::string_view description;
   std::string_view example = {};  ///< the value shown in the commented example pool
   config_landing<Config> lands_in;
+  /// Sizes, counts and durations (in ms) below it are refused: they would leave the daemon
+  /// unable to serve. @ref minimum_reason says why, in the error.
+  std::uint64_t minimum = 0;
+  std::string_view minimum_reason = {};
 };
+
+/// The largest reply frame: a header and the largest payload.
+inline constexpr std::uint64_t kLargestFrame = sizeof(proto::header) + proto::kMaxPayloadSize;
+/// A client may leave 64 KiB of replies unread before its requests are held
+/// (session::kBackpressureBytes), and the reply that crosses that line may be the largest:
+/// max_output_bytes below their sum disconnects clients that did nothing wrong.
+inline constexpr std::uint64_t kMinOutputBytes = 256 * 1024;
+static_assert(kMinOutputBytes >= 64 * 1024 + kLargestFrame);
 
 /// The keys of an entry of `pools`, read in this order: size sets the release threshold too,
 /// and release_threshold, read after it, overrides that.
@@ -89,7 +102,9 @@ inline constexpr config_key<pool_config> kPoolKeys[] = {
          +[](pool_config& pool, std::uint64_t bytes) {
            pool.size = bytes;
            pool.release_threshold = bytes;
-         }},
+         },
+     .minimum = 4096,
+     .minimum_reason = "a page, the least a pool maps"},
     {.key = "release_threshold",
      .type = value_type::size,
      .description = "Freed bytes a CUDA pool keeps for reuse; default: its size",
@@ -190,7 +205,10 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .default_value = "4MiB",
      .description = "Unread replies (in the daemon and the client's full socket) before a "
                     "client is disconnected",
-     .lands_in = &daemon_config::max_output_bytes},
+     .lands_in = &daemon_config::max_output_bytes,
+     .minimum = kMinOutputBytes,
+     .minimum_reason = "replies a client may leave unread plus the largest reply; less "
+                       "disconnects clients that did nothing wrong"},
     {.key = "pools",
      .type = value_type::pools,
      .default_value = "- name: host\n  device: host\n  size: 1GiB",
@@ -207,7 +225,9 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .default_value = "10s",
      .description = "A request still arriving this long after its first byte closes its "
                     "connection; idle ones stay open",
-     .lands_in = &daemon_config::frame_deadline},
+     .lands_in = &daemon_config::frame_deadline,
+     .minimum = 100,
+     .minimum_reason = "a busy client needs that long to send a 64 KiB request"},
 };
 
 }  // namespace gpumem::daemon

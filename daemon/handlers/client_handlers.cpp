@@ -39,7 +39,8 @@ proto::hello_reply request_handler::on_hello(client_state& client,
     client.client = resume_session(books_, client.client, message);
     client.resumed = true;
   }
-  books_.rows.set_label(client.client, std::string(message.client_label.view()));
+  books_.rows.set_label(client.client, std::string(message.client_label.view()),
+                        message.client_pid);
   try {
     books_.check_connection(client.client);
   } catch (const request_error&) {

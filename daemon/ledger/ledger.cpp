@@ -38,15 +38,17 @@ const char* family_name(object_family family) noexcept {
 
 client_id ledger::add_client(const credentials& who, const proto::session_token& token) {
   const client_id id = next_client_id_++;
-  clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}, token, true, {}});
+  clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}, token, true, {}, 0});
   ++by_uid_[who.uid].connections;
   ++by_gid_[who.gid].connections;
   touch_client(id);
   return id;
 }
 
-void ledger::set_label(client_id client, std::string label) {
-  clients_.at(client).label = std::move(label);
+void ledger::set_label(client_id client, std::string label, std::uint32_t reported_pid) {
+  client_row& row = clients_.at(client);
+  row.label = std::move(label);
+  row.reported_pid = reported_pid;
   touch_client(client);
 }
 

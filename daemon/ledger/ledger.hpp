@@ -130,6 +130,11 @@ struct client_row {
   /// only then may a new connection of the same process resume it.
   bool serving = true;
   answered_request last_answered;
+  /// The pid the client reported at hello, as its own PID namespace numbers it: shown beside
+  /// who.pid (0 when the kernel cannot name the peer in the daemon's namespace), never trusted
+  /// for a decision. 0: not reported. Not kept across a daemon restart: the resuming hello
+  /// reports it again.
+  std::uint32_t reported_pid = 0;
 };
 
 /// What changed since the state store (daemon/restart/) last wrote the daemon's state down:
@@ -167,7 +172,9 @@ class ledger {
 
   /// @param token the session's secret, random (the ledger does no I/O).
   client_id add_client(const credentials& who, const proto::session_token& token);
-  void set_label(client_id client, std::string label);
+  /// @brief What the client says of itself at hello: its label and its pid in its own PID
+  /// namespace (client_row::reported_pid).
+  void set_label(client_id client, std::string label, std::uint32_t reported_pid);
   /// @brief Whether a connection serves the client now (client_row::serving).
   void set_serving(client_id client, bool serving) noexcept;
   /// @brief Keeps the reply to the client's last request that changed state (answered_request);

@@ -31,14 +31,31 @@ memory_book::memory_book(ledger& rows, const access_policy& access, const quota_
 }
 
 void memory_book::open_pools() {
-  const access_class daemons = access_class::for_memory(::geteuid(), ::getegid(), 0600);
   for (pool_family& family : families_) {
-    try {
-      instance(family, daemons, 0);
-    } catch (const std::exception& error) {
-      throw config_error("pool '" + family.config.name + "': " + error.what());
-    }
+    open_family(family);
     for (pool* each : std::vector<pool*>(family.retired)) release_if_retired_and_empty(*each);
+  }
+}
+
+void memory_book::open_family(pool_family& family) {
+  const access_class daemons = access_class::for_memory(::geteuid(), ::getegid(), 0600);
+  try {
+    instance(family, daemons, 0);
+  } catch (const std::exception& error) {
+    throw config_error("pool '" + family.config.name + "': " + error.what());
+  }
+}
+
+void memory_book::add_pool(const pool_config& config) {
+  if (families_.size() == families_.capacity()) {
+    throw config_error("pool '" + config.name + "': no room for more pools until gpumemd restarts");
+  }
+  families_.push_back({config, {}, {}, 0});
+  try {
+    open_family(families_.back());
+  } catch (...) {
+    families_.pop_back();
+    throw;
   }
 }
 

@@ -48,6 +48,11 @@ class memory_book {
   /// after re-adoption, lets go of adopted CUDA pools that hold nothing.
   /// @throws config_error when a configured pool cannot be made.
   void open_pools();
+  /// @brief Adds a configured pool while the daemon runs (a reload) and makes its first
+  /// instance, as open_pools() does at start.
+  /// @throws config_error when it cannot be made, or there is no room left for another pool;
+  /// nothing changes then.
+  void add_pool(const pool_config& config);
 
   /// @name Re-adoption (daemon/restart/), before open_pools().
   /// @{
@@ -131,6 +136,8 @@ class memory_book {
 
   pool_family& choose_family(const proto::allocate_request& request);
   pool_family& family_named(const pool_config& config);
+  /// @throws config_error naming the pool when its first instance cannot be made.
+  void open_family(pool_family& family);
   /// Closes an adopted instance that holds nothing any more.
   void release_if_retired_and_empty(pool& instance) noexcept;
   /// @throws request_error(out_of_memory) when the family has no room for @p size.

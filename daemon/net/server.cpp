@@ -1,15 +1,20 @@
 #include "net/server.hpp"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
+#include "config/reload_plan.hpp"
 #include "gpumem/shared/socket_path.hpp"
 #include "systemd/notify.hpp"
 #include "systemd/watchdog.hpp"
@@ -67,10 +72,11 @@ void prepare_folder(const std::string& path) {
 }
 }  // namespace
 
-server::server(asio::io_context& io, const daemon_config& config, books& state,
-               unique_fd passed_listener)
+server::server(asio::io_context& io, daemon_config& config, books& state, unique_fd passed_listener,
+               config_reader reread)
     : io_(io),
       config_(config),
+      reread_(std::move(reread)),
       books_(state),
       handler_(state),
       socket_path_(config.socket_path.empty() ? default_daemon_socket_path() : config.socket_path),
@@ -185,7 +191,7 @@ void server::wait_for_signal() {
 void server::on_signal(int signal) {
   switch (signal) {
     case SIGHUP:
-      spdlog::info("SIGHUP: reloading the configuration is not implemented yet; nothing changed");
+      reload();
       break;
     case SIGUSR1:
       log_stats();
@@ -207,6 +213,66 @@ void server::log_stats() const {
   spdlog::info("SIGUSR1: {} connection(s), {} client(s), {} allocation(s){}, up {} s",
                sessions_.size(), stats.head.client_count, stats.head.allocation_count, pools,
                stats.head.uptime_ms / 1000);
+}
+
+void server::reload() {
+  // systemd 253 and later keep the unit "reloading" until READY=1; MONOTONIC_USEC tells it
+  // which SIGHUP this answers. Older ones ignore both lines.
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  systemd::notify(
+      fmt::format("RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading the configuration",
+                  std::uint64_t(now.tv_sec) * 1000000 + std::uint64_t(now.tv_nsec) / 1000));
+  try {
+    if (!reread_) throw config_error("this gpumemd cannot read its configuration again");
+    reload_plan plan = plan_reload(config_, reread_());
+    for (const pool_config& pool : plan.new_pools) {
+      try {
+        books_.memory.add_pool(pool);
+        plan.changes.push_back(fmt::format("pool '{}' added", pool.name));
+      } catch (const config_error& error) {
+        std::erase(plan.next.pools, pool);
+        plan.not_applied.push_back(fmt::format("pools: {}; not added", error.what()));
+      }
+    }
+    spdlog::set_level(spdlog::level::from_str(plan.next.log_level));
+    if (plan.next.socket_mode != config_.socket_mode && !apply_socket_mode(plan.next.socket_mode)) {
+      std::erase_if(plan.changes,
+                    [](const std::string& change) { return change.starts_with("socket_mode "); });
+      plan.next.socket_mode = config_.socket_mode;
+    }
+    // New requests meet the new rules; what exists stays (a client over a lowered quota keeps
+    // what it owns and is refused more). The socket is made by this process: its group is ours.
+    books_.access = access_policy(plan.next.access, ::geteuid(), ::getegid());
+    books_.quotas = quota_policy(plan.next.quotas);
+    config_ = std::move(plan.next);
+    for (const std::string& each : plan.not_applied) spdlog::warn("reload: {}", each);
+    spdlog::info("SIGHUP: configuration reloaded: {}",
+                 plan.changes.empty() ? "nothing changed"
+                                      : fmt::format("{}", fmt::join(plan.changes, ", ")));
+  } catch (const config_error& error) {
+    spdlog::error("SIGHUP: configuration not reloaded, the previous one stays in force: {}",
+                  error.what());
+  }
+  systemd::notify("READY=1\nSTATUS=accepting clients");
+}
+
+bool server::apply_socket_mode(mode_t mode) {
+  if (!owns_socket_file_) {
+    spdlog::warn(
+        "reload: socket_mode: the socket {} was made by systemd's socket unit, whose SocketMode= "
+        "sets its mode; not changed",
+        socket_path_);
+  } else if (socket_path_.starts_with('@')) {
+    spdlog::warn("reload: socket_mode: {} is an abstract socket, which has no mode; not changed",
+                 socket_path_);
+  } else if (::chmod(socket_path_.c_str(), mode) != 0) {
+    spdlog::warn("reload: socket_mode: chmod {}: {}; not changed", socket_path_,
+                 std::strerror(errno));
+  } else {
+    return true;
+  }
+  return false;
 }
 
 asio::awaitable<void> server::accept_loop() {

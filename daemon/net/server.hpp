@@ -10,6 +10,7 @@
 /// includes), daemon/config/, daemon/systemd/. Nothing includes daemon/net/ but main.cpp.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,20 +29,27 @@ namespace gpumem::daemon {
 
 class server {
  public:
+  /// Reads the configuration again, for a reload: the file and the command line's overrides,
+  /// its pools resolved. @throws config_error naming the file, the key and the problem.
+  using config_reader = std::function<daemon_config()>;
+
   /// @brief Serves on @p passed_listener when given: a listening Unix stream socket passed by
   /// systemd's socket unit, whose file the server neither makes nor removes, so that clients
   /// wait in its backlog while the daemon restarts. Otherwise binds the configured socket
   /// (creating its folder) and refuses to start if another daemon answers on it, or if the
   /// folder belongs to another uid or others may write to it; a stale socket file is replaced.
+  /// @param config the configuration in force, which a reload (SIGHUP, through @p reread)
+  /// changes in place: sessions read it as it is at each use.
   /// @throws std::runtime_error naming the path (or the passed fd), the cause and the fix.
-  server(boost::asio::io_context& io, const daemon_config& config, books& state,
-         unique_fd passed_listener = {});
+  server(boost::asio::io_context& io, daemon_config& config, books& state,
+         unique_fd passed_listener = {}, config_reader reread = {});
   ~server();
 
   /// @brief Accepts clients until SIGINT, SIGTERM or SIGQUIT, then ends every session and
   /// returns. Under a systemd watchdog ($WATCHDOG_USEC), pings it from this loop every half
-  /// interval, so that a wedged loop gets the daemon restarted. SIGHUP and SIGUSR1 are answered in
-  /// the log (reload is not implemented; a stats line); SIGPIPE is ignored by the caller (main).
+  /// interval, so that a wedged loop gets the daemon restarted. SIGHUP reloads the configuration
+  /// (config/reload_plan.hpp says what changes live), telling systemd with RELOADING=1 and
+  /// READY=1; SIGUSR1 logs a stats line; SIGPIPE is ignored by the caller (main).
   void run();
 
   const std::string& socket_path() const noexcept { return socket_path_; }
@@ -62,6 +70,12 @@ class server {
   void wait_for_signal();
   void on_signal(int signal);
   void log_stats() const;
+  /// Reads the configuration again and applies what can change live; a configuration that
+  /// cannot be read changes nothing.
+  void reload();
+  /// Applies a reload's new socket mode to the socket file, when it is this daemon's.
+  /// @return false, having said why at warning, when the mode stays as it was.
+  bool apply_socket_mode(mode_t mode);
   /// After a session ended: retries, until none is left, the clean-ups after deaths that found
   /// a lock hand-off in flight. Runs only while there are some.
   void settle_pending();
@@ -69,7 +83,8 @@ class server {
   void shut_down(const char* why);
 
   boost::asio::io_context& io_;
-  const daemon_config& config_;
+  daemon_config& config_;
+  config_reader reread_;
   books& books_;
   request_handler handler_;
   std::string socket_path_;

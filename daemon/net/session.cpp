@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "config/config_keys.hpp"
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/os/pidfd.hpp"
 #include "net/peer_process.hpp"
@@ -24,6 +25,9 @@ constexpr std::size_t kMaxFrameSize = sizeof(proto::header) + proto::kMaxPayload
 constexpr std::size_t kInitialInputSize = 1024;
 /// Reply buffer capacity kept after everything was sent; more is given back.
 constexpr std::size_t kKeptOutputCapacity = 4096;
+// The smallest max_output_bytes the configuration allows must hold what a well-behaved client
+// may leave unread: the replies before its requests are held, and the largest reply after.
+static_assert(session::kBackpressureBytes + kMaxFrameSize <= kMinOutputBytes);
 
 bool would_block(const std::error_code& error) {
   return error == std::errc::resource_unavailable_try_again ||

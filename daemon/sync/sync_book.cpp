@@ -67,7 +67,7 @@ sync_book::attachment sync_book::attach(client_id client) {
     sync_page& own = page_of_class(access_class::for_sync(who.uid, who.gid, access_.mode_for(0)));
     own.attach();
     slot_taken_.set(slot);
-    attached_.emplace(client, attached_client{slot, who.pid, own.id()});
+    attached_.emplace(client, attached_client{slot, own.id()});
     rows_.touch_client(client);
     return {slot, own};
   }
@@ -374,9 +374,9 @@ const signal_page& sync_book::signal_page_of(client_id client, std::uint32_t pag
   return pages_.at(page.id())->make_signal_page(device, make_signal_page_);
 }
 
-pid_t sync_book::pid_of_slot(std::uint16_t slot) const noexcept {
-  for (const auto& [id, attached] : attached_) {
-    if (attached.slot == slot) return attached.pid;
+client_id sync_book::client_of_slot(std::uint16_t slot) const noexcept {
+  for (const auto& [client, attached] : attached_) {
+    if (attached.slot == slot) return client;
   }
   return 0;
 }
@@ -620,8 +620,7 @@ void sync_book::adopt_attachment(client_id client, const saved_attachment& saved
   }
   page->second->attach();
   slot_taken_.set(saved.slot);
-  attached_.insert_or_assign(
-      client, attached_client{saved.slot, rows_.client(client).who.pid, saved.own_page});
+  attached_.insert_or_assign(client, attached_client{saved.slot, saved.own_page});
 }
 
 void sync_book::adopt_pending(const saved_reclaim& saved) {
@@ -650,7 +649,16 @@ proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
               std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
           record.attached = static_cast<std::uint32_t>(row.holders.size());
           record.flags = word.flags;
-          record.owner_pid = static_cast<std::uint32_t>(pid_of_slot(word.owner));
+          // Said outright rather than left to a pid: a daemon in its own PID namespace sees
+          // pid 0 for clients outside it, and a held lock must never look free.
+          if (!word.free()) {
+            record.flags |= proto::sync_record::kHeld;
+            record.owner_client_id = client_of_slot(word.owner);
+            if (record.owner_client_id != 0) {
+              record.owner_pid =
+                  static_cast<std::uint32_t>(rows_.client(record.owner_client_id).who.pid);
+            }
+          }
           record.queued = word.free() ? 0 : word.queued() - 1u;
           record.owner_deaths = load(cell.owner_deaths);
           record.epoch = word.epoch;

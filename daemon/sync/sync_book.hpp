@@ -134,7 +134,6 @@ class sync_book {
   };
   struct attached_client {
     std::uint16_t slot;
-    pid_t pid;
     std::uint32_t own_page;
   };
   struct pending_reclaim {
@@ -180,7 +179,8 @@ class sync_book {
   /// whose state is kept (see the file comment).
   void forget_if_unused(object_id id) noexcept;
   void forget(object_id id) noexcept;
-  pid_t pid_of_slot(std::uint16_t slot) const noexcept;
+  /// The client attached under @p slot; 0 when none is (any more).
+  client_id client_of_slot(std::uint16_t slot) const noexcept;
 
   ledger& rows_;
   const access_policy& access_;

@@ -54,7 +54,6 @@ std::error_code validate(const empty_payload&) noexcept {
 }
 
 std::error_code validate(const hello_request& m) noexcept {
-  if (m.reserved != 0) return bad();
   if (m.protocol_version != kProtocolVersion) return errc::unsupported_version;
   // A resume names both its session and the token; a new session names neither.
   if ((m.resume_client_id == 0) != m.resume_token.empty()) return bad();
@@ -119,7 +118,6 @@ std::error_code validate(const usage_record& m) noexcept {
 }
 
 std::error_code validate(const client_record& m) noexcept {
-  if (m.reserved != 0) return bad();
   return check_wire_name(m.label, true);
 }
 

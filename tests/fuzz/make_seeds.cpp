@@ -28,6 +28,7 @@ wire_name name(const char* text) {
 void fill(empty_payload&) {}
 void fill(hello_request& m) {
   m.protocol_version = kProtocolVersion;
+  m.client_pid = 4242;
   m.client_label = name("fuzz");
 }
 void fill(hello_reply& m) {
@@ -66,6 +67,7 @@ void fill(stats_reply& m) {
 void fill(client_list_reply& m) {
   client_record client{};
   client.client_id = 1;
+  client.client_pid = 4242;
   client.label = name("fuzz");
   m.records = {client};
   m.head.count = 1;
@@ -129,6 +131,8 @@ void fill(sync_list_reply& m) {
   sync_record record{};
   record.sync_id = 1;
   record.kind = sync_kind::lock;
+  record.flags = sync_record::kHeld;
+  record.owner_client_id = 1;
   record.name = name("l");
   m.records = {record};
   m.head.count = 1;

@@ -434,6 +434,7 @@ void systemd_supervisor::handle(pid_t sender, std::string_view message,
     return;
   }
   if (sender <= 0 || sender != pid_) return;  // NotifyAccess=main
+  notifications_.emplace_back(message);
   std::vector<std::string_view> lines;
   for (std::size_t start = 0; start < message.size();) {
     const std::size_t end = std::min(message.find('\n', start), message.size());
@@ -506,6 +507,11 @@ std::vector<std::string> systemd_supervisor::stored_names() const {
 std::size_t systemd_supervisor::stored_count() const {
   std::lock_guard lock(mutex_);
   return store_.size();
+}
+
+std::vector<std::string> systemd_supervisor::notifications() const {
+  std::lock_guard lock(mutex_);
+  return notifications_;
 }
 
 std::string systemd_supervisor::status() const {

@@ -75,6 +75,8 @@ class systemd_supervisor {
   int stored_descriptor(const std::string& name) const;
   std::size_t stored_count() const;
   std::string status() const;  // the last STATUS=
+  /// @brief Every message of the daemon's main process, in order, over all its starts.
+  std::vector<std::string> notifications() const;
   unsigned watchdog_pings() const;
   /// @brief How often the daemon was killed for missing its watchdog (options::watchdog): as
   /// systemd does when no WATCHDOG=1 came within the interval, though with SIGKILL at once
@@ -124,6 +126,7 @@ class systemd_supervisor {
   pid_t pid_ = -1;  // the main process: the only one whose messages count
   bool ready_ = false;
   std::string status_;
+  std::vector<std::string> notifications_;
   unsigned pings_ = 0;
   std::chrono::steady_clock::time_point last_ping_{};  // or READY=1, when none came since
   unsigned watchdog_kills_ = 0;

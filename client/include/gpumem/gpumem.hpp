@@ -214,7 +214,12 @@ struct Stats {
 
 struct ClientInfo {
   std::uint64_t id = 0;
+  /// The client's process in gpumemd's PID namespace, from the kernel; 0 when the process is
+  /// outside it (gpumemd in a container without the host's PID namespace).
   std::uint32_t pid = 0;
+  /// The pid the client reported of itself, in its own PID namespace: for display only, as
+  /// nothing checks it. 0: not reported.
+  std::uint32_t reported_pid = 0;
   std::uint32_t uid = 0;
   std::uint32_t gid = 0;
   std::uint32_t allocations_owned = 0;
@@ -286,9 +291,12 @@ struct SyncInfo {
   std::string name;
   std::string domain;  ///< "host", "stream:N", "device:N", or "unused"
   std::uint32_t parties = 0;
-  std::uint32_t attached = 0;   ///< lock: clients holding it open; else parties taken
-  std::uint32_t owner_pid = 0;  ///< lock holder's process, 0 when free (host locks)
-  std::uint32_t queued = 0;     ///< host lock: waiters behind the holder
+  std::uint32_t attached = 0;  ///< lock: clients holding it open; else parties taken
+  /// Lock holder's process in gpumemd's PID namespace; 0 when free or not visible there.
+  std::uint32_t owner_pid = 0;
+  bool held = false;               ///< lock: someone holds it (whatever owner_pid says)
+  std::uint64_t owner_client = 0;  ///< lock holder's client; 0 when free or the holder is gone
+  std::uint32_t queued = 0;        ///< host lock: waiters behind the holder
   std::uint32_t owner_deaths = 0;
   std::uint32_t epoch = 0;
   bool owner_died = false;  ///< lock: the last holder died, not yet made consistent

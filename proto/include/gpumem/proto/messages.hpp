@@ -1,6 +1,10 @@
 #pragma once
 /// @file
-/// @brief Every message of protocol version 3: payload layouts and the table that names them.
+/// @brief Every message of protocol version 4: payload layouts and the table that names them.
+///
+/// Version 4 over 3: a client reports its own pid at hello (hello_request::client_pid, shown in
+/// client_record::client_pid), and a sync_record says whether a lock is held and by which
+/// client (kHeld, owner_client_id), which a daemon in its own PID namespace cannot say by pid.
 ///
 /// A reply carries the request's type with kReplyBit set and the request's id; a failed request
 /// is answered by an `error` message instead. Layouts are frozen: a change means a new version.
@@ -51,7 +55,10 @@ static_assert(sizeof(session_token) == 16);
 
 struct hello_request {
   std::uint32_t protocol_version;
-  std::uint32_t reserved;
+  /// The client's pid in its own PID namespace, as it says: shown to operators beside the pid
+  /// the kernel gives the daemon (0 when the client is outside the daemon's PID namespace),
+  /// never trusted for any decision. 0: not reported.
+  std::uint32_t client_pid;
   wire_name client_label;  ///< free text shown by gpumemctl clients; may be empty
   /// Both zero for a new session. Else the session to carry on, as an earlier hello_reply named
   /// it: refused with errc::session_lost when the daemon no longer has it.
@@ -182,12 +189,12 @@ static_assert(sizeof(pool_stats) == 144);
 
 struct client_record {
   std::uint64_t client_id;
-  std::uint32_t pid;
+  std::uint32_t pid;  ///< from the kernel, in the daemon's PID namespace; 0: not visible there
   std::uint32_t uid;
   std::uint32_t gid;
   std::uint32_t allocations_owned;
   std::uint32_t allocations_opened;
-  std::uint32_t reserved;
+  std::uint32_t client_pid;  ///< what the client reported at hello (untrusted); 0: nothing
   std::uint64_t bytes_owned;
   std::uint64_t connected_ms;
   wire_name label;
@@ -422,21 +429,29 @@ static_assert(sizeof(sync_reset_request) == 72);
 struct sync_record {
   /// In flags: the daemon found the object's cell corrupt and refuses it until a reset.
   static constexpr std::uint32_t kCorrupt = 1u << 31;
+  /// In flags, for a lock: someone holds it (owner_client_id says who, when a client does).
+  static constexpr std::uint32_t kHeld = 1u << 30;
 
   std::uint64_t sync_id;
   sync_kind kind;
-  std::uint32_t cell;       ///< the cell's id (page * cell_count + index)
-  std::uint32_t domain;     ///< gpumem::sync::domain
-  std::uint32_t parties;    ///< barriers and channels
-  std::uint32_t attached;   ///< clients holding it open (lock) or parties taken
-  std::uint32_t flags;      ///< lock: lock_word flags; counters: counter_cell state; kCorrupt
-  std::uint32_t owner_pid;  ///< lock holder's process, 0 when free
-  std::uint32_t queued;     ///< lock: tickets waiting behind the holder
+  std::uint32_t cell;      ///< the cell's id (page * cell_count + index)
+  std::uint32_t domain;    ///< gpumem::sync::domain
+  std::uint32_t parties;   ///< barriers and channels
+  std::uint32_t attached;  ///< clients holding it open (lock) or parties taken
+  std::uint32_t flags;     ///< lock: lock_word flags; counters: counter_cell state; kCorrupt
+  /// Lock holder's process in the daemon's PID namespace; 0 when free or not visible there
+  /// (kHeld tells which).
+  std::uint32_t owner_pid;
+  std::uint32_t queued;  ///< lock: tickets waiting behind the holder
   std::uint32_t owner_deaths;
   std::uint32_t epoch;
   wire_name name;
+  /// Lock holder's client; 0 when free, or held by a client that is gone (its death is being
+  /// repaired).
+  std::uint64_t owner_client_id;
 };
-static_assert(sizeof(sync_record) == 112);
+static_assert(sizeof(sync_record) == 120);
+static_assert(offsetof(sync_record, owner_client_id) == 112);
 
 /// The signal page of one (host) page on one device: its cells have the host page's indices.
 struct signal_page_request {

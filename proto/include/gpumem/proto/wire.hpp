@@ -19,7 +19,7 @@ static_assert(std::endian::native == std::endian::little,
               "the wire layouts are memcpy'd: port the codec before building on a big-endian host");
 
 inline constexpr std::uint32_t kMagic = 0x444d5047;  // "GPMD" in memory order
-inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::uint16_t kProtocolVersion = 4;
 inline constexpr std::uint32_t kMaxPayloadSize = 64 * 1024;
 /// The kernel refuses more than SCM_MAX_FD (253) descriptors in one message.
 inline constexpr std::uint16_t kMaxFdsPerMessage = 253;
