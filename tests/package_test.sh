@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Debian packages (cmake/packaging.cmake), as an operator gets them: built with cpack from
-# the build, checked by lintian (any E: fails) and by their contents (dpkg-deb -c), then, as
+# libgpumem's ABI (scripts/abi-check), then the Debian packages (cmake/packaging.cmake), as an
+# operator gets them: built with cpack from the build, checked by lintian (any E: fails) and by their contents (dpkg-deb -c), then, as
 # root on Debian, installed for real: the maintainer scripts make the user, the folders and the
 # enabled units; the packaged gpumemd runs with the packaged configuration as the user gpumemd
 # (socket in a temporary folder: no systemd runs here); the packaged gpumemctl, Python package,
@@ -23,6 +23,14 @@ for tool in cpack dpkg-deb dpkg-shlibdeps lintian; do
 done
 rm -rf "$work"
 mkdir -p "$work"
+
+# The library's ABI against the last release's (abi/libgpumem.abi): abidiff, a few seconds.
+if command -v abidiff >/dev/null; then
+  echo "== scripts/abi-check"
+  "$source/scripts/abi-check" "$build/client/libgpumem.so"
+else
+  echo "== scripts/abi-check: not run, abigail-tools is not installed"
+fi
 
 echo "== cpack -G DEB"
 cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/packages" >"$work/cpack.log" 2>&1 ||
