@@ -1,7 +1,9 @@
-# Checks deploy/'s systemd units with `systemd-analyze verify`: unknown keys, bad values, a
-# socket the service does not name. The units point at /usr/local/bin/gpumemd, which verify
-# wants to exist, so copies that point at the built daemon are checked. Run by CTest with
-# -DSOURCE_DIR, -DDAEMON, -DWORK_DIR; prints SKIPPED where systemd-analyze is missing.
+# Checks deploy/'s systemd units: `systemd-analyze verify` (unknown keys, bad values, a socket
+# the service does not name) and `systemd-analyze security --offline=true` (the sandbox's
+# exposure, at most MAX_EXPOSURE). The templates are configured as an install configures them
+# (cmake/packaging.cmake), with the built daemon as ExecStart, which verify wants to exist.
+# Run by CTest with -DSOURCE_DIR, -DDAEMON, -DWORK_DIR, -DMAX_EXPOSURE; prints SKIPPED where
+# systemd-analyze is missing.
 find_program(SYSTEMD_ANALYZE systemd-analyze)
 if(NOT SYSTEMD_ANALYZE)
   message("SKIPPED: systemd-analyze is not installed (Debian package systemd)")
@@ -9,10 +11,17 @@ if(NOT SYSTEMD_ANALYZE)
 endif()
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
-file(READ ${SOURCE_DIR}/deploy/gpumemd.service service)
-string(REPLACE "/usr/local/bin/gpumemd" "${DAEMON}" service "${service}")
-file(WRITE ${WORK_DIR}/gpumemd.service "${service}")
-file(COPY ${SOURCE_DIR}/deploy/gpumemd.socket DESTINATION ${WORK_DIR})
+get_filename_component(CMAKE_INSTALL_FULL_BINDIR ${DAEMON} DIRECTORY)
+set(CMAKE_INSTALL_FULL_SYSCONFDIR /etc)
+set(GPUMEM_FULL_DOCDIR ${SOURCE_DIR})
+foreach(unit IN ITEMS gpumemd.service gpumemd.socket)
+  configure_file(${SOURCE_DIR}/deploy/${unit}.in ${WORK_DIR}/${unit} @ONLY)
+endforeach()
+file(STRINGS ${WORK_DIR}/gpumemd.service exec_start REGEX "^ExecStart=")
+if(NOT exec_start MATCHES "^ExecStart=${DAEMON} ")
+  message(FATAL_ERROR "the configured unit does not start the daemon it was given: ${exec_start}")
+endif()
+
 execute_process(COMMAND ${SYSTEMD_ANALYZE} verify --man=no ./gpumemd.socket ./gpumemd.service
                 WORKING_DIRECTORY ${WORK_DIR} RESULT_VARIABLE status OUTPUT_VARIABLE out
                 ERROR_VARIABLE err)
@@ -23,3 +32,23 @@ if(NOT status EQUAL 0 OR complaints)
   message(FATAL_ERROR "systemd-analyze verify (exit status ${status}):\n${out}\n${err}")
 endif()
 message("systemd-analyze verify: gpumemd.socket and gpumemd.service are clean")
+
+# --offline reads the file alone, without a running systemd (systemd 252 and later); older
+# ones can only rate a loaded unit.
+execute_process(COMMAND ${SYSTEMD_ANALYZE} security --offline=true --no-pager
+                        --threshold=100 ./gpumemd.service
+                WORKING_DIRECTORY ${WORK_DIR} RESULT_VARIABLE status OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+string(REGEX MATCH "Overall exposure level for gpumemd.service: ([0-9.]+)" score_line "${out}")
+if(NOT score_line)
+  if(err MATCHES "offline")
+    message("SKIPPED: this systemd-analyze cannot rate a unit offline:\n${err}")
+    return()
+  endif()
+  message(FATAL_ERROR "systemd-analyze security (exit status ${status}):\n${out}\n${err}")
+endif()
+message("${out}")
+if(CMAKE_MATCH_1 GREATER MAX_EXPOSURE)
+  message(FATAL_ERROR "gpumemd.service is exposed at ${CMAKE_MATCH_1}, above ${MAX_EXPOSURE}")
+endif()
+message("systemd-analyze security: gpumemd.service at ${CMAKE_MATCH_1} (at most ${MAX_EXPOSURE})")

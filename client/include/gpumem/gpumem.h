@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpumem/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -51,7 +53,7 @@ typedef struct gpumem_client gpumem_client;
 typedef struct gpumem_buffer gpumem_buffer;
 
 /** @param socket_path NULL for the default locations. */
-gpumem_status gpumem_connect(const char* socket_path, gpumem_client** client);
+GPUMEM_API gpumem_status gpumem_connect(const char* socket_path, gpumem_client** client);
 
 /** What gpumem_connect_with() takes; zero-initialise it, then set what you need. */
 typedef struct gpumem_connect_options {
@@ -73,21 +75,22 @@ typedef struct gpumem_connect_options {
 } gpumem_connect_options;
 
 /** @param options NULL: every default, as gpumem_connect(NULL, client). */
-gpumem_status gpumem_connect_with(const gpumem_connect_options* options, gpumem_client** client);
+GPUMEM_API gpumem_status gpumem_connect_with(const gpumem_connect_options* options,
+                                             gpumem_client** client);
 /** Closes the client; buffers it handed out stay valid until released. NULL is ignored. */
-void gpumem_disconnect(gpumem_client* client);
+GPUMEM_API void gpumem_disconnect(gpumem_client* client);
 
 /** @param name NULL or "" for an anonymous allocation. */
-gpumem_status gpumem_allocate(gpumem_client* client, size_t bytes, int device, const char* name,
-                              gpumem_buffer** buffer);
-gpumem_status gpumem_open(gpumem_client* client, const char* name, int read_only,
-                          gpumem_buffer** buffer);
+GPUMEM_API gpumem_status gpumem_allocate(gpumem_client* client, size_t bytes, int device,
+                                         const char* name, gpumem_buffer** buffer);
+GPUMEM_API gpumem_status gpumem_open(gpumem_client* client, const char* name, int read_only,
+                                     gpumem_buffer** buffer);
 /** Lets go of the buffer and frees the handle, whatever the status. NULL is ignored. */
-gpumem_status gpumem_release(gpumem_buffer* buffer);
+GPUMEM_API gpumem_status gpumem_release(gpumem_buffer* buffer);
 
-void* gpumem_buffer_data(const gpumem_buffer* buffer);
-size_t gpumem_buffer_size(const gpumem_buffer* buffer);
-uint64_t gpumem_buffer_id(const gpumem_buffer* buffer);
+GPUMEM_API void* gpumem_buffer_data(const gpumem_buffer* buffer);
+GPUMEM_API size_t gpumem_buffer_size(const gpumem_buffer* buffer);
+GPUMEM_API uint64_t gpumem_buffer_id(const gpumem_buffer* buffer);
 
 /**
  * Reservations (<gpumem/reservation.hpp>): a range at a fixed address in every holder, in
@@ -98,56 +101,58 @@ typedef struct gpumem_reservation gpumem_reservation;
 typedef struct gpumem_reservation_draft gpumem_reservation_draft;
 
 /** @param device GPUMEM_HOST or a CUDA device. @param name NULL or "" for an anonymous one. */
-gpumem_status gpumem_reserve(gpumem_client* client, size_t max_bytes, size_t initial, int device,
-                             const char* name, gpumem_reservation** reservation);
-gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name, int read_only,
-                                      gpumem_reservation** reservation);
+GPUMEM_API gpumem_status gpumem_reserve(gpumem_client* client, size_t max_bytes, size_t initial,
+                                        int device, const char* name,
+                                        gpumem_reservation** reservation);
+GPUMEM_API gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name,
+                                                 int read_only, gpumem_reservation** reservation);
 /** Unmaps, lets go of it and frees the handle, whatever the status. NULL is ignored. */
-gpumem_status gpumem_release_reservation(gpumem_reservation* reservation);
+GPUMEM_API gpumem_status gpumem_release_reservation(gpumem_reservation* reservation);
 
 /** Fixed for the reservation's life, across versions, sleep and wake. */
-void* gpumem_reservation_data(const gpumem_reservation* reservation);
+GPUMEM_API void* gpumem_reservation_data(const gpumem_reservation* reservation);
 /** Bytes mapped here now (0 while asleep or quiesced). */
-size_t gpumem_reservation_size(const gpumem_reservation* reservation);
+GPUMEM_API size_t gpumem_reservation_size(const gpumem_reservation* reservation);
 /** The version mapped here, as of the last refresh. */
-uint64_t gpumem_reservation_version(const gpumem_reservation* reservation);
-uint64_t gpumem_reservation_id(const gpumem_reservation* reservation);
+GPUMEM_API uint64_t gpumem_reservation_version(const gpumem_reservation* reservation);
+GPUMEM_API uint64_t gpumem_reservation_id(const gpumem_reservation* reservation);
 
 /** Owner only, version 1 only: @p bytes are backed afterwards. */
-gpumem_status gpumem_resize_reservation(gpumem_reservation* reservation, size_t bytes);
+GPUMEM_API gpumem_status gpumem_resize_reservation(gpumem_reservation* reservation, size_t bytes);
 /** Maps what is current. @param size NULL, or where the bytes mapped afterwards go. */
-gpumem_status gpumem_refresh(gpumem_reservation* reservation, size_t* size);
+GPUMEM_API gpumem_status gpumem_refresh(gpumem_reservation* reservation, size_t* size);
 /** Waits until the current version is at least @p version, then refreshes.
  *  @param reached set to 1 when it came, 0 when @p timeout_ms passed first. */
-gpumem_status gpumem_wait_version(gpumem_reservation* reservation, uint64_t version,
-                                  uint32_t timeout_ms, int* reached);
+GPUMEM_API gpumem_status gpumem_wait_version(gpumem_reservation* reservation, uint64_t version,
+                                             uint32_t timeout_ms, int* reached);
 /** Lets go of the mapping (the range stays reserved); the next refresh maps again. */
-gpumem_status gpumem_quiesce(gpumem_reservation* reservation);
+GPUMEM_API gpumem_status gpumem_quiesce(gpumem_reservation* reservation);
 
 /** Owner only: starts the next version, of @p bytes, mapped writable at its own address. */
-gpumem_status gpumem_begin_version(gpumem_reservation* reservation, size_t bytes,
-                                   gpumem_reservation_draft** draft);
-void* gpumem_draft_data(const gpumem_reservation_draft* draft);
-size_t gpumem_draft_size(const gpumem_reservation_draft* draft);
-uint64_t gpumem_draft_version(const gpumem_reservation_draft* draft);
+GPUMEM_API gpumem_status gpumem_begin_version(gpumem_reservation* reservation, size_t bytes,
+                                              gpumem_reservation_draft** draft);
+GPUMEM_API void* gpumem_draft_data(const gpumem_reservation_draft* draft);
+GPUMEM_API size_t gpumem_draft_size(const gpumem_reservation_draft* draft);
+GPUMEM_API uint64_t gpumem_draft_version(const gpumem_reservation_draft* draft);
 /** Makes the draft the current version. On failure nothing changed (GPUMEM_BUSY: its memory
  *  is mapped writable elsewhere); the handle stays for gpumem_abandon() either way. */
-gpumem_status gpumem_commit(gpumem_reservation_draft* draft);
+GPUMEM_API gpumem_status gpumem_commit(gpumem_reservation_draft* draft);
 /** Drops the draft unless it was committed, and frees the handle, whatever the status. NULL is
  *  ignored. */
-gpumem_status gpumem_abandon(gpumem_reservation_draft* draft);
+GPUMEM_API gpumem_status gpumem_abandon(gpumem_reservation_draft* draft);
 
 /** Puts it to sleep (its bytes to the host, or dropped with @p discard nonzero) and waits.
  *  @param deadline_ms how long other holders get to let go; 0: the daemon's default (5 s).
  *  GPUMEM_BUSY names each holder that did not; it stays awake then. */
-gpumem_status gpumem_sleep(gpumem_reservation* reservation, int discard, uint32_t deadline_ms);
+GPUMEM_API gpumem_status gpumem_sleep(gpumem_reservation* reservation, int discard,
+                                      uint32_t deadline_ms);
 /** Wakes it, waits at most @p timeout_ms (0: 60000) and maps it here again. */
-gpumem_status gpumem_wake(gpumem_reservation* reservation, uint32_t timeout_ms);
+GPUMEM_API gpumem_status gpumem_wake(gpumem_reservation* reservation, uint32_t timeout_ms);
 
 /** Text of the last failure on this thread; "" when none. */
-const char* gpumem_last_error(void);
+GPUMEM_API const char* gpumem_last_error(void);
 /** Fixed description of a status, e.g. "no such object". */
-const char* gpumem_status_string(int status);
+GPUMEM_API const char* gpumem_status_string(int status);
 
 #ifdef __cplusplus
 }

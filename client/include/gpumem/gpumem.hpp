@@ -31,6 +31,7 @@
 #include <system_error>
 #include <vector>
 
+#include "gpumem/export.h"
 #include "gpumem/proto/errc.hpp"
 
 struct CUstream_st;  // cudaStream_t and CUstream both point to it
@@ -47,7 +48,7 @@ inline constexpr int kHost = -1;
 
 /// @brief The one exception type of libgpumem. code() says what failed; what() says which
 /// object and why, in the daemon's words where the daemon refused.
-class Error : public std::system_error {
+class GPUMEM_API Error : public std::system_error {
  public:
   Error(errc code, const std::string& what) : std::system_error(make_error_code(code), what) {}
   errc status() const noexcept { return static_cast<errc>(code().value()); }
@@ -55,7 +56,7 @@ class Error : public std::system_error {
 
 /// @brief A CUDA driver call made by libgpumem failed: code() is errc::cuda_error, and what()
 /// names the call, the driver's words and where libgpumem made it.
-class CudaError : public Error {
+class GPUMEM_API CudaError : public Error {
  public:
   CudaError(int cuda_status, const std::string& what, std::source_location where)
       : Error(errc::cuda_error, what), cuda_status_(cuda_status), where_(where) {}
@@ -133,7 +134,7 @@ class connection;
 
 /// @brief Memory shared through gpumemd. Move-only; the destructor lets go of it (the memory
 /// itself lives on while another process holds it).
-class Buffer {
+class GPUMEM_API Buffer {
  public:
   Buffer() noexcept = default;
   Buffer(Buffer&&) noexcept;
@@ -245,7 +246,7 @@ enum class ReservationState {
   asleep,    ///< its bytes are on the host; nothing is mapped
   lost,      ///< its owner let go of it while it slept: it is gone
 };
-const char* to_string(ReservationState state) noexcept;
+GPUMEM_API const char* to_string(ReservationState state) noexcept;
 
 /// A reservation as `gpumemctl reservations` shows it.
 struct ReservationInfo {
@@ -308,7 +309,7 @@ struct SyncInfo {
 
 /// @brief A session with gpumemd. Move-only; Buffers keep the session open after the Client
 /// object is gone.
-class Client {
+class GPUMEM_API Client {
  public:
   /// @throws Error(io_error) when no daemon answers at the path, with the path in what();
   /// Error(permission_denied) when the socket belongs to an unexpected uid (ConnectOptions).

@@ -79,7 +79,7 @@ class Reservation;
 /// @brief The next version of a reservation while its owner writes it: fresh chunks, mapped
 /// writable at an address of their own (data()), invisible to holders until commit().
 /// Destroying it uncommitted abandons it. It must not outlive its Reservation.
-class ReservationDraft {
+class GPUMEM_API ReservationDraft {
  public:
   ReservationDraft(ReservationDraft&&) noexcept;
   ReservationDraft& operator=(ReservationDraft&&) noexcept;
@@ -104,7 +104,7 @@ class ReservationDraft {
   std::unique_ptr<impl> self_;
 };
 
-class Reservation {
+class GPUMEM_API Reservation {
  public:
   /// @throws Error: not_supported for a CUDA device without CUDA, already_exists,
   /// no_such_device, out_of_memory, quota_exceeded.
@@ -170,9 +170,9 @@ class Reservation {
  private:
   friend class ReservationDraft;
   // An operator's calls by name reach the daemon through the client's session, as this does.
-  friend ReservationStatus reservation_status(Client&, std::string_view);
-  friend void sleep_reservation(Client&, std::string_view, const SleepOptions&);
-  friend void wake_reservation(Client&, std::string_view, std::chrono::milliseconds);
+  friend GPUMEM_API ReservationStatus reservation_status(Client&, std::string_view);
+  friend GPUMEM_API void sleep_reservation(Client&, std::string_view, const SleepOptions&);
+  friend GPUMEM_API void wake_reservation(Client&, std::string_view, std::chrono::milliseconds);
   static std::shared_ptr<detail::connection> session_of(Client& client);
   struct impl;  // not `state`: state() names the reservation's state
   explicit Reservation(std::unique_ptr<impl> self);
@@ -183,10 +183,10 @@ class Reservation {
 /// gpumemctl sleep, wake and status use it. Sleep and wake wait for the outcome and throw as
 /// Reservation::sleep and wake do.
 /// @{
-ReservationStatus reservation_status(Client& client, std::string_view name);
-void sleep_reservation(Client& client, std::string_view name, const SleepOptions& = {});
-void wake_reservation(Client& client, std::string_view name,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+GPUMEM_API ReservationStatus reservation_status(Client& client, std::string_view name);
+GPUMEM_API void sleep_reservation(Client& client, std::string_view name, const SleepOptions& = {});
+GPUMEM_API void wake_reservation(Client& client, std::string_view name,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(60));
 /// @}
 
 }  // namespace gpumem

@@ -33,7 +33,7 @@ struct SlabPiece {
   std::uint64_t size = 0;
 };
 
-class Slab {
+class GPUMEM_API Slab {
  public:
   /// Every piece starts on this boundary (CUDA's own allocation alignment).
   static constexpr std::size_t kAlignment = 256;

@@ -46,7 +46,7 @@ class sync_object;
 /// with acquired_owner_died (owner_died() turns true): it repairs the data and calls
 /// mark_consistent(); unlocking without that makes the lock not recoverable, and every later
 /// acquire throws Error(not_recoverable) until `gpumemctl reset NAME`.
-class Lock {
+class GPUMEM_API Lock {
  public:
   Lock() noexcept;
   Lock(Lock&&) noexcept;
@@ -96,7 +96,7 @@ class Lock {
 /// When a party's process dies the barrier is broken: every wait returns broken (streams
 /// stop waiting), until an operator resets it (`gpumemctl reset NAME`) or it is made anew
 /// once every party let go.
-class Barrier {
+class GPUMEM_API Barrier {
  public:
   using clock = std::chrono::steady_clock;
   struct Token {
@@ -149,7 +149,7 @@ struct ChannelOptions {
 ///
 /// Producer: `auto slot = ch.acquire_slot(); fill(slot.data); ch.publish();`
 /// Consumer: `auto item = ch.acquire(); use(item.data); ch.release();`
-class Channel {
+class GPUMEM_API Channel {
  public:
   struct Slot {
     void* data = nullptr;        ///< in the channel's buffer (host or device memory)

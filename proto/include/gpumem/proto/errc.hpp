@@ -9,6 +9,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "gpumem/export.h"
+
 namespace gpumem::proto {
 
 // X(name, value, description)
@@ -47,13 +49,13 @@ enum class errc : std::uint32_t {
 };
 
 /// @brief True when @p raw is one of the codes above (decoders use it to refuse unknown codes).
-bool is_known_errc(std::uint32_t raw) noexcept;
+GPUMEM_API bool is_known_errc(std::uint32_t raw) noexcept;
 
 /// @brief Short fixed description of a code, e.g. "no such object".
-std::string_view describe(errc code) noexcept;
+GPUMEM_API std::string_view describe(errc code) noexcept;
 
 /// @brief The category all gpumem status codes belong to; its name is "gpumem".
-const std::error_category& gpumem_category() noexcept;
+GPUMEM_API const std::error_category& gpumem_category() noexcept;
 
 inline std::error_code make_error_code(errc code) noexcept {
   return {static_cast<int>(code), gpumem_category()};
