@@ -33,7 +33,7 @@ verdict judge(const seccomp_data& call, const unit_settings& settings,
   const int number = call.nr;
   const auto argument = [&](int index) { return static_cast<std::uint32_t>(call.args[index]); };
   if (!allowed.empty() && !std::ranges::binary_search(allowed, number)) {
-    return {"system call " + syscall_name(number), 0};
+    return {"system call " + syscall_name(number), settings.filtered_call_error};
   }
   if (number == SYS_socket && !settings.address_families.empty()) {
     return {"socket(address family " + std::to_string(argument(0)) + ")", EAFNOSUPPORT};

@@ -2,8 +2,9 @@
 /// @file
 /// @brief The process that answers the sandboxed program's seccomp notifications: it names
 /// each call the unit would refuse and either lets it run (audit: find every call the unit
-/// would break on, in one run) or answers as systemd would (enforce: kill the process for a
-/// filtered call, EAFNOSUPPORT for an address family, EPERM for W+X memory).
+/// would break on, in one run) or answers as systemd would (enforce: SystemCallErrorNumber= or
+/// a killed process for a filtered call, EAFNOSUPPORT for an address family, EPERM for W+X
+/// memory).
 
 #include <string>
 

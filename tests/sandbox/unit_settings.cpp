@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -72,6 +73,17 @@ int address_family(const std::string& name, const std::string& where) {
   return found->second;
 }
 
+int error_number(const std::string& name, const std::string& where) {
+  static const std::map<std::string, int> kErrors{
+      {"EPERM", EPERM}, {"EACCES", EACCES}, {"ENOSYS", ENOSYS}, {"EINVAL", EINVAL}};
+  if (name == "kill") return 0;
+  const auto found = kErrors.find(name);
+  if (found == kErrors.end()) {
+    throw std::runtime_error(where + ": " + name + " is not an errno unit_sandbox knows");
+  }
+  return found->second;
+}
+
 std::set<std::string> read_syscall_names(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot be read");
@@ -112,9 +124,7 @@ unit_settings read_unit_settings(const std::string& unit_path, const std::string
     if (key == "SystemCallFilter") {
       has_syscall_filter = true;
     } else if (key == "SystemCallErrorNumber") {
-      throw std::runtime_error(where +
-                               ": unit_sandbox reproduces only systemd's default action "
-                               "(kill the process)");
+      settings.filtered_call_error = error_number(value, where);
     } else if (key == "SystemCallArchitectures") {
       if (value != "native") throw std::runtime_error(where + ": only `native` is reproduced");
       settings.native_architecture_only = true;

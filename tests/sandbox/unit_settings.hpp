@@ -16,6 +16,8 @@ struct unit_settings {
   /// SystemCallFilter= expanded to syscall names by scripts/unit-syscalls (systemd-analyze
   /// knows the groups; the GPU machine has no systemd): empty means no filter.
   std::set<std::string> allowed_syscalls;
+  /// SystemCallErrorNumber=: what a filtered call returns; 0: the process is killed (default).
+  int filtered_call_error = 0;
   bool native_architecture_only = false;    ///< SystemCallArchitectures=native
   std::vector<int> address_families;        ///< RestrictAddressFamilies=; empty: any
   bool memory_deny_write_execute = false;   ///< MemoryDenyWriteExecute=yes
