@@ -44,8 +44,4 @@ std::string reservation_outcome(const named_reservation_status& status) {
   return line;
 }
 
-std::string driver_bytes(const json& value, const PoolStats& pool) {
-  return pool.device == gpumem::kHost ? "-" : bytes(value, pool);
-}
-
 }  // namespace gpumemctl
