@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,22 +71,7 @@ void clients(gpumem::Client& client, bool as_json) {
 }
 
 void allocations(gpumem::Client& client, bool as_json) {
-  std::map<std::uint32_t, std::string> pool_names;
-  for (const auto& pool : client.stats().pools) pool_names.emplace(pool.id, pool.name);
-  std::map<std::uint64_t, gpumem::ClientInfo> owners;
-  for (auto& each : client.clients()) owners.emplace(each.id, std::move(each));
-  std::vector<gpumemctl::listed_allocation> all;
-  for (auto& allocation : client.allocations()) {
-    gpumemctl::listed_allocation listed{std::move(allocation), {}, {}};
-    if (const auto pool = pool_names.find(listed.pool); pool != pool_names.end()) {
-      listed.pool_name = pool->second;
-    }
-    if (const auto owner = owners.find(listed.owner_client); owner != owners.end()) {
-      listed.owner = owner->second;
-    }
-    all.push_back(std::move(listed));
-  }
-  print_records(all, gpumemctl::kAllocationFields, as_json);
+  print_records(gpumemctl::list_allocations(client), gpumemctl::kAllocationFields, as_json);
 }
 
 void reservations(gpumem::Client& client, bool as_json) {
@@ -180,19 +164,22 @@ void wake_named(gpumem::Client& client, const wake_args& args, bool as_json) {
 /// What the chosen subcommand does once connected.
 using action = std::function<void(gpumem::Client&)>;
 
+/// Whether a command prints again and again: commands that only read may, with --watch; `top`
+/// always does.
+enum class repeats { never, with_watch, always };
+
 struct chosen_command {
   std::string name;
   action run;
-  /// Reads without changing anything, so --watch may repeat it.
-  bool repeatable = false;
+  repeats repetition = repeats::never;
 };
 
 /// A subcommand; options of the whole tool (--json, --socket, ...) follow it as well.
-CLI::App* add_command(CLI::App& app, const char* name, const char* summary, bool repeatable,
+CLI::App* add_command(CLI::App& app, const char* name, const char* summary, repeats repetition,
                       std::optional<chosen_command>& chosen, action run) {
   auto* sub = app.add_subcommand(name, summary);
-  sub->callback([&chosen, name, repeatable, run = std::move(run)] {
-    chosen = chosen_command{name, run, repeatable};
+  sub->callback([&chosen, name, repetition, run = std::move(run)] {
+    chosen = chosen_command{name, run, repetition};
   });
   return sub;
 }
@@ -285,15 +272,15 @@ int main(int argc, char** argv) {
   const bool& as_json = options.as_json;
   std::optional<chosen_command> chosen;
   for (const auto& each : kCommands) {
-    add_command(app, each.name, each.summary, true, chosen,
+    add_command(app, each.name, each.summary, repeats::with_watch, chosen,
                 [&each, &as_json](gpumem::Client& client) { each.run(client, as_json); });
   }
 
   reset_args reset_with;
   auto* reset_command = add_command(
       app, "reset",
-      "make a lock usable again (releasing its holder) or restart a barrier or channel", false,
-      chosen, [&](gpumem::Client& client) { reset(client, reset_with, as_json); });
+      "make a lock usable again (releasing its holder) or restart a barrier or channel",
+      repeats::never, chosen, [&](gpumem::Client& client) { reset(client, reset_with, as_json); });
   reset_command->add_option("name", reset_with.name, "the lock, barrier or channel")->required();
   reset_command->add_option("--parties", reset_with.parties,
                             "barriers and channels: parties from now on (default: those attached)");
@@ -303,7 +290,8 @@ int main(int argc, char** argv) {
       app, "sleep",
       "put a reservation to sleep: bytes to host memory, device memory freed (its owner uid or "
       "an administrator)",
-      false, chosen, [&](gpumem::Client& client) { sleep_named(client, sleep_with, as_json); });
+      repeats::never, chosen,
+      [&](gpumem::Client& client) { sleep_named(client, sleep_with, as_json); });
   sleep_command->add_option("name", sleep_with.name, "the reservation")->required();
   sleep_command->add_flag("--discard", sleep_with.discard,
                           "drop the bytes instead of copying them: it wakes zeroed");
@@ -314,8 +302,9 @@ int main(int argc, char** argv) {
   wake_args wake_with;
   auto* wake_command = add_command(
       app, "wake",
-      "wake a reservation: bytes copied back, holders map them again at the same addresses", false,
-      chosen, [&](gpumem::Client& client) { wake_named(client, wake_with, as_json); });
+      "wake a reservation: bytes copied back, holders map them again at the same addresses",
+      repeats::never, chosen,
+      [&](gpumem::Client& client) { wake_named(client, wake_with, as_json); });
   wake_command->add_option("name", wake_with.name, "the reservation")->required();
   wake_command->add_option("--timeout", wake_with.timeout_ms,
                            "milliseconds to wait for the wake to end (default: 60000)");
@@ -323,7 +312,8 @@ int main(int argc, char** argv) {
   std::string status_name;
   auto* status_command = add_command(
       app, "reservation-status",
-      "one reservation's state, version, host bytes and last failed sleep or wake", true, chosen,
+      "one reservation's state, version, host bytes and last failed sleep or wake",
+      repeats::with_watch, chosen,
       [&](gpumem::Client& client) { print_reservation(client, status_name, as_json, true); });
   status_command->add_option("name", status_name, "the reservation")->required();
 
@@ -331,7 +321,7 @@ int main(int argc, char** argv) {
   add_command(app, "top",
               "live view of pools and clients with allocations/s and bytes/s, refreshed every "
               "--watch seconds (default 2)",
-              true, chosen, [&](gpumem::Client& client) { top.print(client, as_json); });
+              repeats::always, chosen, [&](gpumem::Client& client) { top.print(client, as_json); });
 
   try {
     app.parse(argc, argv);
@@ -357,13 +347,13 @@ int main(int argc, char** argv) {
     std::cerr << app.help();
     return static_cast<int>(gpumemctl::exit_status::bad_arguments);
   }
-  const bool is_top = chosen->name == "top";
-  if (options.watch_seconds && !chosen->repeatable) {
+  const bool repeating = options.watch_seconds || chosen->repetition == repeats::always;
+  if (options.watch_seconds && chosen->repetition == repeats::never) {
     return bad_arguments(
         "--watch repeats commands that only read; `" + chosen->name + "` changes something",
         as_json);
   }
-  if (options.iterations != 0 && !options.watch_seconds && !is_top) {
+  if (options.iterations != 0 && !repeating) {
     return bad_arguments("--iterations counts the refreshes of --watch or `top`", as_json);
   }
 
@@ -374,12 +364,12 @@ int main(int argc, char** argv) {
     return fail(gpumemctl::connect_failure(error.status()), error, as_json);
   }
   try {
-    if (options.watch_seconds || is_top) {
-      constexpr double kTopInterval = 2;
-      gpumemctl::watch(
-          {.interval = std::chrono::duration<double>(options.watch_seconds.value_or(kTopInterval)),
-           .iterations = options.iterations},
-          "gpumemctl " + chosen->name, as_json, [&] { chosen->run(*client); });
+    if (repeating) {
+      constexpr double kDefaultInterval = 2;
+      gpumemctl::watch({.interval = std::chrono::duration<double>(
+                            options.watch_seconds.value_or(kDefaultInterval)),
+                        .iterations = options.iterations},
+                       "gpumemctl " + chosen->name, as_json, [&] { chosen->run(*client); });
     } else {
       chosen->run(*client);
     }

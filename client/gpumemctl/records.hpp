@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "field.hpp"
 #include "gpumem/gpumem.hpp"
@@ -31,6 +32,10 @@ struct listed_allocation : AllocationInfo {
   std::string pool_name;            ///< "" when no pool of that id is listed
   std::optional<ClientInfo> owner;  ///< nullopt when it let go, or is not listed to this user
 };
+
+/// @brief The daemon's allocations with their pool names and owners: `stats` and `clients`
+/// joined to `allocations` (three round trips).
+std::vector<listed_allocation> list_allocations(gpumem::Client& client);
 
 /// @brief `clients` marks the row of the gpumemctl that asks.
 struct listed_client : ClientInfo {
