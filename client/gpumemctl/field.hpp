@@ -3,6 +3,7 @@
 /// @brief A record's fields described once, for both outputs of gpumemctl: the JSON object
 /// and the table row. A table cell is the field's JSON value, formatted for people.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -46,9 +47,17 @@ json member(const Record& record) {
   return record.*data_member;
 }
 
+/// @brief Null, which JSON shows where a record has no such data, and empty text are "-" in a
+/// table.
+template <class Record>
+std::string dash_if_absent(const json& value, const Record& record) {
+  const std::string text = value.is_null() ? "" : plain(value, record);
+  return text.empty() ? "-" : text;
+}
+
 template <class Record>
 std::string bytes(const json& value, const Record& /*record*/) {
-  return bytes_text(value.get<std::uint64_t>());
+  return value.is_null() ? "-" : bytes_text(value.get<std::uint64_t>());
 }
 
 template <class Record>
@@ -106,18 +115,35 @@ std::string cell(const field<Record>& column, const Record& record) {
   return column.format(column.value(record), record);
 }
 
-/// @brief A row per record, a column per entry of @p columns.
+/// @brief A cell that says nothing: "-" or empty.
+inline bool without_data(const std::string& cell) {
+  return cell.empty() || cell == "-";
+}
+
+enum class empty_columns { leave_out, keep };
+
+/// @brief A row per record, a column per entry of @p columns, less the columns in which no
+/// record has data (the driver's counters on a node without a GPU) unless @p empty says keep;
+/// the JSON keeps every field. Without records every column stays, so that the headings say
+/// what would be listed.
 template <class Record>
 table records_table(const std::vector<Record>& records,
-                    std::type_identity_t<columns_of<Record>> columns) {
+                    std::type_identity_t<columns_of<Record>> columns,
+                    empty_columns empty = empty_columns::leave_out) {
+  std::vector<std::vector<std::string>> cells(records.size());
   std::vector<std::string> headings;
-  for (const auto* column : columns) headings.emplace_back(column->heading);
-  table rows(std::move(headings));
-  for (const auto& record : records) {
-    std::vector<std::string> row;
-    for (const auto* column : columns) row.push_back(cell(*column, record));
-    rows.add(std::move(row));
+  for (const auto* column : columns) {
+    std::vector<std::string> column_cells;
+    for (const auto& record : records) column_cells.push_back(cell(*column, record));
+    if (empty == empty_columns::leave_out && !records.empty() &&
+        std::ranges::all_of(column_cells, without_data)) {
+      continue;
+    }
+    headings.emplace_back(column->heading);
+    for (std::size_t i = 0; i < records.size(); ++i) cells[i].push_back(column_cells[i]);
   }
+  table rows(std::move(headings));
+  for (auto& row : cells) rows.add(std::move(row));
   return rows;
 }
 

@@ -1,22 +1,30 @@
 // gpumemctl: inspect a running gpumemd. Links only libgpumem: everything goes over the socket.
 //
-// client/gpumemctl/ holds the tool: this file (subcommands and options), records.hpp (each
+// client/gpumemctl/ holds the tool: this file (subcommands, options, errors), records.hpp (each
 // record's fields, described once for both the table and the JSON), field.hpp (how a field
-// description prints) and table.hpp (aligned columns). It may include the public client
-// headers only, never client/src, proto/ internals or daemon/.
+// description prints), table.hpp (aligned columns), exit_status.hpp (the exit statuses),
+// suggestion.hpp (the nearest command to a typo), watch.hpp (--watch) and top.hpp (`top`). It
+// may include the public client headers only, never client/src, proto/ internals or daemon/.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "exit_status.hpp"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/reservation.hpp"
 #include "records.hpp"
+#include "suggestion.hpp"
+#include "top.hpp"
+#include "watch.hpp"
 
 namespace {
 
@@ -63,7 +71,7 @@ void clients(gpumem::Client& client, bool as_json) {
 }
 
 void allocations(gpumem::Client& client, bool as_json) {
-  print_records(client.allocations(), gpumemctl::kAllocationFields, as_json);
+  print_records(gpumemctl::list_allocations(client), gpumemctl::kAllocationFields, as_json);
 }
 
 void reservations(gpumem::Client& client, bool as_json) {
@@ -156,13 +164,91 @@ void wake_named(gpumem::Client& client, const wake_args& args, bool as_json) {
 /// What the chosen subcommand does once connected.
 using action = std::function<void(gpumem::Client&)>;
 
-/// A subcommand that takes --json after its name too, and chooses @p run when it is given.
-CLI::App* add_command(CLI::App& app, const char* name, const char* summary, bool& as_json,
-                      action& chosen, action run) {
+/// Whether a command prints again and again: commands that only read may, with --watch; `top`
+/// always does.
+enum class repeats { never, with_watch, always };
+
+struct chosen_command {
+  std::string name;
+  action run;
+  repeats repetition = repeats::never;
+};
+
+/// A subcommand; options of the whole tool (--json, --socket, ...) follow it as well.
+CLI::App* add_command(CLI::App& app, const char* name, const char* summary, repeats repetition,
+                      std::optional<chosen_command>& chosen, action run) {
   auto* sub = app.add_subcommand(name, summary);
-  sub->add_flag("--json", as_json, "print JSON instead of a table");
-  sub->callback([&chosen, run = std::move(run)] { chosen = run; });
+  sub->callback([&chosen, name, repetition, run = std::move(run)] {
+    chosen = chosen_command{name, run, repetition};
+  });
   return sub;
+}
+
+struct tool_options {
+  std::string socket_path;
+  bool as_json = false;
+  bool version = false;
+  std::optional<double> watch_seconds;
+  std::uint64_t iterations = 0;
+};
+
+void add_tool_options(CLI::App& app, tool_options& options) {
+  app.add_option("-s,--socket", options.socket_path,
+                 "daemon socket (default: $GPUMEM_SOCKET, ...)");
+  app.add_flag("--json", options.as_json,
+               "print JSON instead of a table (errors too, on stdout, with the exit code)");
+  app.add_option("--watch", options.watch_seconds,
+                 "print again every SECONDS (listing commands; `top`: its interval, default 2)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("-n,--iterations", options.iterations,
+                 "with --watch or `top`: stop after N refreshes (default: until interrupted)");
+  app.add_flag("--version", options.version, "print the version and the protocol version");
+}
+
+/// A failure reported the way the command line asked: a line on stderr, or with --json a JSON
+/// document on stdout, where a program that reads the output finds it.
+int fail(gpumemctl::exit_status status, std::string_view code, const std::string& message,
+         bool as_json) {
+  if (as_json) {
+    print_json(gpumemctl::error_json(code, message, status));
+  } else {
+    std::cerr << "gpumemctl: " << message << '\n';
+  }
+  return static_cast<int>(status);
+}
+
+int bad_arguments(const std::string& message, bool as_json) {
+  return fail(gpumemctl::exit_status::bad_arguments, "bad_arguments", message, as_json);
+}
+
+int fail(gpumemctl::exit_status status, const gpumem::Error& error, bool as_json) {
+  return fail(status, gpumemctl::errc_name(error.status()), error.what(), as_json);
+}
+
+void print_version(bool as_json) {
+  const auto version = gpumem::version();
+  if (as_json) return print_json({{"version", version.release}, {"protocol", version.protocol}});
+  std::cout << "gpumemctl " << version.release << " (libgpumem " << version.release << ", protocol "
+            << version.protocol << ")\n";
+}
+
+/// What is left on the command line once CLI11 took what it knows: a mistyped command, with
+/// the nearest one, or arguments no command takes.
+std::string leftover_problem(const CLI::App& app, const std::vector<std::string>& leftover,
+                             bool command_chosen) {
+  if (!command_chosen && !leftover.front().starts_with("-")) {
+    std::vector<std::string> names;
+    for (const auto* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+      names.push_back(command->get_name());
+    }
+    std::string problem = "unknown command \"" + leftover.front() + "\"";
+    if (const auto nearest = gpumemctl::nearest_name(leftover.front(), names)) {
+      return problem + "; did you mean \"" + *nearest + "\"?";
+    }
+    return problem + "; `gpumemctl --help` lists the commands";
+  }
+  const std::string& first = leftover.front();
+  return (first.starts_with("-") ? "unknown option \"" : "unexpected argument \"") + first + "\"";
 }
 
 }  // namespace
@@ -170,23 +256,31 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* summary, bool
 int main(int argc, char** argv) {
   CLI::App app{
       "gpumemctl: inspect a running gpumemd, reset its locks, put reservations to sleep "
-      "and wake them"};
-  app.require_subcommand(1);
-  std::string socket_path;
-  bool as_json = false;
-  app.add_option("-s,--socket", socket_path, "daemon socket (default: $GPUMEM_SOCKET, ...)");
-  app.add_flag("--json", as_json, "print JSON instead of a table");
-  action chosen;
+      "and wake them",
+      "gpumemctl"};
+  // Options of the whole tool are accepted before and after the command: a command passes
+  // those it does not know on to the tool. What is left over is checked below, to name a
+  // mistyped command.
+  app.fallthrough();
+  app.allow_extras();
+  app.require_subcommand(0, 1);
+  app.footer(gpumemctl::exit_statuses_text() +
+             "With --json a failure prints {\"error\": {\"code\", \"message\", \"exit_code\"}} on "
+             "stdout.");
+  tool_options options;
+  add_tool_options(app, options);
+  const bool& as_json = options.as_json;
+  std::optional<chosen_command> chosen;
   for (const auto& each : kCommands) {
-    add_command(app, each.name, each.summary, as_json, chosen,
+    add_command(app, each.name, each.summary, repeats::with_watch, chosen,
                 [&each, &as_json](gpumem::Client& client) { each.run(client, as_json); });
   }
 
   reset_args reset_with;
   auto* reset_command = add_command(
       app, "reset",
-      "make a lock usable again (releasing its holder) or restart a barrier or channel", as_json,
-      chosen, [&](gpumem::Client& client) { reset(client, reset_with, as_json); });
+      "make a lock usable again (releasing its holder) or restart a barrier or channel",
+      repeats::never, chosen, [&](gpumem::Client& client) { reset(client, reset_with, as_json); });
   reset_command->add_option("name", reset_with.name, "the lock, barrier or channel")->required();
   reset_command->add_option("--parties", reset_with.parties,
                             "barriers and channels: parties from now on (default: those attached)");
@@ -196,7 +290,8 @@ int main(int argc, char** argv) {
       app, "sleep",
       "put a reservation to sleep: bytes to host memory, device memory freed (its owner uid or "
       "an administrator)",
-      as_json, chosen, [&](gpumem::Client& client) { sleep_named(client, sleep_with, as_json); });
+      repeats::never, chosen,
+      [&](gpumem::Client& client) { sleep_named(client, sleep_with, as_json); });
   sleep_command->add_option("name", sleep_with.name, "the reservation")->required();
   sleep_command->add_flag("--discard", sleep_with.discard,
                           "drop the bytes instead of copying them: it wakes zeroed");
@@ -208,7 +303,8 @@ int main(int argc, char** argv) {
   auto* wake_command = add_command(
       app, "wake",
       "wake a reservation: bytes copied back, holders map them again at the same addresses",
-      as_json, chosen, [&](gpumem::Client& client) { wake_named(client, wake_with, as_json); });
+      repeats::never, chosen,
+      [&](gpumem::Client& client) { wake_named(client, wake_with, as_json); });
   wake_command->add_option("name", wake_with.name, "the reservation")->required();
   wake_command->add_option("--timeout", wake_with.timeout_ms,
                            "milliseconds to wait for the wake to end (default: 60000)");
@@ -216,17 +312,69 @@ int main(int argc, char** argv) {
   std::string status_name;
   auto* status_command = add_command(
       app, "reservation-status",
-      "one reservation's state, version, host bytes and last failed sleep or wake", as_json, chosen,
+      "one reservation's state, version, host bytes and last failed sleep or wake",
+      repeats::with_watch, chosen,
       [&](gpumem::Client& client) { print_reservation(client, status_name, as_json, true); });
   status_command->add_option("name", status_name, "the reservation")->required();
 
-  CLI11_PARSE(app, argc, argv);
+  gpumemctl::top_view top;
+  add_command(app, "top",
+              "live view of pools and clients with allocations/s and bytes/s, refreshed every "
+              "--watch seconds (default 2)",
+              repeats::always, chosen, [&](gpumem::Client& client) { top.print(client, as_json); });
+
   try {
-    auto client = gpumem::Client::connect({.socket_path = socket_path, .label = "gpumemctl"});
-    chosen(client);
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForAllHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::ParseError& error) {
+    // --json may come after what failed to parse, so CLI11 may not have set it yet.
+    const bool json_asked = std::any_of(
+        argv + 1, argv + argc, [](const char* arg) { return arg == std::string_view("--json"); });
+    return bad_arguments(error.what(), json_asked);
+  }
+  if (options.version) {
+    print_version(as_json);
+    return 0;
+  }
+  if (const auto leftover = app.remaining(); !leftover.empty()) {
+    return bad_arguments(leftover_problem(app, leftover, chosen.has_value()), as_json);
+  }
+  if (!chosen) {
+    if (as_json) return bad_arguments("no command given: `gpumemctl --help` lists them", true);
+    std::cerr << app.help();
+    return static_cast<int>(gpumemctl::exit_status::bad_arguments);
+  }
+  const bool repeating = options.watch_seconds || chosen->repetition == repeats::always;
+  if (options.watch_seconds && chosen->repetition == repeats::never) {
+    return bad_arguments(
+        "--watch repeats commands that only read; `" + chosen->name + "` changes something",
+        as_json);
+  }
+  if (options.iterations != 0 && !repeating) {
+    return bad_arguments("--iterations counts the refreshes of --watch or `top`", as_json);
+  }
+
+  std::optional<gpumem::Client> client;
+  try {
+    client = gpumem::Client::connect({.socket_path = options.socket_path, .label = "gpumemctl"});
+  } catch (const gpumem::Error& error) {
+    return fail(gpumemctl::connect_failure(error.status()), error, as_json);
+  }
+  try {
+    if (repeating) {
+      constexpr double kDefaultInterval = 2;
+      gpumemctl::watch({.interval = std::chrono::duration<double>(
+                            options.watch_seconds.value_or(kDefaultInterval)),
+                        .iterations = options.iterations},
+                       "gpumemctl " + chosen->name, as_json, [&] { chosen->run(*client); });
+    } else {
+      chosen->run(*client);
+    }
     return 0;
   } catch (const gpumem::Error& error) {
-    std::fprintf(stderr, "gpumemctl: %s\n", error.what());
-    return 1;
+    return fail(gpumemctl::request_failure(error.status()), error, as_json);
   }
 }

@@ -1,9 +1,30 @@
 #include "records.hpp"
 
+#include <map>
+
 namespace gpumemctl {
 
 std::string device_name(int device) {
   return device == gpumem::kHost ? "host" : "cuda:" + std::to_string(device);
+}
+
+std::vector<listed_allocation> list_allocations(gpumem::Client& client) {
+  std::map<std::uint32_t, std::string> pool_names;
+  for (const auto& pool : client.stats().pools) pool_names.emplace(pool.id, pool.name);
+  std::map<std::uint64_t, ClientInfo> owners;
+  for (auto& each : client.clients()) owners.emplace(each.id, std::move(each));
+  std::vector<listed_allocation> all;
+  for (auto& allocation : client.allocations()) {
+    listed_allocation listed{std::move(allocation), {}, {}};
+    if (const auto pool = pool_names.find(listed.pool); pool != pool_names.end()) {
+      listed.pool_name = pool->second;
+    }
+    if (const auto owner = owners.find(listed.owner_client); owner != owners.end()) {
+      listed.owner = owner->second;
+    }
+    all.push_back(std::move(listed));
+  }
+  return all;
 }
 
 std::string kind_name(gpumem::SyncKind kind) {
@@ -50,10 +71,6 @@ std::string reservation_outcome(const named_reservation_status& status) {
       break;
   }
   return line;
-}
-
-std::string driver_bytes(const json& value, const PoolStats& pool) {
-  return pool.device == gpumem::kHost ? "-" : bytes(value, pool);
 }
 
 }  // namespace gpumemctl

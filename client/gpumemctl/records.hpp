@@ -3,7 +3,9 @@
 /// @brief What gpumemctl shows of each record: one list of fields per record type, which both
 /// the table and the JSON of its subcommands print.
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "field.hpp"
 #include "gpumem/gpumem.hpp"
@@ -24,6 +26,16 @@ using gpumem::UsageInfo;
 struct daemon_status : Stats {
   std::string socket;
 };
+
+/// @brief `allocations` names the pool, and the owner's process as `clients` lists it.
+struct listed_allocation : AllocationInfo {
+  std::string pool_name;            ///< "" when no pool of that id is listed
+  std::optional<ClientInfo> owner;  ///< nullopt when it let go, or is not listed to this user
+};
+
+/// @brief The daemon's allocations with their pool names and owners: `stats` and `clients`
+/// joined to `allocations` (three round trips).
+std::vector<listed_allocation> list_allocations(gpumem::Client& client);
 
 /// @brief `clients` marks the row of the gpumemctl that asks.
 struct listed_client : ClientInfo {
@@ -83,8 +95,11 @@ std::string bytes_or_dash(const json& value, const Record& record) {
   return value.get<std::uint64_t>() == 0 ? "-" : bytes(value, record);
 }
 
-/// @brief The driver's counters exist for CUDA pools only.
-std::string driver_bytes(const json& value, const PoolStats& pool);
+/// @brief The driver's counters exist for CUDA pools only: null for a host pool.
+template <auto counter>
+json driver_counter(const PoolStats& pool) {
+  return pool.device == gpumem::kHost ? json(nullptr) : json(pool.*counter);
+}
 
 inline constexpr field<daemon_status> kStatusFields[] = {
     {"daemon pid", "daemon_pid", member<&Stats::daemon_pid>},
@@ -104,7 +119,7 @@ inline constexpr field<daemon_status> kStatusFields[] = {
        return kept.get<bool>() ? "yes (systemd fd store: a restart loses nothing)"
                                : "no (no systemd fd store: a restart starts clean)";
      }},
-    {"ipc events live", "", member<&Stats::ipc_events_live>},
+    {"ipc events live", "ipc_events_live", member<&Stats::ipc_events_live>},
     {"pools", "pools", [](const daemon_status& status) -> json { return status.pools.size(); }},
     {"clients", "clients", member<&Stats::clients>},
     {"allocations", "allocations", member<&Stats::allocations>},
@@ -119,11 +134,12 @@ inline constexpr field<PoolStats> kPoolFields[] = {
     {"RESERVED", "bytes_reserved", member<&PoolStats::bytes_reserved>, bytes},
     {"HIGH", "bytes_in_use_high", member<&PoolStats::bytes_in_use_high>, bytes},
     {"ALLOCATIONS", "allocations", member<&PoolStats::allocations>},
-    {"DRIVER RESERVED", "driver_reserved_current", member<&PoolStats::driver_reserved_current>,
-     driver_bytes},
-    {"DRIVER HIGH", "driver_reserved_high", member<&PoolStats::driver_reserved_high>, driver_bytes},
-    {"DRIVER USED", "driver_used_current", member<&PoolStats::driver_used_current>, driver_bytes},
-    {"", "driver_used_high", member<&PoolStats::driver_used_high>},
+    {"DRIVER RESERVED", "driver_reserved_current",
+     driver_counter<&PoolStats::driver_reserved_current>, bytes},
+    {"DRIVER HIGH", "driver_reserved_high", driver_counter<&PoolStats::driver_reserved_high>,
+     bytes},
+    {"DRIVER USED", "driver_used_current", driver_counter<&PoolStats::driver_used_current>, bytes},
+    {"", "driver_used_high", driver_counter<&PoolStats::driver_used_high>},
 };
 /// `stats`: the daemon's books first, then what the driver says of the same pool.
 inline constexpr auto kStatsColumns =
@@ -188,12 +204,25 @@ inline constexpr field<UsageInfo> kUsageFields[] = {
     {"", "sync_objects_limit", limit_of<&UsageInfo::sync_objects_limit>},
 };
 
-inline constexpr field<AllocationInfo> kAllocationFields[] = {
+/// @brief A field of the owner's row of `clients`: null when there is none.
+template <auto client_member>
+json owner_detail(const listed_allocation& allocation) {
+  return allocation.owner ? json((*allocation.owner).*client_member) : json(nullptr);
+}
+
+inline constexpr field<listed_allocation> kAllocationFields[] = {
     {"ID", "id", member<&AllocationInfo::id>},
     {"NAME", "name", member<&AllocationInfo::name>, dash_if_empty},
     {"SIZE", "size", member<&AllocationInfo::size>, bytes},
-    {"POOL", "pool", member<&AllocationInfo::pool>},
+    {"POOL", "pool_name",
+     [](const listed_allocation& allocation) -> json {
+       return allocation.pool_name.empty() ? json(nullptr) : json(allocation.pool_name);
+     },
+     dash_if_absent},
+    {"", "pool", member<&AllocationInfo::pool>},
     {"OWNER", "owner_client", member<&AllocationInfo::owner_client>, gone_if_zero},
+    {"PID", "owner_pid", owner_detail<&ClientInfo::pid>, dash_if_absent},
+    {"LABEL", "owner_label", owner_detail<&ClientInfo::label>, dash_if_absent},
     {"HOLDERS", "holders", member<&AllocationInfo::holders>},
 };
 

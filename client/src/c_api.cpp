@@ -257,4 +257,12 @@ const char* gpumem_status_string(int status) {
   }
   return gpumem::proto::describe(static_cast<gpumem::errc>(status)).data();
 }
+
+const char* gpumem_version(void) {
+  return gpumem::version().release;
+}
+
+unsigned gpumem_protocol_version(void) {
+  return gpumem::version().protocol;
+}
 }

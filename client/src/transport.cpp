@@ -137,6 +137,12 @@ unique_fd connect_to(const std::string& path, std::span<const uid_t> trusted,
       break;
     }
     if (errno == EINTR) continue;
+    if (errno == EACCES || errno == EPERM) {
+      throw Error(errc::permission_denied,
+                  "may not connect to gpumemd at " + path +
+                      " (the permissions of the socket or its folder leave this user out): " +
+                      std::system_category().message(errno));
+    }
     if (errno != EAGAIN) {
       throw_io(
           "cannot reach gpumemd at " + path + " (is it running? set GPUMEM_SOCKET to its socket)",

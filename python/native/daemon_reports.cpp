@@ -73,8 +73,9 @@ py::list clients(Client& client) {
 }
 
 py::list allocations(Client& client) {
-  return to_python(gpumemctl::records_json(without_gil_ask([&] { return client.allocations(); }),
-                                           gpumemctl::kAllocationFields))
+  return to_python(gpumemctl::records_json(
+                       without_gil_ask([&] { return gpumemctl::list_allocations(client); }),
+                       gpumemctl::kAllocationFields))
       .cast<py::list>();
 }
 

@@ -17,4 +17,12 @@ std::pair<std::string, int> run_gpumemctl(const daemon_process& daemon,
                                           const std::vector<std::string>& args,
                                           std::optional<run_as> user = std::nullopt);
 
+/// @brief As above with @p args as they are: no socket option put before them.
+std::pair<std::string, int> run_gpumemctl(const std::vector<std::string>& args,
+                                          std::optional<run_as> user = std::nullopt);
+
+/// @brief gpumemctl started with @p args after the daemon's socket, its stderr with its
+/// stdout, for tests that read a live view as it goes.
+child_process start_gpumemctl(const daemon_process& daemon, const std::vector<std::string>& args);
+
 }  // namespace gpumem::testing

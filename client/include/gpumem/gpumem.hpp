@@ -46,6 +46,14 @@ using errc = proto::errc;
 /// Device number of the host backend (shared host memory); CUDA devices count from 0.
 inline constexpr int kHost = -1;
 
+/// @brief The libgpumem a program runs against, which can differ from the headers it was
+/// built with: the shared library is found at run time.
+struct Version {
+  const char* release;     ///< the project's version, e.g. "0.1.0"
+  std::uint16_t protocol;  ///< the version of the wire protocol it speaks to gpumemd
+};
+Version version() noexcept;
+
 /// @brief The one exception type of libgpumem. code() says what failed; what() says which
 /// object and why, in the daemon's words where the daemon refused.
 class GPUMEM_API Error : public std::system_error {
@@ -312,7 +320,8 @@ struct SyncInfo {
 class GPUMEM_API Client {
  public:
   /// @throws Error(io_error) when no daemon answers at the path, with the path in what();
-  /// Error(permission_denied) when the socket belongs to an unexpected uid (ConnectOptions).
+  /// Error(permission_denied) when the socket belongs to an unexpected uid (ConnectOptions)
+  /// or its permissions refuse this user.
   static Client connect(const ConnectOptions& options = {});
 
   /// @throws Error: invalid_name, already_exists, no_such_device, out_of_memory, ...
