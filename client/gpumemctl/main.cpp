@@ -16,6 +16,7 @@
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/reservation.hpp"
+#include "live.hpp"
 #include "records.hpp"
 
 namespace {
@@ -102,6 +103,8 @@ constexpr command kCommands[] = {
     {"locks", "locks, barriers and channels: state, holder, waiters, deaths", locks},
     {"quotas", "use against quota per uid (yours; every uid's for an administrator)", quotas},
     {"ping", "check that the daemon answers", ping},
+    {"metrics", "Prometheus text for node_exporter's textfile collector", gpumemctl::metrics},
+    {"events", "stream connects, deaths, reclaims, owner deaths, refusals", gpumemctl::events},
 };
 
 struct reset_args {
