@@ -81,18 +81,19 @@ std::vector<std::pair<std::string, tally>> fold(std::map<std::string, tally> all
   return ranked;
 }
 
-/// gpumemd_<what>_connections (or _clients), _owned_bytes and _owned_objects, one series (or
-/// two) per key.
+/// gpumemd_<what>_<count_name> and what each key owns: _owned_bytes by memory kind (host or
+/// gpu) and _owned_objects by kind (memory: allocations and reservations; sync: locks,
+/// barriers, channels). @p whose says whose objects count ("objects of the uid").
 void owned_families(builder& out, const std::string& what, const char* count_name,
                     const char* count_help,
                     const std::vector<std::pair<std::string, tally>>& tallies,
-                    const char* owned_by) {
+                    const std::string& whose) {
   family& counted = out.add("gpumemd_" + what + "_" + count_name, count_help);
   family& bytes = out.add("gpumemd_" + what + "_owned_bytes",
-                          std::string("Memory ") + owned_by + " own, by kind (host or gpu)");
+                          "Memory of " + whose + ", by memory (host or gpu)");
   family& objects = out.add("gpumemd_" + what + "_owned_objects",
-                            std::string("Objects ") + owned_by +
-                                " own: memory (allocations, reservations) or sync (locks, "
+                            "Objects of " + whose +
+                                ", by kind (memory: allocations and reservations; sync: locks, "
                                 "barriers, channels)");
   for (const auto& [key, owned] : tallies) {
     counted.samples.push_back({{{what, key}}, owned.connections});
@@ -138,7 +139,7 @@ void clients_and_objects(builder& out, const books& state, const audience& who) 
     if (who.every_uid || uid == who.uid) uids[std::to_string(uid)] = used;
   }
   owned_families(out, "uid", "connections", "Connections of the uid", fold(uids, kMaxUidSeries),
-                 "objects of the uid (by owner uid, whoever holds them)");
+                 "the uid's objects (it is their owner uid, whoever holds them)");
 
   std::map<std::string, tally> labels;
   for (const auto& [id, row] : state.rows.clients()) {
