@@ -83,24 +83,24 @@ std::vector<std::pair<std::string, tally>> fold(std::map<std::string, tally> all
 
 /// gpumemd_<what>_<count_name> and what each key owns: _owned_bytes by memory kind (host or
 /// gpu) and _owned_objects by kind (memory: allocations and reservations; sync: locks,
-/// barriers, channels). @p whose says whose objects count ("objects of the uid").
+/// barriers, channels). @p objects says which objects count for a key.
 void owned_families(builder& out, const std::string& what, const char* count_name,
                     const char* count_help,
                     const std::vector<std::pair<std::string, tally>>& tallies,
-                    const std::string& whose) {
+                    const std::string& objects) {
   family& counted = out.add("gpumemd_" + what + "_" + count_name, count_help);
-  family& bytes = out.add("gpumemd_" + what + "_owned_bytes",
-                          "Memory of " + whose + ", by memory (host or gpu)");
-  family& objects = out.add("gpumemd_" + what + "_owned_objects",
-                            "Objects of " + whose +
-                                ", by kind (memory: allocations and reservations; sync: locks, "
-                                "barriers, channels)");
+  family& bytes =
+      out.add("gpumemd_" + what + "_owned_bytes", "Memory of " + objects + ", host or gpu");
+  family& owned_objects =
+      out.add("gpumemd_" + what + "_owned_objects",
+              "Count of " + objects +
+                  ": memory (allocations, reservations) or sync (locks, barriers, channels)");
   for (const auto& [key, owned] : tallies) {
     counted.samples.push_back({{{what, key}}, owned.connections});
     bytes.samples.push_back({{{what, key}, {"memory", "host"}}, owned.host_bytes});
     bytes.samples.push_back({{{what, key}, {"memory", "gpu"}}, owned.device_bytes});
-    objects.samples.push_back({{{what, key}, {"kind", "memory"}}, owned.memory_objects});
-    objects.samples.push_back({{{what, key}, {"kind", "sync"}}, owned.sync_objects});
+    owned_objects.samples.push_back({{{what, key}, {"kind", "memory"}}, owned.memory_objects});
+    owned_objects.samples.push_back({{{what, key}, {"kind", "sync"}}, owned.sync_objects});
   }
 }
 
@@ -139,7 +139,7 @@ void clients_and_objects(builder& out, const books& state, const audience& who) 
     if (who.every_uid || uid == who.uid) uids[std::to_string(uid)] = used;
   }
   owned_families(out, "uid", "connections", "Connections of the uid", fold(uids, kMaxUidSeries),
-                 "the uid's objects (it is their owner uid, whoever holds them)");
+                 "the objects whose owner uid it is, whoever holds them");
 
   std::map<std::string, tally> labels;
   for (const auto& [id, row] : state.rows.clients()) {
@@ -150,7 +150,7 @@ void clients_and_objects(builder& out, const books& state, const audience& who) 
   }
   owned_families(out, "label", "clients", "Clients with the label (the label a client gave)",
                  fold(labels, kMaxLabelSeries),
-                 "clients with the label (what each made and holds)");
+                 "the objects that clients with the label made and still hold");
 }
 
 void activity(builder& out, const books& state) {

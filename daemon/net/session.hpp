@@ -6,7 +6,9 @@
 /// What a client can make the daemon hold is bounded: requests are read into a small buffer
 /// that grows only for a large frame and shrinks after it; replies stop being built (and the
 /// client's requests stop being read) while kBackpressureBytes of them wait to be sent; a
-/// request whose first byte came more than frame_deadline ago closes the connection.
+/// request whose first byte came more than frame_deadline ago closes the connection. A session
+/// that subscribed to events sends them as further replies to the subscription, taking them from
+/// its queue (events/event_hub.hpp) only once everything before them went out.
 
 #include <chrono>
 #include <cstdint>
