@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -47,7 +48,9 @@ books::books(const daemon_config& config, pool_maker make_pool, reservation_make
       sync(rows, access, quotas, std::move(make_signal_page)),
       instance(random_nonzero()) {
   if (adopt) adopt(*this);
+  readopted_clients = rows.clients().size();
   memory.open_pools();
+  sync.on_owner_death([this](const sync_book::owner_death& death) { tell_owner_death(death); });
 }
 
 client_id books::add_client(const credentials& who) {
@@ -64,6 +67,7 @@ std::optional<client_id> books::resume(client_id id, const proto::session_token&
     return std::nullopt;
   }
   rows.set_serving(id, true);
+  let_go_early_.erase(id);  // not gone after all
   return id;
 }
 
@@ -89,9 +93,60 @@ void books::remove_client(client_id client) noexcept {
   sync.detach(client);
 }
 
+void books::depart(client_id client, bool process_exited) noexcept {
+  const auto found = rows.clients().find(client);
+  if (found == rows.clients().end()) return;
+  const client_row& row = found->second;
+  usage owned = row.owns;
+  if (const auto early = let_go_early_.find(client); early != let_go_early_.end()) {
+    owned.host_bytes += early->second.host_bytes;
+    owned.device_bytes += early->second.device_bytes;
+    owned.memory_objects += early->second.memory_objects;
+    owned.sync_objects += early->second.sync_objects;
+    let_go_early_.erase(early);
+  }
+  events.unsubscribe(client);
+  ++(process_exited ? activity.died : activity.disconnected);
+  const auto kind = process_exited ? proto::event_kind::died : proto::event_kind::disconnected;
+  try {
+    departing_ = departing_client{client, row.who, row.label};
+  } catch (const std::bad_alloc&) {
+    departing_.reset();  // its owner-died events name no client then
+  }
+  proto::event_record reclaimed =
+      event_hub::about(proto::event_kind::reclaimed, client, row.who, row.label);
+  events.publish(event_hub::about(kind, client, row.who, row.label));
+  remove_client(client);
+  departing_.reset();
+  reclaimed.bytes = owned.host_bytes + owned.device_bytes;
+  reclaimed.count = owned.memory_objects + owned.sync_objects;
+  activity.reclaimed_bytes += reclaimed.bytes;
+  activity.reclaimed_objects += reclaimed.count;
+  if (reclaimed.bytes != 0 || reclaimed.count != 0) events.publish(reclaimed);
+}
+
+void books::tell_owner_death(const sync_book::owner_death& death) noexcept {
+  ++activity.owner_deaths;
+  proto::event_record event{};
+  if (departing_ && departing_->id == death.dead_client) {
+    event = event_hub::about(proto::event_kind::owner_died, departing_->id, departing_->who,
+                             departing_->label);
+  } else {
+    // A clean-up that was pending: the holder's client is gone from the ledger; the lock's
+    // owner is whom it concerns.
+    event.kind = proto::event_kind::owner_died;
+    event.pid = static_cast<std::uint32_t>(death.dead_pid);
+    event.uid = death.row.owner_uid;
+  }
+  (void)proto::make_wire_name(death.row.name, event.object);
+  events.publish(event);
+}
+
 bool books::end_connection(client_id client) noexcept {
   const auto found = rows.clients().find(client);
   if (found == rows.clients().end()) return false;
+  events.unsubscribe(client);
+  const usage owned_before = found->second.owns;
   rows.set_serving(client, false);
   const std::set<object_id> held = found->second.holds;
   bool kept = false;
@@ -105,6 +160,15 @@ bool books::end_connection(client_id client) noexcept {
     bool last_reference = false;
     while (!last_reference) last_reference = rows.drop_reference(id, client);
     memory.let_go(id, row);
+  }
+  const usage& owned_after = found->second.owns;
+  try {
+    usage& early = let_go_early_[client];
+    early.host_bytes += owned_before.host_bytes - owned_after.host_bytes;
+    early.device_bytes += owned_before.device_bytes - owned_after.device_bytes;
+    early.memory_objects += owned_before.memory_objects - owned_after.memory_objects;
+    early.sync_objects += owned_before.sync_objects - owned_after.sync_objects;
+  } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): only an event's figure
   }
   return kept;
 }

@@ -11,12 +11,17 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config/config.hpp"
+#include "events/event_hub.hpp"
 #include "ledger/ledger.hpp"
 #include "memory/memory_book.hpp"
 #include "memory/reservation_book.hpp"
+#include "metrics/activity_counters.hpp"
+#include "metrics/request_counters.hpp"
 #include "sync/sync_book.hpp"
 
 namespace gpumem::daemon {
@@ -58,12 +63,18 @@ class books {
   void check_connection(client_id client) const;
   /// @brief Lets go of everything the client held; what others still hold survives.
   void remove_client(client_id client) noexcept;
+  /// @brief The client is gone: remove_client(), told as events (disconnected or died, the
+  /// owner-died hand-offs, what it owned that was reclaimed, end_connection()'s part included)
+  /// and counted.
+  /// @param process_exited whether its process had exited: died rather than disconnected.
+  void depart(client_id client, bool process_exited) noexcept;
   /// @brief The client's connection closed while its process lives: lets go at once of what
   /// nothing of the process can still use (host memory), and keeps what must wait for its
   /// exit: CUDA memory its GPU work may still use, and its locks, barrier and channel parties
   /// (it may still be inside a critical section, and its streams may still write its turns).
-  /// The row is no longer served: the same process may resume() it until it exits.
-  /// @return true when something was kept: remove_client() must wait for the process to exit.
+  /// The row is no longer served: the same process may resume() it until it exits. Its event
+  /// subscription ends.
+  /// @return true when something was kept: depart() must wait for the process to exit.
   bool end_connection(client_id client) noexcept;
 
   void set_keeper(state_keeper* keeper) noexcept { keeper_ = keeper; }
@@ -91,10 +102,30 @@ class books {
   /// This daemon's identity in hello replies: random at a clean start, kept when a restarted
   /// daemon takes its predecessor's state over (then ids of pools, pages, objects still hold).
   std::uint64_t instance;
+  /// What the metrics count beside the books (daemon/metrics/), and the event stream.
+  metrics::request_counters requests;
+  metrics::activity_counters activity;
+  event_hub events;
+  /// Clients taken over from a previous daemon at start.
+  std::size_t readopted_clients = 0;
+  std::chrono::system_clock::time_point started_at = std::chrono::system_clock::now();
 
  private:
+  /// A lock's holder died holding it: counted, and told as an event about @p dead.
+  void tell_owner_death(const sync_book::owner_death& death) noexcept;
+
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   state_keeper* keeper_ = nullptr;
+  /// What end_connection() let go of for clients whose departure is still to come.
+  std::unordered_map<client_id, usage> let_go_early_;
+  /// The client depart() is removing, to name in its owner-died events (its ledger row goes
+  /// before its objects do).
+  struct departing_client {
+    client_id id;
+    credentials who;
+    std::string label;
+  };
+  std::optional<departing_client> departing_;
 };
 
 }  // namespace gpumem::daemon

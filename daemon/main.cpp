@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <vector>
 
 #include "books.hpp"
@@ -25,6 +26,9 @@
 #include "gpumem/shared/version.hpp"
 #include "log/logger.hpp"
 #include "memory/pool_factory.hpp"
+#ifdef GPUMEM_WITH_PROMETHEUS
+#include "metrics/http_endpoint.hpp"
+#endif
 #include "net/server.hpp"
 #include "restart/state_store.hpp"
 #include "systemd/activation.hpp"
@@ -141,6 +145,10 @@ int main(int argc, char** argv) {
       return reread;
     });
     listener.watch_adopted(store.take_adopted_processes());
+#ifdef GPUMEM_WITH_PROMETHEUS
+    std::optional<metrics::http_endpoint> metrics_http;
+    if (!config.metrics_listen.empty()) metrics_http.emplace(io, config.metrics_listen, *state);
+#endif
     listener.run();
     return 0;
   } catch (const config_error& error) {

@@ -195,6 +195,33 @@ template <>
 sync_page_reply sample() {
   return {2, 4096, 1024, 0};
 }
+template <>
+event_record sample() {
+  event_record event{};
+  event.sequence = 12;
+  event.time_ms = 1'700'000'000'000;
+  event.kind = event_kind::reclaimed;
+  event.client_id = 7;
+  event.pid = 4242;
+  event.uid = 1001;
+  event.bytes = 1 << 20;
+  event.count = 2;
+  event.label = name_of("trainer-7");
+  return event;
+}
+template <>
+metrics_request sample() {
+  return {3, 65000, 0};
+}
+template <>
+metrics_reply sample() {
+  metrics_reply reply;
+  const std::string_view text = "# TYPE gpumemd_clients gauge\ngpumemd_clients 2\n";
+  reply.records.assign(text.begin(), text.end());
+  reply.head = {3, static_cast<std::uint32_t>(text.size()) + 10, 10,
+                static_cast<std::uint32_t>(text.size()), 0};
+  return reply;
+}
 
 template <class T>
 std::vector<std::byte> payload_bytes(const T& value) {
@@ -412,6 +439,35 @@ TEST(MalformedPayload, ListCountThatDisagreesWithTheLengthIsRejected) {
   head->count = 1;
   head->more = 2;
   EXPECT_EQ(decode_payload(bytes, decoded), errc::bad_message);
+}
+
+TEST(MalformedPayload, MetricsPagesThatDoNotAddUpOrCarryControlBytesAreRejected) {
+  metrics_reply decoded;
+  metrics_reply page = sample<metrics_reply>();
+  page.head.more = 1;  // yet the page ends the text
+  EXPECT_EQ(decode_payload(payload_bytes(page), decoded), errc::bad_message);
+  page = sample<metrics_reply>();
+  page.head.total = page.head.offset;  // fewer bytes in all than this page carries
+  EXPECT_EQ(decode_payload(payload_bytes(page), decoded), errc::bad_message);
+  page = sample<metrics_reply>();
+  page.records[0] = '\x1b';
+  EXPECT_EQ(decode_payload(payload_bytes(page), decoded), errc::bad_message);
+  metrics_request later_page_of_nothing{0, 100, 0};
+  metrics_request request{};
+  EXPECT_EQ(decode_payload(payload_bytes(later_page_of_nothing), request), errc::bad_message);
+}
+
+TEST(MalformedPayload, EventsOfUnknownKindsOrUnterminatedReasonsAreRejected) {
+  event_record decoded{};
+  event_record event = sample<event_record>();
+  event.kind = static_cast<event_kind>(kEventKinds);
+  EXPECT_EQ(decode_payload(payload_bytes(event), decoded), errc::bad_message);
+  event = sample<event_record>();
+  std::memset(event.reason, 'r', sizeof event.reason);
+  EXPECT_EQ(decode_payload(payload_bytes(event), decoded), errc::bad_message);
+  event = sample<event_record>();
+  event.code = 999;
+  EXPECT_EQ(decode_payload(payload_bytes(event), decoded), errc::bad_message);
 }
 
 TEST(MalformedPayload, ErrorReplyWithUnknownCodeOrUnterminatedTextIsRejected) {

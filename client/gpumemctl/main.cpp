@@ -21,6 +21,7 @@
 #include "exit_status.hpp"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/reservation.hpp"
+#include "live.hpp"
 #include "records.hpp"
 #include "suggestion.hpp"
 #include "top.hpp"
@@ -110,6 +111,8 @@ constexpr command kCommands[] = {
     {"locks", "locks, barriers and channels: state, holder, waiters, deaths", locks},
     {"quotas", "use against quota per uid (yours; every uid's for an administrator)", quotas},
     {"ping", "check that the daemon answers", ping},
+    {"metrics", "Prometheus text for node_exporter's textfile collector", gpumemctl::metrics},
+    {"events", "stream connects, deaths, reclaims, owner deaths, refusals", gpumemctl::events},
 };
 
 struct reset_args {

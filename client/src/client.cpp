@@ -265,6 +265,29 @@ Stats Client::stats() {
       connection_->call<proto::stats_reply>(message_type::stats, proto::empty_payload{}));
 }
 
+std::string Client::metrics() {
+  // The text is rendered once and read in pages; a page of another rendering (the session was
+  // resumed on a new connection meanwhile) starts the reading over.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    std::string text;
+    proto::metrics_request next{};
+    try {
+      for (;;) {
+        const auto page = connection_->call<proto::metrics_reply>(message_type::get_metrics, next);
+        if (page.head.offset != text.size()) {
+          throw Error(errc::bad_message, "gpumemd sent a metrics page out of order");
+        }
+        text.append(page.records.begin(), page.records.end());
+        if (!page.head.more) return text;
+        next = {page.head.snapshot, static_cast<std::uint32_t>(text.size()), 0};
+      }
+    } catch (const Error& error) {
+      if (error.status() != errc::wrong_state || attempt == kAttempts) throw;
+    }
+  }
+}
+
 std::vector<ClientInfo> Client::clients() {
   return list_all<proto::client_record>(*connection_, message_type::list_clients);
 }

@@ -175,6 +175,17 @@ transport::transport(const ConnectOptions& options)
   }
 }
 
+std::pair<unique_fd, std::uint32_t> transport::hand_over() {
+  const std::lock_guard lock(mutex_);
+  check_owner_process();
+  check_session();
+  if (!socket_) {
+    throw Error(errc::connection_closed, "the connection to gpumemd at " + path_ + " broke");
+  }
+  lost_ = "this connection to gpumemd at " + path_ + " streams events now";
+  return {std::move(socket_), ++last_request_id_};
+}
+
 bool transport::in_owner_process() const noexcept {
   return fork_generation.load(std::memory_order_relaxed) == fork_generation_;
 }

@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpumem/gpumem.hpp"
@@ -56,6 +57,11 @@ class transport {
     if (fds != nullptr) *fds = std::move(received);
     return reply;
   }
+
+  /// @brief Hands the connection over to a stream of replies (an event subscription): the
+  /// transport makes no call after this.
+  /// @return the socket, greeted, and the id for the stream's request.
+  std::pair<unique_fd, std::uint32_t> hand_over();
 
   /// @brief False in a child forked after connecting: the socket, and everything the session
   /// holds, are the parent's.

@@ -84,6 +84,8 @@ struct daemon_config {
   std::uint64_t max_connections = 0;
   /// How long a request may take to arrive once its first byte has.
   std::chrono::milliseconds frame_deadline{0};
+  /// "HOST:PORT" of the HTTP endpoint for Prometheus; empty: none.
+  std::string metrics_listen;
 
   friend bool operator==(const daemon_config&, const daemon_config&) = default;
 };

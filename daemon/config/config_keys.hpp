@@ -47,12 +47,18 @@ enum class value_type {
 /// Where a key's value lands in Config: a member, or a setter where one key sets two members.
 /// config.cpp checks at compile time that each row's landing takes what its type reads.
 template <class Config>
-using config_landing = std::variant<
-    std::string Config::*, mode_t Config::*, bool Config::*, std::uint64_t Config::*,
-    std::int32_t Config::*, std::vector<std::int32_t> Config::*, std::vector<pool_config> Config::*,
-    std::vector<uid_t> Config::*, std::optional<gid_t> Config::*,
-    std::optional<std::uint64_t> Config::*, access_config Config::*, quota_config Config::*,
-    std::chrono::milliseconds Config::*, void (*)(Config&, std::uint64_t), void (*)(Config&, bool)>;
+using config_landing =
+    std::variant<std::string Config::*, mode_t Config::*, bool Config::*, std::uint64_t Config::*,
+                 std::int32_t Config::*, std::vector<std::int32_t> Config::*,
+                 std::vector<pool_config> Config::*, std::vector<uid_t> Config::*,
+                 std::optional<gid_t> Config::*, std::optional<std::uint64_t> Config::*,
+                 access_config Config::*, quota_config Config::*,
+                 std::chrono::milliseconds Config::*, void (*)(Config&, std::uint64_t),
+                 void (*)(Config&, bool), void (*)(Config&, std::string)>;
+
+/// @brief Sets metrics_listen once @p address is "" or "HOST:PORT" and this gpumemd can serve
+/// HTTP (it was built with prometheus-cpp). @throws config_error naming the key otherwise.
+void set_metrics_listen(daemon_config& config, std::string address);
 
 template <class Config>
 struct config_key {
@@ -228,6 +234,12 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .lands_in = &daemon_config::frame_deadline,
      .minimum = 100,
      .minimum_reason = "a busy client needs that long to send a 64 KiB request"},
+    {.key = "metrics_listen",
+     .type = value_type::text,
+     .default_value = R"("")",
+     .description = "HOST:PORT where Prometheus scrapes /metrics over HTTP (127.0.0.1:9464); "
+                    "\"\": none. Needs a gpumemd built with prometheus-cpp",
+     .lands_in = &set_metrics_listen},
 };
 
 }  // namespace gpumem::daemon

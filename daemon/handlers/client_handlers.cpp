@@ -48,6 +48,10 @@ proto::hello_reply request_handler::on_hello(client_state& client,
     throw;
   }
   client.greeted = true;
+  const client_row& row = books_.rows.client(client.client);
+  ++books_.activity.connections;
+  books_.events.publish(
+      event_hub::about(proto::event_kind::connected, client.client, row.who, row.label));
   return {client.client,
           static_cast<std::uint32_t>(books_.memory.pool_count()),
           proto::kMaxPayloadSize,

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cstddef>
+#include <cstring>
 #include <span>
 #include <utility>
 
@@ -34,6 +36,30 @@ void append_error(std::vector<std::byte>& out, std::uint32_t request_id, errc co
 }
 
 reply_attachment request_handler::handle(client_state& client, const proto::frame_view& frame,
+                                         std::vector<std::byte>& out) {
+  const auto received = std::chrono::steady_clock::now();
+  const std::size_t start = out.size();
+  reply_attachment attach = answer(client, frame, out);
+  count(frame.head.type, std::span(out).subspan(start), received);
+  return attach;
+}
+
+void request_handler::count(std::uint16_t type, std::span<const std::byte> reply,
+                            std::chrono::steady_clock::time_point received) noexcept {
+  books_.requests.record(type, std::chrono::steady_clock::now() - received);
+  // Every reply starts with its header; an error's payload starts with its code.
+  if (reply.size() < sizeof(proto::header) + sizeof(proto::error_reply)) return;
+  proto::header head;
+  std::memcpy(&head, reply.data(), sizeof head);
+  if (head.type == static_cast<std::uint16_t>(message_type::error)) {
+    std::uint32_t code = 0;
+    std::memcpy(&code, reply.data() + sizeof head + offsetof(proto::error_reply, code),
+                sizeof code);
+    books_.requests.record_error(code);
+  }
+}
+
+reply_attachment request_handler::answer(client_state& client, const proto::frame_view& frame,
                                          std::vector<std::byte>& out) {
   const auto type = static_cast<message_type>(frame.head.type);
   const auto row = books_.rows.clients().find(client.client);
@@ -94,6 +120,14 @@ reply_attachment request_handler::dispatch(client_state& client, const proto::fr
       const proto::message_info* info = proto::find_request(frame.head.type);
       refusal_log().warn("refused {} of client {} ({}): {}", info ? info->name : "a request",
                          client.client, access_policy::describe(row.who, row.label), error.what());
+      proto::event_record refused =
+          event_hub::about(proto::event_kind::refused, client.client, row.who, row.label);
+      refused.code = static_cast<std::uint32_t>(error.code());
+      refused.request_type = frame.head.type;
+      const proto::error_reply text = proto::make_error_reply(error.code(), error.what());
+      static_assert(sizeof refused.reason <= sizeof text.text);
+      std::memcpy(refused.reason, text.text, sizeof refused.reason - 1);
+      books_.events.publish_refusal(refused);
     } else {
       spdlog::debug("client {}: request {} failed: {}", client.client, id, error.what());
     }

@@ -6,11 +6,15 @@
 /// and turns errors into error replies; each message's handler lives in the file of its domain
 /// (client_handlers.cpp: session, statistics and clients; memory_handlers.cpp: pools,
 /// allocations; reservation_handlers.cpp: reservations; sync_handlers.cpp: locks, barriers,
-/// channels) and calls that domain's book. Wire types stop here: the books below return or take
-/// them only at their edge. May include: proto/ and shared/ headers, daemon/books.hpp and the
-/// folders it includes, daemon/request_error.hpp. Not: daemon/net/.
+/// channels; observer_handlers.cpp: metrics and events) and calls that domain's book. Wire types
+/// stop here: the books below return or take them only at their edge. May include: proto/ and
+/// shared/ headers, daemon/books.hpp and the folders it includes, daemon/metrics/,
+/// daemon/request_error.hpp. Not: daemon/net/.
 
+#include <chrono>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "books.hpp"
@@ -26,6 +30,11 @@ struct client_state {
   /// The session was resumed by hello: its next request may be the call that was in flight
   /// (handlers/kept_reply.hpp).
   bool resumed = false;
+  /// subscribe_events was just answered: the session streams events from here on.
+  bool subscribing = false;
+  /// get_metrics: the rendering whose later pages the client reads, and its number.
+  std::string metrics_text;
+  std::uint64_t metrics_snapshot = 0;
 };
 
 /// Descriptors to send with the reply, still owned by their pool, reservation or page.
@@ -45,8 +54,13 @@ class request_handler {
                           std::vector<std::byte>& out);
 
  private:
+  reply_attachment answer(client_state& client, const proto::frame_view& frame,
+                          std::vector<std::byte>& out);
   reply_attachment dispatch(client_state& client, const proto::frame_view& frame,
                             std::vector<std::byte>& out);
+  /// Counts the request and the reply at @p reply (metrics/request_counters.hpp).
+  void count(std::uint16_t type, std::span<const std::byte> reply,
+             std::chrono::steady_clock::time_point received) noexcept;
 
 #define GPUMEM_X(name, id, request, reply, reply_fd_count, summary)           \
   proto::reply on_##name(client_state& client, const proto::request& message, \
@@ -55,6 +69,7 @@ class request_handler {
 #undef GPUMEM_X
 
   books& books_;
+  std::uint64_t last_metrics_snapshot_ = 0;
 };
 
 /// @brief Appends an error reply frame.

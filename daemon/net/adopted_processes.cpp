@@ -36,7 +36,7 @@ void adopted_processes::exited(client_id client) {
   if (found == clients.end() || found->second.serving) return;
   spdlog::info("client {} (pid {}) from before the restart exited: what it held is let go", client,
                found->second.who.pid);
-  books_.remove_client(client);
+  books_.depart(client, true);
   books_.write_changes();
   removed_();
 }

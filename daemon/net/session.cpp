@@ -89,7 +89,16 @@ void session::wait_for_process_exit() {
                             });
 }
 
+bool session::process_exited() noexcept {
+  return process_watch_.is_open() && os::process_exited(process_watch_.native_handle());
+}
+
 void session::end_of_stream() {
+  // A killed client's socket closes as its process exits: that is a death, not a hang-up.
+  if (process_exited()) {
+    stop("process exited");
+    return;
+  }
   if (process_watch_.is_open() && books_.end_connection(state_.client)) {
     // The process lives on, and its GPU work may still use what it holds, or it may still hold
     // a lock: the rest of the ledger is kept until the process exits.
@@ -116,11 +125,12 @@ void session::stop(const char* reason) {
   if (stopped_) return;
   stopped_ = true;
   spdlog::debug("client {} gone: {}", state_.client, reason);
+  const bool died = process_exited();
   boost::system::error_code ignored;
   socket_.close(ignored);
   process_watch_.close(ignored);
   frame_timer_.cancel();
-  books_.remove_client(state_.client);
+  books_.depart(state_.client, died);
   books_.write_changes();
   out_fds_.clear();
   ended_(*this);
@@ -222,6 +232,7 @@ session::input_state session::handle_frames() {
     const std::size_t frame_start = out_.size();
     const reply_attachment attach = handler_.handle(state_, frame, out_);
     if (!attach.fds.empty()) queue_attachment(attach, frame_start, frame.head.request_id);
+    if (std::exchange(state_.subscribing, false)) stream_events(frame.head.request_id);
     consumed += frame.frame_size();
     if (state_.refused) {
       flush();
@@ -280,6 +291,35 @@ void session::queue_attachment(const reply_attachment& attach, std::size_t frame
   for (auto& copy : copies) out_fds_.push_back({frame_start, std::move(copy)});
 }
 
+void session::stream_events(std::uint32_t request_id) {
+  event_request_ = request_id;
+  books_.events.set_waker(state_.client, [weak = weak_from_this()] {
+    const auto self = weak.lock();
+    if (!self || std::exchange(self->pump_posted_, true)) return;
+    // Events are published from inside other requests and departures: they go out after.
+    asio::post(self->socket_.get_executor(), [self] {
+      self->pump_posted_ = false;
+      self->pump_events();
+    });
+  });
+}
+
+void session::pump_events() {
+  // Events are taken only while everything before them went out, so a subscriber that does
+  // not read holds at most one batch here, and the rest waits (or is dropped) in its queue.
+  std::vector<proto::event_record> batch;
+  while (!stopped_ && !waiting_to_write_ && pending_output() == 0) {
+    batch.clear();
+    books_.events.take(state_.client, kEventsPerBatch, batch);
+    if (batch.empty()) return;
+    for (const proto::event_record& event : batch) {
+      proto::append_frame(out_, proto::reply_type(proto::message_type::subscribe_events),
+                          *event_request_, event);
+    }
+    if (!flush()) return;
+  }
+}
+
 bool session::stopped_for_not_reading() {
   int unread = 0;
   if (::ioctl(socket_.native_handle(), SIOCOUTQ, &unread) != 0) unread = 0;
@@ -310,7 +350,8 @@ bool session::flush() {
       socket_.async_wait(socket_type::wait_write,
                          [self = shared_from_this()](const boost::system::error_code& wait_error) {
                            self->waiting_to_write_ = false;
-                           if (!wait_error && !self->stopped_) self->flush();
+                           if (wait_error || self->stopped_ || !self->flush()) return;
+                           if (self->event_request_) self->pump_events();
                          });
       return true;
     }

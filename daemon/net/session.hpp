@@ -6,12 +6,15 @@
 /// What a client can make the daemon hold is bounded: requests are read into a small buffer
 /// that grows only for a large frame and shrinks after it; replies stop being built (and the
 /// client's requests stop being read) while kBackpressureBytes of them wait to be sent; a
-/// request whose first byte came more than frame_deadline ago closes the connection.
+/// request whose first byte came more than frame_deadline ago closes the connection. A session
+/// that subscribed to events sends them as further replies to the subscription, taking them from
+/// its queue (events/event_hub.hpp) only once everything before them went out.
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "config/config.hpp"
@@ -28,6 +31,8 @@ class session : public std::enable_shared_from_this<session> {
 
   /// Replies waiting in the daemon above which a client's next request waits until it reads.
   static constexpr std::size_t kBackpressureBytes = 64 * 1024;
+  /// Events an event stream sends at a time, once everything before went out.
+  static constexpr std::size_t kEventsPerBatch = 32;
 
   /// @param config read for max_output_bytes and frame_deadline; outlives the session.
   session(socket_type socket, books& state, request_handler& handler, const daemon_config& config,
@@ -66,6 +71,12 @@ class session : public std::enable_shared_from_this<session> {
   /// True, after stopping the session, when the client lets more than max_output_bytes of
   /// replies wait, in the daemon and unread in its socket.
   bool stopped_for_not_reading();
+  /// The client subscribed to events with request @p request_id: they go out as replies to it.
+  void stream_events(std::uint32_t request_id);
+  /// Sends the events waiting for the client while its socket takes them.
+  void pump_events();
+  /// Whether the client's process has exited (false when it is not watched).
+  bool process_exited() noexcept;
   void watch_process_exit(unique_fd pidfd);
   void wait_for_process_exit();
   void stop_for(const char* problem);
@@ -84,6 +95,8 @@ class session : public std::enable_shared_from_this<session> {
   /// Since when the partial request at the front of in_ has been waiting for its rest.
   std::chrono::steady_clock::time_point partial_since_{};
   bool partial_ = false;
+  std::optional<std::uint32_t> event_request_;  ///< the subscription's request, once subscribed
+  bool pump_posted_ = false;
 
   std::vector<std::byte> in_;
   std::size_t in_filled_ = 0;

@@ -442,10 +442,18 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
     if (row.kind == object_kind::lock) {
       // A corrupt cell is left as it is until an operator rewrites it.
       if (entry.corrupt_rule != nullptr) return sync::repair_status::done;
-      const auto done = sync::reclaim(cell_as<sync::lock_cell>(entry), gpu_page_of(row, entry),
-                                      entry.cell, dead_slot, lock_facts_of(entry));
+      auto& cell = cell_as<sync::lock_cell>(entry);
+      const bool held_on_host =
+          sync::lock_word::decode(
+              std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire))
+              .owner == dead_slot;
+      const auto done =
+          sync::reclaim(cell, gpu_page_of(row, entry), entry.cell, dead_slot, lock_facts_of(entry));
       if (done.repair.status == sync::repair_status::corrupt) {
         mark_corrupt(id, row, entry, done.repair.broken_rule);
+      } else if ((held_on_host || done.turns_passed > 0 || done.device_lock_released) &&
+                 owner_death_) {
+        owner_death_({id, row, dead_client, pid_of_slot(dead_slot)});
       }
       if (done.turns_passed > 0) {
         spdlog::warn("lock '{}': passed on {} turn(s) of a dead client", row.name,

@@ -27,6 +27,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -81,6 +82,17 @@ class sync_book {
   /// @brief After let_go() of each of its objects: frees the client's slot, unless a
   /// clean-up under it is still pending.
   void detach(client_id client) noexcept;
+  /// What reclaim tells of a lock whose holder died holding it (a host hold, a stream-ordered
+  /// turn or the device lock): the next holder learns the owner died.
+  struct owner_death {
+    object_id id;
+    const object_row& row;
+    client_id dead_client;  ///< 0 when a clean-up that was pending finished it
+    pid_t dead_pid;         ///< 0 when no longer known
+  };
+  using owner_death_listener = std::function<void(const owner_death&)>;
+  /// @brief Called once per lock and death, on the loop, from let_go() and settle().
+  void on_owner_death(owner_death_listener listener) { owner_death_ = std::move(listener); }
   /// @brief Finishes clean-ups that found a hand-off in flight.
   /// @return true when none is left.
   bool settle() noexcept;
@@ -192,6 +204,7 @@ class sync_book {
   std::map<client_id, attached_client> attached_;
   sync::slot_set slot_taken_;
   std::vector<pending_reclaim> pending_;
+  owner_death_listener owner_death_;
 };
 
 }  // namespace gpumem::daemon

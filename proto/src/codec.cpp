@@ -265,6 +265,30 @@ std::error_code validate(const sync_page_reply& m) noexcept {
   return m.cell_size != 0 && m.cell_count != 0 && m.reserved == 0 ? std::error_code{} : bad();
 }
 
+std::error_code validate(const event_record& m) noexcept {
+  const bool sane = static_cast<std::uint32_t>(m.kind) < kEventKinds &&
+                    (m.flags & ~kEventsOfEveryUid) == 0 && m.reserved == 0 &&
+                    is_known_errc(m.code) && is_printable_text(m.reason, kReasonCapacity);
+  if (!sane) return bad();
+  if (auto error = check_wire_name(m.label, true)) return error;
+  return check_wire_name(m.object, true);
+}
+
+std::error_code validate(const metrics_request& m) noexcept {
+  return m.reserved == 0 && (m.snapshot != 0 || m.offset == 0) ? std::error_code{} : bad();
+}
+
+std::error_code validate(const metrics_head& m) noexcept {
+  const bool sane = m.snapshot != 0 && m.more <= 1 && m.offset <= m.total &&
+                    m.count <= m.total - m.offset &&
+                    (m.more == 0) == (m.offset + m.count == m.total);
+  return sane ? std::error_code{} : bad();
+}
+
+std::error_code validate(const char& text_byte) noexcept {
+  return text_byte == '\n' || (text_byte >= 0x20 && text_byte < 0x7f) ? std::error_code{} : bad();
+}
+
 error_reply make_error_reply(errc code, std::string_view text) noexcept {
   error_reply reply{};
   reply.code = static_cast<std::uint32_t>(code);

@@ -153,6 +153,19 @@ void fill(sync_page_request&) {}
 void fill(sync_page_reply& m) {
   m = {0, 64, 1024, 0};
 }
+void fill(event_record& m) {
+  m.sequence = 1;
+  m.kind = event_kind::died;
+  m.client_id = 1;
+  m.label = name("fuzz");
+}
+void fill(metrics_request&) {}
+void fill(metrics_reply& m) {
+  const std::string_view text = "gpumemd_clients 1\n";
+  m.records.assign(text.begin(), text.end());
+  m.head = {1, static_cast<std::uint32_t>(text.size()), 0, static_cast<std::uint32_t>(text.size()),
+            0};
+}
 
 template <class T>
 T sample() {
@@ -394,6 +407,19 @@ void request_seeds(corpus& out) {
   early.then(step::connect, 0).send(0, message_type::allocate, allocation("a", 4096));
   early.send(0, message_type::hello, sample<hello_request>()).then(step::read, 0);
   save("request-before-hello", early);
+
+  script watched;
+  watched.greet(0).greet(1).greet(2);
+  watched.send(0, message_type::subscribe_events, empty_payload{});
+  watched.send(1, message_type::attach_sync, empty_payload{});
+  watched.send(1, message_type::open_sync, sample<sync_open_request>());
+  watched.send(1, message_type::allocate, allocation("", 4096));
+  watched.then(step::process_exit, 1);
+  watched.send(2, message_type::open, sample<open_request>());
+  watched.send(2, message_type::get_metrics, metrics_request{});
+  watched.send(2, message_type::get_metrics, metrics_request{1, 100, 0});
+  watched.then(step::read, 0).then(step::read, 2).then(step::disconnect, 0);
+  save("events-and-metrics-of-a-death", watched);
 
   script lost;
   hello_request resuming = sample<hello_request>();

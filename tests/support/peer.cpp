@@ -9,6 +9,8 @@
 //                               open a slab by name, check one piece, print "ok" or why not
 //   lock-count LOCK BUFFER N    N times: lock, increment a plain counter, unlock; "done"
 //   lock-hold LOCK              lock, print "held", wait to be killed
+//   lock-hold-with LOCK SIZE    allocate SIZE anonymous bytes, lock, print "held", wait to be
+//                               killed
 //   allocate-until-error PREFIX SIZE
 //                               allocate PREFIX0, PREFIX1, ... filled with their number as
 //                               seed, printing "made NAME" after each, until a call fails;
@@ -182,6 +184,13 @@ int run(int argc, char** argv) {
   }
   if (command == "lock-count" && argc == 5) {
     return count_under_lock(client, argv[2], argv[3], std::stoull(argv[4]));
+  }
+  if (command == "lock-hold-with" && argc == 4) {
+    auto buffer = client.allocate(std::stoull(argv[3]));
+    auto lock = client.lock(argv[2]);
+    lock.lock();
+    say("held");
+    wait_forever();
   }
   if (command == "lock-hold" && argc == 3) {
     auto lock = client.lock(argv[2]);

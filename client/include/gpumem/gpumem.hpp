@@ -349,6 +349,11 @@ class GPUMEM_API Client {
   void reset(std::string_view name, std::uint32_t parties = 0);
 
   Stats stats();
+  /// @brief The daemon's metrics in the Prometheus text format (for node_exporter's textfile
+  /// collector; `gpumemctl metrics`): pools, clients, objects, departures, owner deaths,
+  /// reclaimed memory, requests and their latency by type, errors by code. Series per uid and
+  /// per client label are every uid's for an administrator, this client's uid's otherwise.
+  std::string metrics();
   std::vector<ClientInfo> clients();
   std::vector<AllocationInfo> allocations();
   std::vector<ReservationInfo> reservations();

@@ -76,6 +76,11 @@ std::error_code validate(const signal_page_reply&) noexcept;
 std::error_code validate(const sync_page_request&) noexcept;
 std::error_code validate(const sync_page_reply&) noexcept;
 std::error_code validate(const usage_record&) noexcept;
+std::error_code validate(const event_record&) noexcept;
+std::error_code validate(const metrics_request&) noexcept;
+std::error_code validate(const metrics_head&) noexcept;
+/// One byte of metrics text: printable ASCII or a newline.
+std::error_code validate(const char& text_byte) noexcept;
 
 /// @brief Builds an error payload; the text is cut to fit and unprintable bytes become '?'.
 error_reply make_error_reply(errc code, std::string_view text) noexcept;

@@ -502,6 +502,75 @@ struct usage_record {
 };
 static_assert(sizeof(usage_record) == 80);
 
+/// What an event of subscribe_events tells.
+enum class event_kind : std::uint32_t {
+  subscribed = 0,    ///< the first reply: from here on, events follow
+  connected = 1,     ///< a client said hello
+  disconnected = 2,  ///< a client's connection ended while its process lived on
+  died = 3,          ///< a client's process exited while it was a client
+  reclaimed = 4,     ///< after disconnected or died: what the client owned, let go of
+  owner_died = 5,    ///< a lock's holder died holding it: the next holder is told so
+  refused = 6,       ///< a request or connection was refused (permission or quota)
+  lost = 7,          ///< this subscriber read too slowly: `count` events were dropped here
+};
+inline constexpr std::uint32_t kEventKinds = 8;
+constexpr const char* to_string(event_kind kind) noexcept {
+  constexpr const char* kNames[kEventKinds] = {"subscribed", "connected",  "disconnected", "died",
+                                               "reclaimed",  "owner_died", "refused",      "lost"};
+  const auto index = static_cast<std::uint32_t>(kind);
+  return index < kEventKinds ? kNames[index] : "unknown";
+}
+
+/// In the subscribed event's flags: the subscriber sees every uid's events (an administrator);
+/// otherwise only those of its own uid.
+inline constexpr std::uint32_t kEventsOfEveryUid = 1u << 0;
+
+/// One event. subscribe_events is answered with a `subscribed` event, then once per event, each
+/// a reply to the same request, until the connection ends. Fields a kind does not use are zero.
+struct event_record {
+  std::uint64_t sequence;  ///< the daemon's count of events, from 1 (subscribed: the last so far)
+  std::uint64_t time_ms;   ///< when, in milliseconds since the Unix epoch
+  event_kind kind;
+  std::uint32_t flags;  ///< subscribed: kEventsOfEveryUid
+  std::uint64_t client_id;
+  std::uint32_t pid;
+  std::uint32_t uid;
+  std::uint64_t bytes;  ///< reclaimed: bytes the client owned
+  /// reclaimed: objects the client owned; lost: events dropped; refused: like refusals held
+  /// back since the last one sent (refusal events are rate-limited)
+  std::uint64_t count;
+  std::uint32_t code;          ///< refused: the errc
+  std::uint16_t request_type;  ///< refused: the message type refused
+  std::uint16_t reserved;
+  wire_name label;               ///< the client's label
+  wire_name object;              ///< owner_died: the lock
+  char reason[kReasonCapacity];  ///< refused: the rule's reason; NUL-terminated, printable
+};
+static_assert(sizeof(event_record) == 384);
+static_assert(offsetof(event_record, code) == 56);
+static_assert(offsetof(event_record, label) == 64);
+static_assert(offsetof(event_record, reason) == 192);
+
+/// get_metrics: the daemon's metrics as Prometheus text, rendered once and read in pages. A
+/// request with `snapshot` 0 renders anew and answers from offset 0; later pages name the
+/// snapshot and the offset to go on from, and are refused with errc::wrong_state when the
+/// session rendered another one since: start again from 0.
+struct metrics_request {
+  std::uint64_t snapshot;
+  std::uint32_t offset;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(metrics_request) == 16);
+
+struct metrics_head {
+  std::uint64_t snapshot;  ///< the rendering these bytes are of
+  std::uint32_t total;     ///< bytes of the whole text
+  std::uint32_t offset;    ///< where these bytes start in it
+  std::uint32_t count;     ///< bytes that follow
+  std::uint32_t more;      ///< 1 when bytes follow from offset + count
+};
+static_assert(sizeof(metrics_head) == 24);
+
 /// A payload that is a head followed by `head.count` fixed records.
 template <class Head, class Record>
 struct list_payload {
@@ -517,6 +586,8 @@ using chunks_reply = list_payload<chunks_head, chunk_record>;
 using reservation_list_reply = list_payload<list_head, reservation_record>;
 using sync_list_reply = list_payload<list_head, sync_record>;
 using usage_list_reply = list_payload<list_head, usage_record>;
+/// The text's bytes: printable ASCII and newlines.
+using metrics_reply = list_payload<metrics_head, char>;
 
 /// Table value for a reply that carries one descriptor per record.
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
@@ -552,7 +623,9 @@ inline constexpr std::uint16_t kFdPerRecord = 0xffff;
   X(quiesce_reservation, 34, reservation_release_request, empty_payload, 0, "maps nothing")   \
   X(sleep_reservation, 35, sleep_request, reservation_status, 0, "put one to sleep")          \
   X(wake_reservation, 36, reservation_target, reservation_status, 0, "wake one")              \
-  X(get_reservation_status, 37, reservation_target, reservation_status, 0, "where one is")
+  X(get_reservation_status, 37, reservation_target, reservation_status, 0, "where one is")    \
+  X(subscribe_events, 38, empty_payload, event_record, 0, "stream the daemon's events")       \
+  X(get_metrics, 39, metrics_request, metrics_reply, 0, "metrics as Prometheus text")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 

@@ -1,0 +1,112 @@
+#include "live.hpp"
+
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "field.hpp"
+#include "gpumem/events.hpp"
+#include "table.hpp"
+
+namespace gpumemctl {
+
+namespace {
+
+using gpumem::Event;
+using gpumem::EventKind;
+
+/// "2026-11-03T12:00:01.234Z"
+std::string utc_text(std::chrono::system_clock::time_point time) {
+  const auto since_epoch =
+      std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch());
+  const std::time_t seconds = static_cast<std::time_t>(since_epoch.count() / 1000);
+  std::tm parts{};
+  ::gmtime_r(&seconds, &parts);
+  char text[40];
+  const std::size_t length = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &parts);
+  return std::string(text, length) + '.' +
+         std::to_string(1000 + since_epoch.count() % 1000).substr(1) + 'Z';
+}
+
+constexpr field<Event> kEventFields[] = {
+    {"", "sequence", member<&Event::sequence>},
+    {"", "time", [](const Event& e) -> json { return utc_text(e.time); }},
+    {"", "kind", [](const Event& e) -> json { return gpumem::to_string(e.kind); }},
+    {"", "client", member<&Event::client>},
+    {"", "pid", member<&Event::pid>},
+    {"", "uid", member<&Event::uid>},
+    {"", "label", member<&Event::label>},
+    {"", "bytes", member<&Event::bytes>},
+    {"", "count", member<&Event::count>},
+    {"", "code", [](const Event& e) -> json { return static_cast<std::uint32_t>(e.code); }},
+    {"", "error",
+     [](const Event& e) -> json {
+       return e.code == gpumem::errc::ok ? "" : std::string(gpumem::proto::describe(e.code));
+     }},
+    {"", "request", member<&Event::request>},
+    {"", "object", member<&Event::object>},
+    {"", "reason", member<&Event::reason>},
+};
+
+std::string who(const Event& e) {
+  std::string text = "client " + std::to_string(e.client) + " (pid " + std::to_string(e.pid) +
+                     " uid " + std::to_string(e.uid);
+  if (!e.label.empty()) text += " " + e.label;
+  return text + ")";
+}
+
+std::string line_of(const Event& e) {
+  std::string line =
+      utc_text(e.time) + " #" + std::to_string(e.sequence) + " " + gpumem::to_string(e.kind) + " ";
+  switch (e.kind) {
+    case EventKind::connected:
+    case EventKind::disconnected:
+    case EventKind::died:
+      return line + who(e);
+    case EventKind::reclaimed:
+      return line + who(e) + ": " + bytes_text(e.bytes) + " and " + std::to_string(e.count) +
+             " object(s) it owned";
+    case EventKind::owner_died:
+      return line + "lock " + e.object + ": its holder " +
+             (e.client != 0 ? who(e) : "pid " + std::to_string(e.pid)) + " died holding it";
+    case EventKind::refused:
+      line += (e.request.empty() ? "a request" : e.request) + " of " + who(e) + ": " +
+              std::string(gpumem::proto::describe(e.code)) + ": " + e.reason;
+      if (e.count > 0) line += " (" + std::to_string(e.count) + " more refusals held back)";
+      return line;
+    case EventKind::lost:
+      return line + std::to_string(e.count) + " event(s): this reader was too slow";
+  }
+  return line;
+}
+
+}  // namespace
+
+void metrics(gpumem::Client& client, bool as_json) {
+  const std::string text = client.metrics();
+  if (as_json) {
+    std::cout << json{{"metrics", text}}.dump(2) << '\n';
+    return;
+  }
+  std::cout << text;
+}
+
+void events(gpumem::Client& client, bool as_json) {
+  auto stream = gpumem::EventStream::open({.socket_path = client.socket_path(), .label = "events"});
+  if (!as_json) {
+    std::cerr << (stream.every_uid() ? "events of every uid\n"
+                                     : "events of your uid (every uid's: root or admin_group)\n");
+  }
+  for (;;) {
+    const auto event = stream.next(std::chrono::hours(1));
+    if (!event) continue;
+    // Flushed line by line: the reader may be a pipe, waiting for each event as it comes.
+    std::cout << (as_json ? record_json(*event, kEventFields).dump() : line_of(*event))
+              << std::endl;
+  }
+}
+
+}  // namespace gpumemctl
