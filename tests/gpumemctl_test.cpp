@@ -278,6 +278,9 @@ TEST_F(Gpumemctl, SleepThenWakeByNameKeepsTheBytesAtTheSameAddress) {
   const auto [slept, slept_code] = run_gpumemctl(daemon, {"sleep", "w"});
   EXPECT_EQ(slept_code, 0) << slept;
   EXPECT_EQ(slept, "reservation 'w' asleep: 4.0 MiB on the host\n");
+  const auto [again, again_code] = run_gpumemctl(daemon, {"sleep", "w", "--json"});
+  EXPECT_EQ(again_code, static_cast<int>(ctl::exit_status::busy)) << again;
+  EXPECT_EQ(json::parse(again).at("error").at("code"), "wrong_state") << again;
   const auto asleep = print_both(daemon, "reservations");
   EXPECT_EQ(asleep.document.at(0).at("state"), "asleep");
   EXPECT_EQ(asleep.document.at(0).at("host_bytes"), 2 * kChunk);
@@ -290,6 +293,8 @@ TEST_F(Gpumemctl, SleepThenWakeByNameKeepsTheBytesAtTheSameAddress) {
   EXPECT_EQ(status.at("name"), "w");
   EXPECT_EQ(status.at("state"), "awake");
   EXPECT_EQ(status.at("host_bytes"), 0u) << "the host copy is returned after wake";
+  EXPECT_EQ(run_gpumemctl(daemon, {"wake", "w"}).second, static_cast<int>(ctl::exit_status::busy))
+      << "it is awake already";
 
   EXPECT_EQ(owner.refresh(), 2 * kChunk);
   EXPECT_EQ(owner.data(), start);

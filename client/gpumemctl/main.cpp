@@ -267,9 +267,12 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.allow_extras();
   app.require_subcommand(0, 1);
-  app.footer(gpumemctl::exit_statuses_text() +
-             "With --json a failure prints {\"error\": {\"code\", \"message\", \"exit_code\"}} on "
-             "stdout.");
+  app.footer(
+      "Options of gpumemctl (--socket, --json, --watch, -n) go before or after the "
+      "command.\n" +
+      gpumemctl::exit_statuses_text() +
+      "With --json a failure prints {\"error\": {\"code\", \"message\", \"exit_code\"}} on "
+      "stdout.");
   tool_options options;
   add_tool_options(app, options);
   const bool& as_json = options.as_json;
