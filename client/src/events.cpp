@@ -130,18 +130,21 @@ EventStream EventStream::open(const ConnectOptions& options) {
   std::vector<std::byte> request;
   proto::append_frame(request, static_cast<std::uint16_t>(message_type::subscribe_events),
                       opened->request_id, proto::empty_payload{});
+  const auto timeout = once.timeout.count() > 0 ? once.timeout : std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::error_code error;
   for (std::span<const std::byte> rest = request; !rest.empty();) {
     rest = rest.subspan(send_with_fds(opened->socket.get(), rest, {}, error));
     if (error == std::errc::resource_unavailable_try_again) {
       pollfd ready{opened->socket.get(), POLLOUT, 0};
-      ::poll(&ready, 1, -1);
+      if (::poll(&ready, 1, static_cast<int>(timeout.count())) == 0) {
+        throw Error(errc::timed_out, "gpumemd at " + opened->path + " took no subscription");
+      }
     } else if (error) {
       throw Error(errc::io_error, "subscribing to gpumemd's events: " + error.message());
     }
   }
-  const auto timeout = once.timeout.count() > 0 ? once.timeout : std::chrono::seconds(60);
-  const auto subscribed = opened->next(std::chrono::steady_clock::now() + timeout);
+  const auto subscribed = opened->next(deadline);
   if (!subscribed) {
     throw Error(errc::timed_out, "gpumemd at " + opened->path + " did not answer the subscription");
   }
