@@ -85,7 +85,7 @@ TEST(MetricsCollect, LabelsBeyondTheCapAreFoldedIntoOther) {
   books state = make_books();
   for (std::size_t i = 0; i < metrics::kMaxLabelSeries + 6; ++i) {
     const client_id client = state.add_client({static_cast<pid_t>(100 + i), 1000, 1000, {}});
-    state.rows.set_label(client, "job-" + std::to_string(i));
+    state.rows.set_label(client, "job-" + std::to_string(i), 0);
     // The first six own the most and keep their series; six of those that own nothing fold.
     if (i < 6) state.memory.allocate(client, request(4096 * (i + 1)));
   }
@@ -104,9 +104,9 @@ TEST(MetricsCollect, LabelsBeyondTheCapAreFoldedIntoOther) {
 TEST(MetricsCollect, APlainUserSeesTheNodeTotalsAndOnlyItsOwnUidAndLabels) {
   books state = make_books();
   const client_id mine = state.add_client({100, 1000, 1000, {}});
-  state.rows.set_label(mine, "mine");
+  state.rows.set_label(mine, "mine", 0);
   const client_id theirs = state.add_client({101, 2000, 2000, {}});
-  state.rows.set_label(theirs, "theirs");
+  state.rows.set_label(theirs, "theirs", 0);
   state.memory.allocate(theirs, request(8192));
   const auto taken = metrics::collect(state, {.every_uid = false, .uid = 1000});
   EXPECT_EQ(label_values(family_named(taken, "gpumemd_uid_connections"), "uid"),

@@ -453,7 +453,11 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
         mark_corrupt(id, row, entry, done.repair.broken_rule);
       } else if ((held_on_host || done.turns_passed > 0 || done.device_lock_released) &&
                  owner_death_) {
-        owner_death_({id, row, dead_client, pid_of_slot(dead_slot)});
+        // The pid as this daemon sees it while the dead client's row lasts; 0 once it is gone.
+        const auto& clients = rows_.clients();
+        const auto dead_row = clients.find(dead_client);
+        owner_death_(
+            {id, row, dead_client, dead_row != clients.end() ? dead_row->second.who.pid : 0});
       }
       if (done.turns_passed > 0) {
         spdlog::warn("lock '{}': passed on {} turn(s) of a dead client", row.name,

@@ -37,7 +37,7 @@ enum class EventKind {
 };
 
 /// @brief "connected", "died", "owner_died", ...
-const char* to_string(EventKind kind) noexcept;
+GPUMEM_API const char* to_string(EventKind kind) noexcept;
 
 struct Event {
   std::uint64_t sequence = 0;  ///< the daemon's count of events; gaps: events of other uids
@@ -58,7 +58,7 @@ struct Event {
   std::string reason;    ///< refused: the rule, in the daemon's words
 };
 
-class EventStream {
+class GPUMEM_API EventStream {
  public:
   /// @brief Connects and subscribes.
   /// @throws Error as Client::connect does.

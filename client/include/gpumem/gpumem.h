@@ -156,9 +156,9 @@ GPUMEM_API const char* gpumem_status_string(int status);
 
 /** The release of the libgpumem in use, e.g. "0.1.0" (a static string): the shared library
  *  is found at run time, so it can differ from the headers a program was built with. */
-const char* gpumem_version(void);
+GPUMEM_API const char* gpumem_version(void);
 /** The version of the wire protocol that this libgpumem speaks to gpumemd. */
-unsigned gpumem_protocol_version(void);
+GPUMEM_API unsigned gpumem_protocol_version(void);
 
 #ifdef __cplusplus
 }

@@ -52,7 +52,7 @@ struct Version {
   const char* release;     ///< the project's version, e.g. "0.1.0"
   std::uint16_t protocol;  ///< the version of the wire protocol it speaks to gpumemd
 };
-Version version() noexcept;
+GPUMEM_API Version version() noexcept;
 
 /// @brief The one exception type of libgpumem. code() says what failed; what() says which
 /// object and why, in the daemon's words where the daemon refused.
