@@ -253,6 +253,7 @@ TEST(Events, AUserSeesOnlyEventsAboutItsOwnUid) {
   }
 }
 
+#ifdef GPUMEM_WITH_PROMETHEUS
 /// A TCP port nobody listens on right now.
 std::uint16_t free_port() {
   unique_fd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -291,7 +292,6 @@ std::string http_get(std::uint16_t port, const std::string& path) {
   return body == std::string::npos ? std::string() : response.substr(body + 4);
 }
 
-#ifdef GPUMEM_WITH_PROMETHEUS
 TEST(MetricsOverHttp, TheEndpointServesWhatPromtoolAccepts) {
   const std::uint16_t port = free_port();
   daemon_process daemon(
