@@ -135,10 +135,20 @@ std::string row_of(const printed& output, const std::string& name, const std::st
   return "";
 }
 
+/// One host pool, as the embedded default has on a machine without a GPU: the tables' columns
+/// are then the same on the GPU machine, whose default adds a CUDA pool. ctest runs each test in
+/// its own process, so the pid keeps parallel tests apart.
+std::string host_pool_only_config() {
+  const std::string path =
+      ::testing::TempDir() + "gpumemctl-test-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(path) << "pools:\n  - {name: host, device: host, size: 1GiB}\n";
+  return path;
+}
+
 /// A daemon with buffers, a lock and a barrier; reservation tests make the reservations they show.
 class Gpumemctl : public ::testing::Test {
  protected:
-  daemon_process daemon;
+  daemon_process daemon{{"--config", host_pool_only_config()}};
   Client client = daemon.connect();
   Buffer named = client.allocate(4096, {.name = "shown"});
   Buffer anonymous = client.allocate(8192);
