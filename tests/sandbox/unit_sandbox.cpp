@@ -28,11 +28,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gpumem/shared/fd_passing.hpp"
 #include "supervisor.hpp"
 #include "syscall_filter.hpp"
 #include "unit_settings.hpp"
@@ -130,37 +132,21 @@ void drop_all_capabilities() {
 }
 
 void send_fd(int socket, int fd) {
-  char byte = 0;
-  iovec data{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof(control);
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
-  header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-  check(::sendmsg(socket, &message, MSG_NOSIGNAL) == 1, "handing the listener to the supervisor");
+  const std::byte marker{0};
+  std::error_code error;
+  const int fds[] = {fd};
+  const bool sent = gpumem::send_with_fds(socket, std::span(&marker, 1), fds, error) == 1 && !error;
+  errno = error.value();
+  check(sent, "handing the listener to the supervisor");
 }
 
 int receive_fd(int socket) {
-  char byte = 0;
-  iovec data{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof(control);
-  if (::recvmsg(socket, &message, MSG_CMSG_CLOEXEC) != 1) return -1;
-  const cmsghdr* header = CMSG_FIRSTHDR(&message);
-  if (header == nullptr || header->cmsg_type != SCM_RIGHTS) return -1;
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
-  return fd;
+  std::byte marker{};
+  std::vector<gpumem::unique_fd> fds;
+  std::error_code error;
+  if (gpumem::recv_with_fds(socket, std::span(&marker, 1), fds, error) != 1 || fds.size() != 1)
+    return -1;
+  return fds.front().release();
 }
 
 /// The supervisor keeps nothing of the program's (its sockets, passed fds, the pipes a test
