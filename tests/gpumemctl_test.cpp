@@ -135,20 +135,18 @@ std::string row_of(const printed& output, const std::string& name, const std::st
   return "";
 }
 
-/// One host pool, as the embedded default has on a machine without a GPU: the tables' columns
-/// are then the same on the GPU machine, whose default adds a CUDA pool. ctest runs each test in
-/// its own process, so the pid keeps parallel tests apart.
-std::string host_pool_only_config() {
-  const std::string path =
-      ::testing::TempDir() + "gpumemctl-test-" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(path) << "pools:\n  - {name: host, device: host, size: 1GiB}\n";
-  return path;
+/// The daemon's arguments for the pools of a machine without a GPU, on any machine: the CUDA
+/// driver is shown no device, so the embedded default adds no CUDA pool and the tables have the
+/// same rows and columns on the GPU machine. Children (the daemon, gpumemctl) inherit it.
+std::vector<std::string> pools_of_a_machine_without_gpus() {
+  ::setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+  return {};
 }
 
 /// A daemon with buffers, a lock and a barrier; reservation tests make the reservations they show.
 class Gpumemctl : public ::testing::Test {
  protected:
-  daemon_process daemon{{"--config", host_pool_only_config()}};
+  daemon_process daemon{pools_of_a_machine_without_gpus()};
   Client client = daemon.connect();
   Buffer named = client.allocate(4096, {.name = "shown"});
   Buffer anonymous = client.allocate(8192);
