@@ -4,18 +4,13 @@
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
-#include <system_error>
 #include <vector>
 
-#include "gpumem/shared/unique_fd.hpp"
 #include "metrics/collect.hpp"
 
 namespace gpumem::daemon::metrics {
@@ -74,10 +69,9 @@ families to_prometheus(const snapshot& taken) {
 
 }  // namespace
 
-/// What the HTTP threads and the loop share: the scrapes asked for (an eventfd wakes the loop)
-/// and the last snapshot the loop published.
+/// What the HTTP threads and the loop share: the scrapes asked for and the last snapshot the
+/// loop published.
 struct http_endpoint::exchange {
-  unique_fd wake_loop;
   std::mutex mutex;
   std::condition_variable published_again;
   std::uint64_t asked = 0;     ///< scrapes that asked for a snapshot
@@ -88,16 +82,16 @@ struct http_endpoint::exchange {
 
 class http_endpoint::collector final : public prometheus::Collectable {
  public:
-  explicit collector(std::shared_ptr<exchange> shared) : shared_(std::move(shared)) {}
+  /// @p wake_loop outlives every Collect(): the endpoint stops the Exposer's threads first.
+  collector(std::shared_ptr<exchange> shared, loop_wakeup& wake_loop)
+      : shared_(std::move(shared)), wake_loop_(wake_loop) {}
 
   families Collect() const override {
     std::shared_ptr<const families> taken;
     {
       std::unique_lock lock(shared_->mutex);
       const std::uint64_t ticket = ++shared_->asked;
-      const std::uint64_t one = 1;
-      // The counter cannot overflow (one per scrape), and a full one still wakes the loop.
-      [[maybe_unused]] const ssize_t written = ::write(shared_->wake_loop.get(), &one, sizeof one);
+      wake_loop_.wake();
       shared_->published_again.wait_for(
           lock, kFreshness, [&] { return shared_->closing || shared_->answered >= ticket; });
       taken = shared_->latest;
@@ -107,24 +101,15 @@ class http_endpoint::collector final : public prometheus::Collectable {
 
  private:
   std::shared_ptr<exchange> shared_;
+  loop_wakeup& wake_loop_;
 };
-
-namespace {
-unique_fd make_eventfd() {
-  unique_fd made(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!made) throw std::system_error(errno, std::system_category(), "eventfd");
-  return made;
-}
-}  // namespace
 
 http_endpoint::http_endpoint(boost::asio::io_context& io, const std::string& address,
                              const books& state)
     : state_(state),
       exchange_(std::make_shared<exchange>()),
-      requests_(io),
-      collector_(std::make_shared<collector>(exchange_)) {
-  exchange_->wake_loop = make_eventfd();
-  requests_.assign(::dup(exchange_->wake_loop.get()));
+      requests_(io, [this] { publish(); }),
+      collector_(std::make_shared<collector>(exchange_, requests_)) {
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
   } catch (const std::exception& error) {
@@ -132,7 +117,6 @@ http_endpoint::http_endpoint(boost::asio::io_context& io, const std::string& add
                              error.what() + ")");
   }
   exposer_->RegisterCollectable(collector_);
-  wait_for_requests();
   spdlog::info("serving metrics on http://{}/metrics (port {})", address, port());
 }
 
@@ -143,8 +127,6 @@ http_endpoint::~http_endpoint() {
   }
   exchange_->published_again.notify_all();
   exposer_.reset();
-  boost::system::error_code ignored;
-  requests_.close(ignored);
 }
 
 std::uint16_t http_endpoint::port() const {
@@ -152,19 +134,7 @@ std::uint16_t http_endpoint::port() const {
   return ports.empty() ? 0 : static_cast<std::uint16_t>(ports.front());
 }
 
-void http_endpoint::wait_for_requests() {
-  requests_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                       [this](const boost::system::error_code& error) {
-                         if (error) return;  // closed: the endpoint is going
-                         publish();
-                         wait_for_requests();
-                       });
-}
-
 void http_endpoint::publish() {
-  std::uint64_t drained = 0;
-  [[maybe_unused]] const ssize_t read =
-      ::read(exchange_->wake_loop.get(), &drained, sizeof drained);
   std::uint64_t answering = 0;
   {
     const std::lock_guard lock(exchange_->mutex);

@@ -3,7 +3,7 @@
 /// @brief GET /metrics over HTTP (config metrics_listen), served by prometheus-cpp's threads.
 ///
 /// The books belong to the loop, which is single-threaded (Asio without threads): the HTTP
-/// threads never read them. A scrape asks the loop for a snapshot through an eventfd and waits
+/// threads never read them. A scrape asks the loop for a snapshot through a loop_wakeup and waits
 /// for it a moment; the loop collects it when it gets to it, converts it and publishes it under
 /// a mutex it holds only to swap a pointer, so a scrape never makes the loop wait, and a loop
 /// busy for longer than kFreshness serves the scrape the snapshot before. Every uid's and
@@ -17,6 +17,7 @@
 
 #include "books.hpp"
 #include "net/asio.hpp"
+#include "net/loop_wakeup.hpp"
 
 namespace prometheus {
 class Exposer;
@@ -44,12 +45,11 @@ class http_endpoint {
   struct exchange;
   class collector;
 
-  void wait_for_requests();
   void publish();
 
   const books& state_;
   std::shared_ptr<exchange> exchange_;
-  boost::asio::posix::stream_descriptor requests_;
+  loop_wakeup requests_;
   std::shared_ptr<collector> collector_;
   std::unique_ptr<prometheus::Exposer> exposer_;  ///< last: its threads use the members above
 };

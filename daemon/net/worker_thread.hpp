@@ -1,9 +1,9 @@
 #pragma once
 /// @file
 /// @brief The loop's background (memory/background.hpp): one worker thread that runs jobs in
-/// order, and Asio timers for deadlines. Asio is built without threads here, so results come
-/// back to the loop through a queue and an eventfd the loop waits on; after each, the books'
-/// changes are written down (state store), as after a request.
+/// order, and Asio timers for deadlines. Results come back to the loop through a queue and a
+/// loop_wakeup; after each, the books' changes are written down (state store), as after a
+/// request.
 
 #include <condition_variable>
 #include <deque>
@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "gpumem/shared/unique_fd.hpp"
 #include "memory/background.hpp"
 #include "net/asio.hpp"
+#include "net/loop_wakeup.hpp"
 
 namespace gpumem::daemon {
 
@@ -38,13 +38,11 @@ class worker_thread final : public background {
     std::exception_ptr failure;
   };
   void serve();
-  void wait_for_results();
   void deliver_results();
 
   boost::asio::io_context& io_;
   std::function<void()> after_each_;
-  unique_fd results_ready_;  ///< eventfd: the worker adds, the loop drains
-  boost::asio::posix::stream_descriptor results_watch_;
+  loop_wakeup results_ready_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<job> jobs_;
