@@ -122,5 +122,41 @@ TEST_F(Ledger, PagesListOneFamilyInIdOrder) {
   EXPECT_EQ(rest.records[1].after_id, locks[4]);
 }
 
+TEST_F(Ledger, RowsErasedBetweenOthersOrRestoredOutOfOrderKeepPagesAndLookupsExact) {
+  std::vector<object_id> made;
+  for (int i = 0; i < 6; ++i) made.push_back(rows.add(object_kind::allocation, "", alice, 1));
+  rows.erase(made[1]);
+  rows.erase(made[4]);
+  // A restarted daemon puts rows back in no particular order, below and above the new ones.
+  const object_id above = made.back() + 10;
+  object_row restored{};
+  restored.kind = object_kind::allocation;
+  restored.name = "restored";
+  restored.owner = alice;
+  restored.owner_uid = restored.owner_gid = 1000;
+  restored.device = proto::kHostDevice;
+  restored.bytes = 8;
+  restored.holders = {{alice, 1}};
+  rows.restore_object(above, restored);
+  restored.name = "back";
+  rows.restore_object(made[1], restored);
+  auto record_of = [](object_id id, const object_row&) { return proto::list_request{id}; };
+  auto every = [](const object_row&) { return true; };
+  const auto page =
+      rows.page<proto::list_request>(object_family::allocation, 0, 100, every, record_of);
+  std::vector<object_id> listed;
+  for (const auto& record : page.records) listed.push_back(record.after_id);
+  EXPECT_EQ(listed, (std::vector<object_id>{made[0], made[1], made[2], made[3], made[5], above}));
+  EXPECT_EQ(rows.find(made[4]), nullptr);
+  EXPECT_EQ(rows.find(made[1])->name, "back");
+  EXPECT_EQ(rows.find_name(object_family::allocation, "restored"), above);
+  rows.erase(above);
+  EXPECT_EQ(rows.find(above), nullptr);
+  EXPECT_FALSE(rows.client(alice).holds.contains(above));
+  EXPECT_EQ(rows.count(object_family::allocation), 5u);
+  EXPECT_EQ(rows.objects().size(), 5u);
+  EXPECT_EQ(rows.add(object_kind::allocation, "", alice, 1), above + 1);
+}
+
 }  // namespace
 }  // namespace gpumem::daemon

@@ -73,9 +73,8 @@ void ledger::restore_object(object_id id, object_row row) {
                         fmt::format("{} {} and another object are both named '{}'",
                                     kind_name(row.kind), id, row.name));
   }
-  ids_[family].insert(id);
   for (const auto& [holder, references] : row.holders) clients_.at(holder).holds.insert(id);
-  const object_row& placed = objects_.insert_or_assign(id, std::move(row)).first->second;
+  const object_row& placed = place(id, std::move(row));
   count(by_uid_[placed.owner_uid], placed, +1);
   count(by_gid_[placed.owner_gid], placed, +1);
   if (placed.owner != 0) count(clients_.at(placed.owner).owns, placed, +1);
@@ -120,20 +119,17 @@ object_id ledger::add(client_id owner, object_spec spec) {
                                     family_name(family_of(spec.kind)), spec.name));
   }
   const object_id id = next_object_id_++;
-  const object_row& row = objects_
-                              .emplace(id, object_row{spec.kind,
-                                                      std::move(spec.name),
-                                                      owner,
-                                                      maker.who.uid,
-                                                      maker.who.gid,
-                                                      spec.mode,
-                                                      spec.device,
-                                                      spec.bytes,
-                                                      {{owner, 1}}})
-                              .first->second;
+  const object_row& row = place(id, object_row{spec.kind,
+                                               std::move(spec.name),
+                                               owner,
+                                               maker.who.uid,
+                                               maker.who.gid,
+                                               spec.mode,
+                                               spec.device,
+                                               spec.bytes,
+                                               {{owner, 1}}});
   try {
     touch(id);
-    ids_[family].insert(id);
     if (!row.name.empty()) names_[family].emplace(row.name, id);
     maker.holds.insert(id);
     count(by_uid_[row.owner_uid], row, +1);
@@ -144,6 +140,25 @@ object_id ledger::add(client_id owner, object_spec spec) {
     throw;
   }
   return id;
+}
+
+const object_row& ledger::place(object_id id, object_row row) {
+  const auto family = index(family_of(row.kind));
+  // New ids are above every other: the hint makes each insert constant time.
+  const auto placed = objects_.insert_or_assign(objects_.end(), id, std::move(row));
+  try {
+    const auto in_family = ids_[family].insert(ids_[family].end(), id);
+    try {
+      places_.insert_or_assign(id, row_place{placed, in_family});
+    } catch (...) {
+      ids_[family].erase(in_family);
+      throw;
+    }
+  } catch (...) {
+    objects_.erase(placed);
+    throw;
+  }
+  return placed->second;
 }
 
 void ledger::count(usage& into, const object_row& row, int sign) noexcept {
@@ -201,19 +216,19 @@ usage ledger::usage_of_gid(gid_t gid) const {
 
 std::optional<object_id> ledger::find_name(object_family family, std::string_view name) const {
   const auto& names = names_[index(family)];
-  const auto found = names.find(std::string(name));
+  const auto found = names.find(name);
   if (found == names.end()) return std::nullopt;
   return found->second;
 }
 
 object_row* ledger::find(object_id id) noexcept {
-  const auto found = objects_.find(id);
-  return found == objects_.end() ? nullptr : &found->second;
+  const auto found = places_.find(id);
+  return found == places_.end() ? nullptr : &found->second.row->second;
 }
 
 const object_row* ledger::find(object_id id) const noexcept {
-  const auto found = objects_.find(id);
-  return found == objects_.end() ? nullptr : &found->second;
+  const auto found = places_.find(id);
+  return found == places_.end() ? nullptr : &found->second.row->second;
 }
 
 object_row& ledger::held(client_id client, object_id id, object_family family) {
@@ -227,7 +242,7 @@ object_row& ledger::held(client_id client, object_id id, object_family family) {
 
 bool ledger::hold(object_id id, client_id client) {
   client_row& holder = clients_.at(client);
-  auto [references, first] = objects_.at(id).holders.try_emplace(client, 0);
+  auto [references, first] = places_.at(id).row->second.holders.try_emplace(client, 0);
   ++references->second;
   if (first) holder.holds.insert(id);
   touch(id);
@@ -235,7 +250,7 @@ bool ledger::hold(object_id id, client_id client) {
 }
 
 bool ledger::drop_reference(object_id id, client_id client) {
-  object_row& row = objects_.at(id);
+  object_row& row = places_.at(id).row->second;
   const auto references = row.holders.find(client);
   if (references == row.holders.end()) return true;
   touch(id);
@@ -249,32 +264,34 @@ bool ledger::drop_reference(object_id id, client_id client) {
 }
 
 void ledger::erase(object_id id) noexcept {
-  const auto found = objects_.find(id);
-  if (found == objects_.end()) return;
+  const auto found = places_.find(id);
+  if (found == places_.end()) return;
   touch(id);
-  const auto family = index(family_of(found->second.kind));
+  const row_place where = found->second;
+  object_row& row = where.row->second;
+  const auto family = index(family_of(row.kind));
   auto& names = names_[family];
-  if (const auto named = names.find(found->second.name);
-      named != names.end() && named->second == id) {
+  if (const auto named = names.find(row.name); named != names.end() && named->second == id) {
     names.erase(named);
   }
-  count(by_uid_[found->second.owner_uid], found->second, -1);
-  count(by_gid_[found->second.owner_gid], found->second, -1);
-  disown(found->second);
+  count(by_uid_[row.owner_uid], row, -1);
+  count(by_gid_[row.owner_gid], row, -1);
+  disown(row);
   // A row is erased when nobody holds it any more, but a book may erase it earlier (a failed
   // creation): the holders' sets must not keep its id.
-  for (const auto& [holder, references] : found->second.holders) {
+  for (const auto& [holder, references] : row.holders) {
     if (const auto client = clients_.find(holder); client != clients_.end()) {
       client->second.holds.erase(id);
     }
   }
-  ids_[family].erase(id);
-  objects_.erase(found);
+  places_.erase(found);
+  ids_[family].erase(where.in_family);
+  objects_.erase(where.row);
 }
 
 void ledger::add_holdings(holdings_by_family& into, client_id client, const client_row& row) const {
   for (const object_id id : row.holds) {
-    const object_row& object = objects_.at(id);
+    const object_row& object = places_.at(id).row->second;
     holdings& family = into[family_of(object.kind)];
     if (object.owner == client) {
       ++family.owned;

@@ -275,10 +275,32 @@ class ledger {
   /// The owner client let go: what it owns no longer counts for it.
   void disown(object_row& row) noexcept;
 
-  std::map<object_id, object_row> objects_;
+  using object_map = std::map<object_id, object_row>;
+  using id_set = std::set<object_id>;
+  /// Where an object's row lies in objects_ and in its family's ids_. A request finds, and
+  /// erases, its row through this hash instead of walking down trees of every live object:
+  /// with 10^6 live objects each walk is some twenty cache misses.
+  struct row_place {
+    object_map::iterator row;
+    id_set::iterator in_family;
+  };
+  /// Adds a row for an id above every other (new objects) or anywhere (re-adoption).
+  const object_row& place(object_id id, object_row row);
+
+  /// In id order, for snapshots and listings.
+  object_map objects_;
   /// Each family's ids in order, so that a page of one family never walks the others.
-  std::array<std::set<object_id>, kFamilyCount> ids_;
-  std::array<std::unordered_map<std::string, object_id>, kFamilyCount> names_;
+  std::array<id_set, kFamilyCount> ids_;
+  std::unordered_map<object_id, row_place> places_;
+  /// Looked up by the name's view: a request's name is not copied to find it.
+  struct name_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view name) const noexcept {
+      return std::hash<std::string_view>{}(name);
+    }
+  };
+  std::array<std::unordered_map<std::string, object_id, name_hash, std::equal_to<>>, kFamilyCount>
+      names_;
   std::map<client_id, client_row> clients_;
   std::unordered_map<uid_t, usage> by_uid_;
   std::unordered_map<gid_t, usage> by_gid_;
@@ -316,7 +338,7 @@ proto::list_payload<proto::list_head, Record> ledger::page(object_family family,
   proto::list_payload<proto::list_head, Record> reply;
   const std::set<object_id>& ids = ids_[index(family)];
   for (auto id = ids.upper_bound(after); id != ids.end(); ++id) {
-    const object_row& row = objects_.at(*id);
+    const object_row& row = places_.at(*id).row->second;
     if (!keep(row)) continue;
     if (reply.records.size() == limit) {
       reply.head.more = 1;

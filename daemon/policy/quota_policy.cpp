@@ -37,8 +37,21 @@ std::string amount(std::uint64_t value, bool bytes) {
   return fmt::format("{} ({:.1f} MiB)", value, static_cast<double>(value) / (1 << 20));
 }
 
+/// Whose quota a check is against: the configuration entry and the account, named only when a
+/// request is refused, so that a request within its quotas builds no text.
+struct quota_scope {
+  const char* entry;  ///< the configuration entry, "quotas.uid" with its number when numbered
+  bool numbered_entry;
+  const char* whose;  ///< "uid", "group", "client"
+  std::uint64_t number;
+
+  std::string entry_text() const {
+    return numbered_entry ? fmt::format("{}:{}", entry, number) : std::string(entry);
+  }
+};
+
 void check_entry(const quota_limits& limits, const usage& used, const charge& wanted,
-                 const std::string& entry, const std::string& whose, const credentials& who) {
+                 const quota_scope& scope, const credentials& who) {
   for (const measure& m : kMeasures) {
     const auto limit = limits.*m.limit;
     const std::uint64_t asked = wanted.*m.asked;
@@ -47,10 +60,21 @@ void check_entry(const quota_limits& limits, const usage& used, const charge& wa
     if (in_use <= *limit && asked <= *limit - in_use) continue;
     throw request_error(
         proto::errc::quota_exceeded,
-        fmt::format("quota {}.{} of {}: {} {} in use + {} asked > limit {} (client {})", entry,
-                    m.key, whose, amount(in_use, m.bytes), m.what, amount(asked, m.bytes),
-                    amount(*limit, m.bytes), access_policy::describe(who)));
+        fmt::format("quota {}.{} of {} {}: {} {} in use + {} asked > limit {} (client {})",
+                    scope.entry_text(), m.key, scope.whose, scope.number, amount(in_use, m.bytes),
+                    m.what, amount(asked, m.bytes), amount(*limit, m.bytes),
+                    access_policy::describe(who)));
   }
+}
+
+/// The scope of a uid's quota: its own entry, or the default.
+quota_scope uid_scope(const quota_config& config, uid_t uid) {
+  return config.uids.contains(uid) ? quota_scope{"quotas.uid", true, "uid", uid}
+                                   : quota_scope{"quotas.default", false, "uid", uid};
+}
+
+quota_scope gid_scope(gid_t gid) {
+  return {"quotas.gid", true, "group", gid};
 }
 
 quota_limits over(const quota_limits& entry, const quota_limits& base) {
@@ -81,31 +105,24 @@ void quota_policy::check_connection(const ledger& rows, client_id client) const 
   one.connections = 1;
   usage by_uid = rows.usage_of_uid(who.uid);
   --by_uid.connections;
-  check_entry(limits_of_uid(who.uid), by_uid, one,
-              config_.uids.contains(who.uid) ? fmt::format("quotas.uid:{}", who.uid)
-                                             : std::string("quotas.default"),
-              fmt::format("uid {}", who.uid), who);
+  check_entry(limits_of_uid(who.uid), by_uid, one, uid_scope(config_, who.uid), who);
   if (const auto group = config_.gids.find(who.gid); group != config_.gids.end()) {
     usage by_gid = rows.usage_of_gid(who.gid);
     --by_gid.connections;
-    check_entry(group->second, by_gid, one, fmt::format("quotas.gid:{}", who.gid),
-                fmt::format("group {}", who.gid), who);
+    check_entry(group->second, by_gid, one, gid_scope(who.gid), who);
   }
 }
 
 void quota_policy::check(const ledger& rows, client_id client, const charge& wanted) const {
   const client_row& row = rows.client(client);
   const credentials& who = row.who;
-  const bool own_entry = config_.uids.contains(who.uid);
   check_entry(limits_of_uid(who.uid), rows.usage_of_uid(who.uid), wanted,
-              own_entry ? fmt::format("quotas.uid:{}", who.uid) : std::string("quotas.default"),
-              fmt::format("uid {}", who.uid), who);
+              uid_scope(config_, who.uid), who);
   if (const auto group = config_.gids.find(who.gid); group != config_.gids.end()) {
-    check_entry(group->second, rows.usage_of_gid(who.gid), wanted,
-                fmt::format("quotas.gid:{}", who.gid), fmt::format("group {}", who.gid), who);
+    check_entry(group->second, rows.usage_of_gid(who.gid), wanted, gid_scope(who.gid), who);
   }
-  check_entry(config_.per_client, row.owns, wanted, "quotas.client",
-              fmt::format("client {}", client), who);
+  check_entry(config_.per_client, row.owns, wanted, {"quotas.client", false, "client", client},
+              who);
 }
 
 }  // namespace gpumem::daemon
