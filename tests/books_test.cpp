@@ -264,28 +264,60 @@ TEST_F(Books, EachAccessClassHasItsOwnLockPageAndOnlyItsUsersGetIt) {
       << "a page goes with its last object";
 }
 
-TEST_F(Books, AFullPageIsOutOfMemoryForItsClassOnly) {
+TEST_F(Books, AFullPageGivesItsClassAnotherPageThatOnlyItsUsersGet) {
   daemon_config config = embedded_default_config();
-  config.quotas.per_uid.sync_objects = 2 * sync::kCellCount;
+  config.quotas.per_uid.sync_objects = 3 * sync::kCellCount;
   books roomy(config, host_pools);
   const auto a = roomy.add_client({1, 1000, 1000, {}});
   const auto b = roomy.add_client({2, 2000, 2000, {}});
-  roomy.sync.attach(a);
+  const std::uint32_t own_page = roomy.sync.attach(a).own_page.id();
   roomy.sync.attach(b);
   for (std::uint32_t i = 0; i < sync::kCellCount; ++i) {
-    roomy.sync.open(a, lock_named("lock." + std::to_string(i)));
+    EXPECT_EQ(roomy.sync.open(a, lock_named("lock." + std::to_string(i))).page, own_page);
   }
-  try {
-    roomy.sync.open(a, lock_named("one.too.many"));
-    ADD_FAILURE() << "a full page took one more object";
-  } catch (const request_error& error) {
-    EXPECT_EQ(error.code(), errc::out_of_memory);
-    EXPECT_NE(std::string(error.what()).find("uid 1000"), std::string::npos) << error.what();
+  const auto more = roomy.sync.open(a, lock_named("one.more"));
+  EXPECT_NE(more.page, own_page);
+  EXPECT_EQ(code_of([&] { roomy.sync.page_for(a, more.page); }), errc::ok);
+  EXPECT_EQ(code_of([&] { roomy.sync.page_for(b, more.page); }), errc::not_found);
+  EXPECT_EQ(roomy.sync.open(a, lock_named("and.another")).page, more.page);
+  EXPECT_NE(roomy.sync.open(b, lock_named("elsewhere")).page, more.page);
+
+  roomy.sync.close(a, {roomy.sync.open(a, lock_named("lock.7")).cell, 0});
+  roomy.sync.close(a, {sync::cell_id(own_page, 7), 0});
+  EXPECT_EQ(roomy.sync.open(a, lock_named("refill")).page, own_page)
+      << "the lowest page with a free cell comes first";
+  roomy.sync.close(a, {more.cell, 0});
+  roomy.sync.close(a, {sync::cell_id(more.page, sync::index_of_cell(more.cell) + 1), 0});
+  EXPECT_EQ(code_of([&] { roomy.sync.page_for(a, more.page); }), errc::not_found)
+      << "a page goes with its last object";
+}
+
+TEST_F(Books, AKeptLockGivesWayBeforeItsClassGetsAnotherPage) {
+  daemon_config config = embedded_default_config();
+  config.quotas.per_uid.sync_objects = 3 * sync::kCellCount;
+  books roomy(config, host_pools);
+  const auto dying = roomy.add_client({1, 1000, 1000, {}});
+  const std::uint16_t slot = roomy.sync.attach(dying).slot;
+  const auto kept = roomy.sync.open(dying, lock_named("kept"));
+  void* page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
+                      roomy.sync.page_for(dying, kept.page).fd(), 0);
+  ASSERT_NE(page, MAP_FAILED);
+  auto& cell = *reinterpret_cast<sync::lock_cell*>(
+      static_cast<std::byte*>(page) + sync::index_of_cell(kept.cell) * sync::kCellSize);
+  cell.domain = sync::domain_word(sync::domain::host);
+  ASSERT_TRUE(sync::host_lock(cell, slot).try_acquire_clean());
+  roomy.remove_client(dying);
+  ::munmap(page, sync::kHostPageSize);
+  ASSERT_TRUE(roomy.rows.find_name(object_family::sync, "kept")) << "its owner died holding it";
+
+  const auto heir = roomy.add_client({2, 1000, 1000, {}});
+  roomy.sync.attach(heir);
+  for (std::uint32_t i = 1; i < sync::kCellCount; ++i) {
+    EXPECT_EQ(roomy.sync.open(heir, lock_named("lock." + std::to_string(i))).page, kept.page);
   }
-  EXPECT_EQ(code_of([&] { roomy.sync.open(b, lock_named("elsewhere")); }), errc::ok);
-  EXPECT_EQ(code_of([&] { roomy.sync.open(a, lock_named("shared", proto::mode_flags(0666))); }),
-            errc::ok)
-      << "another class of the same uid has a page of its own";
+  EXPECT_EQ(roomy.sync.open(heir, lock_named("in.its.cell")).cell, kept.cell);
+  EXPECT_FALSE(roomy.rows.find_name(object_family::sync, "kept"));
+  EXPECT_NE(roomy.sync.open(heir, lock_named("on.a.new.page")).page, kept.page);
 }
 
 TEST_F(Books, PageIdsAreReusedOnlyOnceAPageIsEmpty) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <new>
 #include <optional>
 
 #include "gpumem/shared/sync/counters.hpp"
@@ -76,10 +77,13 @@ sync_book::attachment sync_book::attach(client_id client) {
 }
 
 sync_page& sync_book::page_of_class(const access_class& tenant) {
-  if (const auto found = page_ids_.find(tenant); found != page_ids_.end()) {
-    return *pages_.at(found->second);
+  if (const auto found = class_pages_.find(tenant); found != class_pages_.end()) {
+    return *pages_.at(*found->second.begin());
   }
-  // The lowest free id: ids of pages in use stay small, and so do cell ids.
+  return make_page(tenant);
+}
+
+sync_page& sync_book::make_page(const access_class& tenant) {
   std::uint32_t id = 0;
   for (const auto& [taken, page] : pages_) {
     if (taken != id) break;
@@ -90,15 +94,27 @@ sync_page& sync_book::page_of_class(const access_class& tenant) {
                         fmt::format("all {} lock and barrier pages are taken", sync::kMaxPages));
   }
   auto made = std::make_unique<sync_page>(id, tenant);
-  page_ids_.emplace(tenant, id);
-  rows_.touch_page(id);
-  return *pages_.emplace(id, std::move(made)).first->second;
+  std::set<std::uint32_t>& of_class = class_pages_[tenant];
+  try {
+    of_class.insert(id);
+    sync_page& placed = *pages_.emplace(id, std::move(made)).first->second;
+    rows_.touch_page(id);
+    return placed;
+  } catch (...) {
+    of_class.erase(id);
+    if (of_class.empty()) class_pages_.erase(tenant);
+    throw;
+  }
 }
 
 void sync_book::free_page_if_unused(std::uint32_t page_id) noexcept {
   const auto found = pages_.find(page_id);
   if (found == pages_.end() || !found->second->unused()) return;
-  page_ids_.erase(found->second->tenant());
+  const auto of_class = class_pages_.find(found->second->tenant());
+  if (of_class != class_pages_.end()) {
+    of_class->second.erase(page_id);
+    if (of_class->second.empty()) class_pages_.erase(of_class);
+  }
   pages_.erase(found);
   rows_.touch_page(page_id);
 }
@@ -116,31 +132,48 @@ const sync_page& sync_book::page_for(client_id client, std::uint32_t page_id) co
   return *found->second;
 }
 
-std::uint32_t sync_book::take_cell(object_id id, sync_page& page) {
+std::pair<sync_page*, std::uint32_t> sync_book::take_cell(object_id id,
+                                                          const access_class& tenant) {
   do {
-    if (const auto cell = page.take_cell(id)) return *cell;
-  } while (evict_kept(page.id()));
-  throw request_error(errc::out_of_memory,
-                      fmt::format("all {} lock, barrier and channel cells of the page of {} "
-                                  "are taken",
-                                  sync::kCellCount, page.tenant().describe()));
+    if (const auto found = class_pages_.find(tenant); found != class_pages_.end()) {
+      for (const std::uint32_t page_id : found->second) {
+        sync_page& page = *pages_.at(page_id);
+        if (const auto cell = page.take_cell(id)) return {&page, *cell};
+      }
+    }
+  } while (evict_kept(tenant));
+  sync_page& page = make_page(tenant);
+  return {&page, *page.take_cell(id)};
 }
 
-bool sync_book::evict_kept(std::uint32_t page_id) noexcept {
-  // Kept locks are bounded by the cells: the oldest gives way to an object someone uses.
-  const auto oldest = std::find_if(objects_.begin(), objects_.end(), [page_id](const auto& each) {
-    return each.second.kept && each.second.page == page_id;
-  });
-  if (oldest == objects_.end()) return false;
-  const object_id id = oldest->first;
-  if (const object_row* row = rows_.find(id)) {
+bool sync_book::evict_kept(const access_class& tenant) noexcept {
+  // Kept locks are bounded by the class's cells: the oldest gives way to an object someone uses.
+  const auto of_class = class_pages_.find(tenant);
+  if (of_class == class_pages_.end()) return false;
+  std::optional<object_id> oldest;
+  for (const std::uint32_t page_id : of_class->second) {
+    const auto first = kept_.lower_bound({page_id, 0});
+    if (first == kept_.end() || first->first != page_id) continue;
+    if (!oldest || first->second < *oldest) oldest = first->second;
+  }
+  if (!oldest) return false;
+  if (const object_row* row = rows_.find(*oldest)) {
     spdlog::warn(
         "lock '{}' (id {}): nobody held it since its holder died; its cell is needed, so "
         "it is forgotten",
-        row->name, id);
+        row->name, *oldest);
   }
-  forget(id);
+  forget(*oldest);
   return true;
+}
+
+void sync_book::set_kept(object_id id, cell_entry& entry, bool kept) {
+  if (kept) {
+    kept_.emplace(entry.page, id);
+  } else {
+    kept_.erase({entry.page, id});
+  }
+  entry.kept = kept;
 }
 
 sync::lock_facts sync_book::lock_facts_of(const cell_entry& entry) const noexcept {
@@ -228,7 +261,7 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
                                       "re-initialises it",
                                       kind_name(kind), name, known_entry.corrupt_rule, name));
     }
-    known_entry.kept = false;
+    set_kept(id, known_entry, false);
     rows_.hold(id, client);
   } else {
     charge one_object;
@@ -236,17 +269,15 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
     quotas_.check(rows_, client, one_object);
     id = rows_.add(client, {kind, name, 0, proto::kHostDevice, access_.mode_for(request.flags)});
     const object_row& made = *rows_.find(id);
-    sync_page* page = nullptr;
-    std::optional<std::uint32_t> cell;
+    std::pair<sync_page*, std::uint32_t> cell{nullptr, 0};
     try {
-      page = &page_of_class(access_class::for_sync(made.owner_uid, made.owner_gid, made.mode));
-      cell = take_cell(id, *page);
-      objects_.emplace(id, cell_entry{page->id(), *cell, request.parties,
+      cell = take_cell(id, access_class::for_sync(made.owner_uid, made.owner_gid, made.mode));
+      objects_.emplace(id, cell_entry{cell.first->id(), cell.second, request.parties,
                                       std::vector<client_id>(request.parties, 0)});
     } catch (...) {
-      if (page != nullptr) {
-        if (cell) page->free_cell(*cell);
-        free_page_if_unused(page->id());
+      if (cell.first != nullptr) {
+        cell.first->free_cell(cell.second);
+        free_page_if_unused(cell.first->id());
       }
       rows_.erase(id);
       throw;
@@ -298,8 +329,11 @@ void sync_book::forget_if_unused(object_id id) noexcept {
   if (found != objects_.end() && row->kind == object_kind::lock &&
       (found->second.kept || worth_keeping(*row, found->second))) {
     // Like a robust mutex in shared memory: whoever opens it next learns the owner died.
-    found->second.kept = true;
-    return;
+    try {
+      set_kept(id, found->second, true);
+      return;
+    } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): it cannot be kept
+    }
   }
   forget(id);
 }
@@ -318,6 +352,7 @@ void sync_book::forget(object_id id) noexcept {
       }
     }
     const std::uint32_t page_id = found->second.page;
+    kept_.erase({page_id, id});
     pages_.at(page_id)->free_cell(found->second.cell);
     objects_.erase(found);
     free_page_if_unused(page_id);
@@ -559,7 +594,7 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
     spdlog::info("{} '{}' reset by {}: {} parties", kind_name(row.kind), name, by, entry.parties);
   }
   // A kept lock was kept for the state the reset just cleared.
-  entry.kept = false;
+  set_kept(id, entry, false);
   rows_.touch(id);
   forget_if_unused(id);
 }
@@ -598,7 +633,7 @@ std::vector<std::uint32_t> sync_book::page_ids() const {
 
 void sync_book::adopt_page(std::unique_ptr<sync_page> adopted) {
   const std::uint32_t id = adopted->id();
-  page_ids_.insert_or_assign(adopted->tenant(), id);
+  class_pages_[adopted->tenant()].insert(id);
   pages_.insert_or_assign(id, std::move(adopted));
   rows_.touch_page(id);
 }
@@ -612,14 +647,13 @@ void sync_book::adopt_cell(object_id id, const saved_cell& saved) {
         fmt::format("object {}: cell {} of page {} is gone or taken", id, saved.cell, saved.page));
   }
   cell_entry entry{saved.page, saved.cell, saved.parties, saved.party_clients, saved.epoch};
-  entry.kept = saved.kept;
   const object_row* row = rows_.find(id);
   if (saved.corrupt && row != nullptr) {
     // The rule's text is not kept: the cell is checked again, and still refused if it passes.
     const char* rule = check(*row, entry);
     entry.corrupt_rule = rule != nullptr ? rule : "found corrupt before gpumemd restarted";
   }
-  objects_.insert_or_assign(id, std::move(entry));
+  set_kept(id, objects_.insert_or_assign(id, std::move(entry)).first->second, saved.kept);
 }
 
 void sync_book::adopt_attachment(client_id client, const saved_attachment& saved) {

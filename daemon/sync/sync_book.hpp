@@ -9,8 +9,10 @@
 /// protocols (gpumem/shared/sync/) to clean up. A lock's whole protocol lives in
 /// gpumem/shared/sync/lock.hpp.
 ///
-/// Each access class has a page of its own (sync/sync_page.hpp), made with the first object of
-/// the class or the first client whose own objects it holds, and freed when neither is left.
+/// Each access class has pages of its own (sync/sync_page.hpp): the first made with the first
+/// object of the class or the first client whose own objects it holds, another whenever every
+/// cell of the class's pages is taken, each freed when it holds no object and no client's own
+/// objects go there. So a class holds as many objects as the quotas let it.
 /// A client is given a page, or its signal pages, only if it may use the objects of the page's
 /// class, so a tenant can corrupt only objects it may use. Client slots name clients on every
 /// page and stay global.
@@ -20,7 +22,8 @@
 /// here, where no client can write: opening it is refused (not_recoverable) until an operator's
 /// reset rewrites it from scratch. A lock left owner-died, not recoverable or corrupt keeps its
 /// name and cell with nobody holding it, until a reset, until it is made consistent and closed,
-/// or until its cell is the last one of its page that a new object can get.
+/// or until its cell is the last one of its class's pages that a new object can get (a class
+/// gets a new page only when none of its cells is kept so).
 /// May include: proto/ and shared/ headers, daemon/ledger/, daemon/request_error.hpp. Not:
 /// daemon/net/, daemon/memory/, daemon/handlers/.
 
@@ -31,6 +34,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "gpumem/proto/messages.hpp"
@@ -158,11 +163,17 @@ class sync_book {
   Cell& cell_as(const cell_entry& entry) const noexcept {
     return *reinterpret_cast<Cell*>(pages_.at(entry.page)->cell(entry.cell));
   }
-  /// The page of @p tenant, made if there is none.
+  /// The first page of @p tenant, made if there is none.
   sync_page& page_of_class(const access_class& tenant);
+  /// A new page for @p tenant, with the lowest free id: ids of pages in use stay small, and so
+  /// do cell ids. @throws request_error(out_of_memory) when every page id is taken.
+  sync_page& make_page(const access_class& tenant);
   void free_page_if_unused(std::uint32_t page_id) noexcept;
-  /// @throws request_error(out_of_memory) naming the class when its page is full.
-  std::uint32_t take_cell(object_id id, sync_page& page);
+  /// @brief A cell of @p tenant's pages, now @p id's: on the lowest page with a free cell,
+  /// else the cell of the class's oldest kept lock, else on a new page.
+  /// @return the page and the cell's index on it.
+  /// @throws request_error(out_of_memory) when every page id is taken.
+  std::pair<sync_page*, std::uint32_t> take_cell(object_id id, const access_class& tenant);
   std::uint32_t take_party(cell_entry& entry, const object_row& row, client_id client,
                            proto::sync_role role);
   /// @return in_flight while a hand-off is in flight; a corrupt cell is marked.
@@ -180,8 +191,10 @@ class sync_book {
                     const char* rule) noexcept;
   /// Whether a lock nobody holds has a state worth keeping its name for.
   bool worth_keeping(const object_row& row, const cell_entry& entry) noexcept;
-  /// Frees the cell of the oldest kept lock on @p page_id; false when there is none.
-  bool evict_kept(std::uint32_t page_id) noexcept;
+  /// Frees the cell of the oldest kept lock on the pages of @p tenant; false when none is kept.
+  bool evict_kept(const access_class& tenant) noexcept;
+  /// Marks the lock kept (see the file comment) or no longer kept.
+  void set_kept(object_id id, cell_entry& entry, bool kept);
   /// The signal page a stream or device object's words are on; nullptr for host objects and
   /// for devices whose page was never made.
   signal_page* signal_page_for(const cell_entry& entry, std::uint32_t domain_word) noexcept;
@@ -199,8 +212,11 @@ class sync_book {
   const quota_policy& quotas_;
   signal_page_maker make_signal_page_;
   std::map<std::uint32_t, std::unique_ptr<sync_page>> pages_;
-  std::map<access_class, std::uint32_t> page_ids_;
+  /// Each class's pages by id; a class has at least one while it has any.
+  std::map<access_class, std::set<std::uint32_t>> class_pages_;
   std::map<object_id, cell_entry> objects_;
+  /// The kept locks by page, oldest (lowest id) first on each, for evict_kept().
+  std::set<std::pair<std::uint32_t, object_id>> kept_;
   std::map<client_id, attached_client> attached_;
   sync::slot_set slot_taken_;
   std::vector<pending_reclaim> pending_;

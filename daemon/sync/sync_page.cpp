@@ -51,6 +51,8 @@ std::byte* sync_page::cell(std::uint32_t index) const noexcept {
 }
 
 std::optional<std::uint32_t> sync_page::take_cell(object_id object) noexcept {
+  // A class's full pages are passed over in turn: that must not cost a scan of each.
+  if (cells_used_ == sync::kCellCount) return std::nullopt;
   // Round robin, so that a freed cell is reused as late as possible: a repair queued on a
   // signal page for its old object may still be waiting its turn.
   for (std::uint32_t tried = 0; tried < sync::kCellCount; ++tried) {
