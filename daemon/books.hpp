@@ -81,6 +81,9 @@ class books {
   void keep_process(client_id client, int pidfd) {
     if (keeper_ != nullptr && pidfd >= 0) keeper_->keep_process(client, pidfd);
   }
+  /// @brief Starts the background work the requests just answered left (memory_book::
+  /// start_deferred_work()); after the replies went out.
+  void start_deferred_work() noexcept { memory.start_deferred_work(); }
   /// @brief Writes what changed down, when a keeper is set; before every reply.
   void write_changes() noexcept {
     if (keeper_ != nullptr && rows.changed()) keeper_->write_changes();

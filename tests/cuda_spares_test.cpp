@@ -44,12 +44,25 @@ TEST(CudaSpares, AWantedSizeIsMadeOnceAndTakenOnce) {
   pool.gate.set_value();
   pool.spares.want(4096, 1 << 20);
   pool.spares.want(4096, 1 << 20);  // already asked for
+  pool.spares.start_wanted();
   const auto block = take_within(pool.spares, 4096);
   ASSERT_TRUE(block);
   EXPECT_EQ(block->pointer, 4096u);
   EXPECT_FALSE(pool.spares.take(4096));
   EXPECT_EQ(pool.made.load(), 1);
   EXPECT_EQ(pool.spares.bytes(), 0u);
+}
+
+TEST(CudaSpares, NothingIsMadeUntilTheOwnerStartsTheWorker) {
+  fake_pool pool;
+  pool.gate.set_value();
+  pool.spares.want(4096, 1 << 20);
+  std::this_thread::sleep_for(50ms);  // the reply that asked for it is still on its way
+  EXPECT_EQ(pool.made.load(), 0);
+  EXPECT_EQ(pool.spares.bytes(), 4096u) << "counted from the moment it is wanted";
+  pool.spares.start_wanted();
+  EXPECT_TRUE(take_within(pool.spares, 4096));
+  EXPECT_EQ(pool.made.load(), 1);
 }
 
 TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
@@ -68,9 +81,11 @@ TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
 TEST(CudaSpares, DrainGivesBackReadyBlocksAndDiscardsOnesStillBeingMade) {
   fake_pool pool;
   pool.spares.want(512, 1 << 20);
+  pool.spares.start_wanted();
   pool.gate.set_value();
   ASSERT_TRUE(take_within(pool.spares, 512));
   pool.spares.want(512, 1 << 20);
+  pool.spares.start_wanted();
   for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.made < 2;) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline);
     std::this_thread::sleep_for(1ms);
@@ -85,6 +100,7 @@ TEST(CudaSpares, DrainGivesBackReadyBlocksAndDiscardsOnesStillBeingMade) {
 TEST(CudaSpares, ABlockFinishedAfterADrainIsDiscardedNotLeaked) {
   fake_pool pool;
   pool.spares.want(1024, 1 << 20);
+  pool.spares.start_wanted();
   std::this_thread::sleep_for(10ms);  // the worker is now waiting at the gate
   EXPECT_TRUE(pool.spares.drain().empty());
   pool.gate.set_value();
@@ -100,6 +116,7 @@ TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
   fake_pool pool;
   pool.fail = true;
   pool.spares.want(2048, 1 << 20);
+  pool.spares.start_wanted();
   pool.gate.set_value();
   for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.spares.bytes() != 0;) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline);

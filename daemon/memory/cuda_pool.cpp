@@ -148,6 +148,10 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
   return placement{block->pointer, size};
 }
 
+void cuda_pool::start_deferred_work() noexcept {
+  spares_.start_wanted();
+}
+
 void cuda_pool::drop_spares() noexcept {
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
   for (const auto& [size, block] : spares_.drain()) {

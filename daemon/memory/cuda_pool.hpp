@@ -34,6 +34,7 @@ class cuda_pool final : public pool {
                        const std::optional<ipc_handle>& released_event) override;
   bool is_device_memory() const noexcept override { return true; }
   driver_usage driver_counters() const override;
+  void start_deferred_work() noexcept override;
   std::uint32_t ipc_events_live() const noexcept override { return 1; }
 
  private:

@@ -1,6 +1,7 @@
 #include "memory/cuda_spares.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace gpumem::daemon {
 
@@ -37,6 +38,14 @@ void cuda_spares::want(std::uint64_t size, std::uint64_t room) {
     }
     wanted_.push_back(size);
     bytes_ += size;
+    unstarted_ = true;
+  }
+}
+
+void cuda_spares::start_wanted() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    if (!std::exchange(unstarted_, false)) return;
   }
   wake_.notify_one();
 }
@@ -59,7 +68,7 @@ std::uint64_t cuda_spares::bytes() const {
 void cuda_spares::work() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [this] { return stopping_ || !wanted_.empty(); });
+    wake_.wait(lock, [this] { return stopping_ || (!wanted_.empty() && !unstarted_); });
     if (stopping_) return;
     const std::uint64_t size = wanted_.back();
     const std::uint64_t generation = generation_;

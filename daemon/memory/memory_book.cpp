@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "memory/mps_status.hpp"
@@ -193,6 +194,9 @@ proto::allocation_reply memory_book::allocate(client_id client,
   const mode_t mode = access_.mode_for(request.flags);
   pool& home = instance(family, access_class::for_memory(who.uid, who.gid, mode), request.size);
   const placement where = home.allocate(request.size);
+  if (std::find(deferred_work_.begin(), deferred_work_.end(), home.id()) == deferred_work_.end()) {
+    deferred_work_.push_back(home.id());
+  }
   family.bytes_in_use += request.size;
   object_id id = 0;
   try {
@@ -207,6 +211,13 @@ proto::allocation_reply memory_book::allocate(client_id client,
     family.bytes_in_use -= request.size;
     throw;
   }
+}
+
+void memory_book::start_deferred_work() noexcept {
+  for (const std::uint32_t id : deferred_work_) {
+    if (id < pools_.size() && pools_[id]) pools_[id]->start_deferred_work();
+  }
+  deferred_work_.clear();
 }
 
 proto::allocation_reply memory_book::open(client_id client, const proto::open_request& request) {

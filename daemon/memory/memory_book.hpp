@@ -70,6 +70,11 @@ class memory_book {
 
   /// @name What the state store writes down (daemon/restart/).
   /// @{
+  /// @brief Starts in their pools what the allocations since the last call left to be done in
+  /// the background (pool::start_deferred_work()): the loop calls it once their replies went
+  /// out.
+  void start_deferred_work() noexcept;
+
   /// @return nullptr for an id no instance has (any more).
   const pool* pool_by_id(std::uint32_t pool_id) const noexcept;
   /// @brief Every pool id is below it.
@@ -153,6 +158,9 @@ class memory_book {
   pool_maker make_pool_;
   std::vector<pool_family> families_;
   std::vector<std::unique_ptr<pool>> pools_;  ///< every instance, by id; empty once released
+  /// Ids of the pools allocated from since the last start_deferred_work(); ids, not pointers,
+  /// because an emptied adopted instance may close in between.
+  std::vector<std::uint32_t> deferred_work_;
   std::vector<std::pair<std::size_t, access_class>> pool_owner_;  ///< by id: family, class
   std::unordered_map<object_id, placed> allocations_;
 };

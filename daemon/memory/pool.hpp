@@ -85,6 +85,9 @@ class pool {
   virtual driver_usage driver_counters() const { return {}; }
   /// @brief Interprocess events this pool holds open now.
   virtual std::uint32_t ipc_events_live() const noexcept { return 0; }
+  /// @brief Starts what allocations left to be done in the background (a CUDA pool's next
+  /// spare block); called once their replies went out, so that it never delays them.
+  virtual void start_deferred_work() noexcept {}
 
  protected:
   virtual std::optional<placement> do_allocate(std::uint64_t size) = 0;
