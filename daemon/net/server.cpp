@@ -87,6 +87,7 @@ server::server(asio::io_context& io, daemon_config& config, books& state, unique
       accept_pause_(io),
       accept_log_(kAcceptLogInterval),
       refusal_log_(kAcceptLogInterval),
+      poller_(io),
       adopted_(io, state, [this] { settle_pending(); }),
       worker_(io, [this] { books_.write_changes(); }) {
   books_.reservations.set_background(&worker_);
@@ -304,7 +305,14 @@ void server::admit(stream::socket socket) {
                       sessions_.size());
     return;  // the socket closes here
   }
-  auto client = std::make_shared<session>(std::move(socket), books_, handler_, config_,
+  // The session's socket leaves Asio's reactor for the poller's epoll set.
+  boost::system::error_code error;
+  unique_fd released(socket.release(error));
+  if (error) {
+    accept_log_.warn("could not take over a connection: {}", error.message());
+    return;
+  }
+  auto client = std::make_shared<session>(std::move(released), poller_, books_, handler_, config_,
                                           [this](session& ended) {
                                             sessions_.erase(&ended);
                                             settle_pending();

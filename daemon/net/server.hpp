@@ -21,6 +21,7 @@
 #include "handlers/request_handler.hpp"
 #include "net/adopted_processes.hpp"
 #include "net/asio.hpp"
+#include "net/client_poller.hpp"
 #include "net/session.hpp"
 #include "net/worker_thread.hpp"
 #include "rate_limited_log.hpp"
@@ -99,6 +100,7 @@ class server {
   bool settling_ = false;
   /// False when systemd's socket unit made the socket file: it must outlive this daemon.
   bool owns_socket_file_ = true;
+  client_poller poller_;  ///< before the sessions, which it serves
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
   adopted_processes adopted_;
   /// Copies of sleep and wake; joined before the books it reports to can go.

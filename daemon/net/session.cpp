@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/sockios.h>
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include "config/config_keys.hpp"
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/os/pidfd.hpp"
+#include "net/client_poller.hpp"
 #include "net/peer_process.hpp"
 #include "rate_limited_log.hpp"
 
@@ -41,31 +43,44 @@ rate_limited_log& misbehaviour_log() {
 }
 }  // namespace
 
-session::session(socket_type socket, books& state, request_handler& handler,
+session::session(unique_fd socket, client_poller& poller, books& state, request_handler& handler,
                  const daemon_config& config, on_end ended)
     : socket_(std::move(socket)),
-      process_watch_(socket_.get_executor()),
-      frame_timer_(socket_.get_executor()),
+      poller_(poller),
+      process_watch_(poller.context()),
+      frame_timer_(poller.context()),
       books_(state),
       handler_(handler),
       config_(config),
       ended_(std::move(ended)),
       in_(kInitialInputSize) {}
 
+session::~session() {
+  close_socket();
+}
+
 void session::start() {
-  socket_.non_blocking(true);
-  who_ = peer_credentials(socket_.native_handle());
+  const int flags = ::fcntl(socket_.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(socket_.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+    throw std::system_error(errno, std::system_category(), "fcntl O_NONBLOCK");
+  }
+  who_ = peer_credentials(socket_.get());
   state_.client = books_.add_client(who_);
-  unique_fd pidfd = peer_pidfd(socket_.native_handle(), who_);
+  unique_fd pidfd = peer_pidfd(socket_.get(), who_);
   spdlog::debug("client {} connected: pid {} uid {} gid {}{}", state_.client, who_.pid, who_.uid,
                 who_.gid, pidfd ? "" : " (process not visible: watching the socket only)");
   if (pidfd) {
     books_.keep_process(state_.client, pidfd.get());
     watch_process_exit(std::move(pidfd));
   }
-  asio::co_spawn(
-      socket_.get_executor(), [self = shared_from_this()] { return self->read_loop(); },
-      asio::detached);
+  // Requests already sent are reported at once.
+  poller_key_ = poller_.add(socket_.get(), *this);
+}
+
+void session::close_socket() noexcept {
+  if (!socket_) return;
+  poller_.remove(poller_key_, socket_.get());
+  socket_.reset();
 }
 
 void session::watch_process_exit(unique_fd pidfd) {
@@ -107,8 +122,7 @@ void session::end_of_stream() {
         "let go, the rest kept until its process exits",
         state_.client);
     books_.write_changes();
-    boost::system::error_code ignored;
-    socket_.close(ignored);
+    close_socket();
     frame_timer_.cancel();
     return;
   }
@@ -126,8 +140,8 @@ void session::stop(const char* reason) {
   stopped_ = true;
   spdlog::debug("client {} gone: {}", state_.client, reason);
   const bool died = process_exited();
+  close_socket();
   boost::system::error_code ignored;
-  socket_.close(ignored);
   process_watch_.close(ignored);
   frame_timer_.cancel();
   books_.depart(state_.client, died);
@@ -139,78 +153,124 @@ void session::stop(const char* reason) {
 void session::abandon() {
   if (stopped_) return;
   stopped_ = true;
+  close_socket();
   boost::system::error_code ignored;
-  socket_.close(ignored);
   process_watch_.close(ignored);
   frame_timer_.cancel();
   out_fds_.clear();
 }
 
-asio::awaitable<void> session::read_loop() {
-  auto self = shared_from_this();
-  std::vector<unique_fd> fds;
-  bool drained = false;
-  while (!stopped_) {
-    const std::size_t space = in_.size() - in_filled_;
-    std::error_code error;
-    const std::size_t received =
-        recv_with_fds(socket_.native_handle(), std::span(in_).subspan(in_filled_), fds, error);
-    // The reactor reports readiness on edges: wait only once the socket is known to be empty.
-    // A read shorter than the room offered took everything queued (as Asio's own speculative
-    // reads assume), which saves a recv that would only say EAGAIN.
-    drained = would_block(error) || (!error && received < space);
-    // A client that closes with replies unread resets the connection: an ordinary end too.
-    if (error == std::errc::connection_reset || (!error && received == 0)) {
-      end_of_stream();
-      break;
-    }
-    if (error && !would_block(error)) {
-      stop_for(error == std::errc::protocol_error ? "sent a truncated control message"
-                                                  : "socket error");
-      break;
-    }
-    if (!fds.empty()) {
-      // Clients never send descriptors; the bytes that came with them cannot be trusted.
-      fds.clear();
-      append_error(out_, 0, errc::unexpected_handle, "clients may not send file descriptors");
-      flush();
-      stop_for("sent a file descriptor");
-      break;
-    }
-    in_filled_ += received;
-    for (;;) {
-      const std::size_t before = in_filled_;
-      const input_state state = handle_frames();
-      if (state == input_state::stopped || !flush()) co_return;
-      watch_frame_deadline(state, in_filled_ != before);
-      if (state != input_state::held) break;
+void session::note_events(std::uint32_t events) {
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) drained_ = false;
+  if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) hung_up_ = true;
+  if (events & EPOLLOUT) writable();
+}
+
+void session::on_events(std::uint32_t events) {
+  note_events(events);
+  serve_input();
+}
+
+void session::serve_input() {
+  std::size_t budget = kFramesPerWakeup;
+  while (!stopped_ && !input_held_ && socket_) {
+    const std::size_t before = in_filled_;
+    const input_state state = handle_frames(budget);
+    if (state == input_state::stopped) return;
+    watch_frame_deadline(state, in_filled_ != before);
+    if (state == input_state::held) {
       // Backpressure: the client's next requests wait, in its socket, until it has read
       // enough of its replies; nothing more is built for it meanwhile.
-      while (pending_output() >= kBackpressureBytes) {
-        if (stopped_for_not_reading()) co_return;
-        boost::system::error_code wait_error;
-        co_await socket_.async_wait(socket_type::wait_write,
-                                    asio::redirect_error(asio::use_awaitable, wait_error));
-        if (wait_error || stopped_ || !flush()) co_return;
-      }
+      if (stopped_for_not_reading()) return;
+      input_held_ = true;
+      break;
+    }
+    if (state == input_state::over_budget) {
+      poller_.serve_again(poller_key_);
+      break;
     }
     size_input();
-    if (drained) {
-      boost::system::error_code wait_error;
-      co_await socket_.async_wait(socket_type::wait_read,
-                                  asio::redirect_error(asio::use_awaitable, wait_error));
-      if (wait_error) break;
+    if (drained_) break;
+    if (budget == 0) {
+      poller_.serve_again(poller_key_);  // the socket may hold more
+      break;
     }
+    // Replies go out before the next read, which may find the end of the stream.
+    if (pending_output() > 0 && !flush()) return;
+    if (!receive()) return;
+  }
+  if (!stopped_ && pending_output() > 0) flush_soon();
+}
+
+bool session::receive() {
+  const std::size_t room = in_.size() - in_filled_;
+  std::error_code error;
+  const std::size_t received =
+      recv_with_fds(socket_.get(), std::span(in_).subspan(in_filled_), received_fds_, error);
+  return apply_received(room, received, error);
+}
+
+bool session::apply_received(std::size_t room, std::size_t received, const std::error_code& error) {
+  // Input events come on edges: the socket must be known empty before waiting for the next.
+  // A read shorter than the room offered took everything queued (as Asio's own speculative
+  // reads assume), which saves a recv that would only say EAGAIN; but after a hang-up the end
+  // of the stream, which announces itself once, is still to be read.
+  drained_ = would_block(error) || (!error && received < room && !hung_up_);
+  // A client that closes with replies unread resets the connection: an ordinary end too.
+  if (error == std::errc::connection_reset || (!error && received == 0)) {
+    end_of_stream();
+    return false;
+  }
+  if (error && !would_block(error)) {
+    stop_for(error == std::errc::protocol_error ? "sent a truncated control message"
+                                                : "socket error");
+    return false;
+  }
+  if (!received_fds_.empty()) {
+    // Clients never send descriptors; the bytes that came with them cannot be trusted.
+    received_fds_.clear();
+    append_error(out_, 0, errc::unexpected_handle, "clients may not send file descriptors");
+    flush();
+    stop_for("sent a file descriptor");
+    return false;
+  }
+  in_filled_ += received;
+  return true;
+}
+
+void session::flush_soon() {
+  if (!poller_.flush_later(poller_key_)) flush();
+}
+
+void session::flush_replies() {
+  if (stopped_ || !flush()) return;
+  if (input_held_ && pending_output() < kBackpressureBytes) {
+    input_held_ = false;
+    poller_.serve_again(poller_key_);
   }
 }
 
-session::input_state session::handle_frames() {
+void session::writable() {
+  if (stopped_ || !waiting_to_write_) return;
+  waiting_to_write_ = false;
+  // Left on when epoll refuses: edge-triggered, a stale EPOLLOUT only wakes the loop once.
+  (void)poller_.watch_output(poller_key_, socket_.get(), false);
+  if (!flush()) return;
+  if (event_request_) pump_events();
+  if (input_held_ && pending_output() < kBackpressureBytes) input_held_ = false;
+}
+
+session::input_state session::handle_frames(std::size_t& budget) {
   std::size_t consumed = 0;
   input_state state = input_state::empty;
   for (;;) {
     if (consumed == in_filled_) break;
     if (pending_output() >= kBackpressureBytes) {
       state = input_state::held;
+      break;
+    }
+    if (budget == 0) {
+      state = input_state::over_budget;
       break;
     }
     proto::frame_view frame;
@@ -234,6 +294,7 @@ session::input_state session::handle_frames() {
     if (!attach.fds.empty()) queue_attachment(attach, frame_start, frame.head.request_id);
     if (std::exchange(state_.subscribing, false)) stream_events(frame.head.request_id);
     consumed += frame.frame_size();
+    --budget;
     if (state_.refused) {
       flush();
       stop_for("refused by the access policy or its quotas");
@@ -297,7 +358,7 @@ void session::stream_events(std::uint32_t request_id) {
     const auto self = weak.lock();
     if (!self || std::exchange(self->pump_posted_, true)) return;
     // Events are published from inside other requests and departures: they go out after.
-    asio::post(self->socket_.get_executor(), [self] {
+    asio::post(self->poller_.context(), [self] {
       self->pump_posted_ = false;
       self->pump_events();
     });
@@ -322,7 +383,7 @@ void session::pump_events() {
 
 bool session::stopped_for_not_reading() {
   int unread = 0;
-  if (::ioctl(socket_.native_handle(), SIOCOUTQ, &unread) != 0) unread = 0;
+  if (::ioctl(socket_.get(), SIOCOUTQ, &unread) != 0) unread = 0;
   if (pending_output() + static_cast<std::size_t>(unread) <= config_.max_output_bytes) {
     return false;
   }
@@ -330,46 +391,100 @@ bool session::stopped_for_not_reading() {
   return true;
 }
 
+std::size_t session::segment_end(std::size_t& fd_count) const noexcept {
+  fd_count = 0;
+  while (fd_count < out_fds_.size() && out_fds_[fd_count].offset == out_sent_) ++fd_count;
+  return fd_count < out_fds_.size() ? out_fds_[fd_count].offset : out_.size();
+}
+
+bool session::record_sent(std::size_t fd_count, std::size_t sent, const std::error_code& error) {
+  if (would_block(error)) {
+    if (stopped_for_not_reading()) return false;
+    // writable() when there is room; a socket that cannot be watched (ENOMEM) would wait for
+    // it for good.
+    if (!poller_.watch_output(poller_key_, socket_.get(), true)) {
+      stop_for("its socket could not be watched for room to reply (epoll_ctl)");
+      return false;
+    }
+    waiting_to_write_ = true;
+    return false;
+  }
+  if (error == std::errc::broken_pipe || error == std::errc::connection_reset) {
+    stop("closed the connection");
+    return false;
+  }
+  if (error) {
+    stop_for("socket error while replying");
+    return false;
+  }
+  out_fds_.erase(out_fds_.begin(), out_fds_.begin() + static_cast<std::ptrdiff_t>(fd_count));
+  out_sent_ += sent;
+  return true;
+}
+
 bool session::flush() {
   // Nothing a reply tells a client may be lost by a crash after it went out.
   books_.write_changes();
+  const bool open = send_output();
+  books_.start_deferred_work();
+  return open;
+}
+
+bool session::send_output() {
   if (waiting_to_write_) return true;
   while (out_sent_ < out_.size()) {
-    std::size_t end = out_.size();
+    std::size_t fd_count = 0;
+    const std::size_t end = segment_end(fd_count);
     std::vector<int> fds;
-    auto next = out_fds_.begin();
-    for (; next != out_fds_.end() && next->offset == out_sent_; ++next)
-      fds.push_back(next->fd.get());
-    if (next != out_fds_.end()) end = next->offset;
+    for (std::size_t i = 0; i < fd_count; ++i) fds.push_back(out_fds_[i].fd.get());
     std::error_code error;
     const std::size_t sent = send_with_fds(
-        socket_.native_handle(), std::span(out_).subspan(out_sent_, end - out_sent_), fds, error);
-    if (would_block(error)) {
-      if (stopped_for_not_reading()) return false;
-      waiting_to_write_ = true;
-      socket_.async_wait(socket_type::wait_write,
-                         [self = shared_from_this()](const boost::system::error_code& wait_error) {
-                           self->waiting_to_write_ = false;
-                           if (wait_error || self->stopped_ || !self->flush()) return;
-                           if (self->event_request_) self->pump_events();
-                         });
-      return true;
-    }
-    if (error == std::errc::broken_pipe || error == std::errc::connection_reset) {
-      stop("closed the connection");
-      return false;
-    }
-    if (error) {
-      stop_for("socket error while replying");
-      return false;
-    }
-    out_fds_.erase(out_fds_.begin(), next);
-    out_sent_ += sent;
+        socket_.get(), std::span(out_).subspan(out_sent_, end - out_sent_), fds, error);
+    if (!record_sent(fd_count, sent, error)) return !stopped_;
   }
   out_.clear();
   out_sent_ = 0;
   if (out_.capacity() > kKeptOutputCapacity) std::vector<std::byte>().swap(out_);
   return true;
 }
+
+#ifdef GPUMEM_WITH_IO_URING
+bool session::queue_receive(io_batch& batch, std::uint32_t events) {
+  // As serve_input() would read first: not while held, and with no reply left to go out
+  // before a read that may find the end of the stream.
+  if (stopped_ || input_held_ || !socket_ || pending_output() > 0 || in_filled_ == in_.size() ||
+      (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) == 0) {
+    return false;
+  }
+  batch.add_receive(poller_key_, socket_.get(), std::span(in_).subspan(in_filled_));
+  return true;
+}
+
+void session::received(std::uint32_t events, std::size_t bytes, std::vector<unique_fd>& fds,
+                       const std::error_code& error) {
+  note_events(events);
+  if (stopped_ || !socket_) return;
+  for (unique_fd& fd : fds) received_fds_.push_back(std::move(fd));
+  if (!apply_received(in_.size() - in_filled_, bytes, error)) return;
+  serve_input();
+}
+
+bool session::queue_replies(io_batch& batch) {
+  books_.write_changes();  // as flush(): before anything goes out
+  if (stopped_ || waiting_to_write_ || pending_output() == 0) return false;
+  const std::size_t end = segment_end(batched_fd_count_);
+  batched_fds_.clear();
+  for (std::size_t i = 0; i < batched_fd_count_; ++i) batched_fds_.push_back(out_fds_[i].fd.get());
+  batch.add_send(poller_key_, socket_.get(), std::span(out_).subspan(out_sent_, end - out_sent_),
+                 batched_fds_);
+  return true;
+}
+
+void session::replies_sent(std::size_t sent, const std::error_code& error) {
+  const bool all_sent = !stopped_ && record_sent(batched_fd_count_, sent, error);
+  books_.start_deferred_work();   // as flush() does, whether or not the socket took everything
+  if (all_sent) flush_replies();  // what one sendmsg could not carry, and the input held for it
+}
+#endif
 
 }  // namespace gpumem::daemon

@@ -38,16 +38,8 @@ std::size_t send_with_fds(int socket, std::span<const std::byte> bytes, std::spa
   msghdr message{};
   message.msg_iov = &io;
   message.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * proto::kMaxFdsPerMessage)];
-  if (!fds.empty()) {
-    message.msg_control = control;
-    message.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&message);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
+  alignas(cmsghdr) std::byte control[CMSG_SPACE(sizeof(int) * proto::kMaxFdsPerMessage)];
+  attach_fds(message, control, fds);
   for (;;) {
     const ssize_t sent = ::sendmsg(socket, &message, MSG_NOSIGNAL);
     if (sent >= 0) return static_cast<std::size_t>(sent);
@@ -75,10 +67,34 @@ std::size_t recv_with_fds(int socket, std::span<std::byte> buffer, std::vector<u
     error = {errno, std::system_category()};
     return 0;
   }
+  take_fds(message, fds, error);
+  return error ? 0 : static_cast<std::size_t>(received);
+}
+
+std::size_t fd_control_size(std::size_t count) noexcept {
+  return CMSG_SPACE(sizeof(int) * count);
+}
+
+std::size_t fd_receive_control_size() noexcept {
+  return kControlSpace;
+}
+
+void attach_fds(msghdr& message, std::span<std::byte> control, std::span<const int> fds) noexcept {
+  if (fds.empty()) return;
+  message.msg_control = control.data();
+  message.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+  cmsghdr* c = CMSG_FIRSTHDR(&message);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+}
+
+void take_fds(msghdr& message, std::vector<unique_fd>& fds, std::error_code& error) noexcept {
   if (message.msg_flags & MSG_CTRUNC) {
     close_all(CMSG_FIRSTHDR(&message), message);
     error = std::make_error_code(std::errc::protocol_error);
-    return 0;
+    return;
   }
   for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -89,7 +105,6 @@ std::size_t recv_with_fds(int socket, std::span<std::byte> buffer, std::vector<u
       fds.emplace_back(fd);
     }
   }
-  return static_cast<std::size_t>(received);
 }
 
 }  // namespace gpumem

@@ -25,6 +25,7 @@
 #include "gpumem/shared/fd_passing.hpp"
 #include "handlers/request_handler.hpp"
 #include "memory/host_pool.hpp"
+#include "net/client_poller.hpp"
 #include "net/session.hpp"
 #include "payload_types.hpp"
 #include "request_script.hpp"
@@ -124,8 +125,7 @@ class in_process_daemon {
     client = client_process{};
     client.socket = unique_fd(ends[0]);
     client.sessions = std::move(sessions);
-    session::socket_type daemon_end(io_, boost::asio::local::stream_protocol(), ends[1]);
-    auto made = std::make_shared<session>(std::move(daemon_end), books_, handler_, config_,
+    auto made = std::make_shared<session>(unique_fd(ends[1]), poller_, books_, handler_, config_,
                                           [this](session& ended) { sessions_.erase(&ended); });
     sessions_.emplace(made.get(), made);
     client.sessions.push_back(made);
@@ -260,6 +260,7 @@ class in_process_daemon {
   books books_;
   request_handler handler_;
   boost::asio::io_context io_{1};
+  client_poller poller_{io_};  // before the sessions, which it serves
   std::unordered_map<session*, std::shared_ptr<session>> sessions_;
 };
 

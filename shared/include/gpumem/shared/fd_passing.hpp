@@ -12,6 +12,8 @@
 
 #include "gpumem/shared/unique_fd.hpp"
 
+struct msghdr;
+
 namespace gpumem {
 
 /// @brief sendmsg of @p bytes with @p fds attached to the first byte sent.
@@ -26,5 +28,18 @@ std::size_t send_with_fds(int socket, std::span<const std::byte> bytes, std::spa
 ///         error (EPROTO) and the descriptors that did arrive are closed, not returned.
 std::size_t recv_with_fds(int socket, std::span<std::byte> buffer, std::vector<unique_fd>& fds,
                           std::error_code& error) noexcept;
+
+// The same, one message at a time, for callers that make the system call themselves (the
+// daemon batches its sends and receives on an io_uring: daemon/net/io_batch.hpp).
+
+/// Bytes of control space attach_fds needs for @p count descriptors.
+std::size_t fd_control_size(std::size_t count) noexcept;
+/// Bytes of control space a receive needs to tell "too many descriptors" from a truncation.
+std::size_t fd_receive_control_size() noexcept;
+/// @brief Attaches @p fds (at most 253) to @p message in @p control, of fd_control_size bytes.
+void attach_fds(msghdr& message, std::span<std::byte> control, std::span<const int> fds) noexcept;
+/// @brief After a recvmsg into @p message (with MSG_CMSG_CLOEXEC): appends what arrived to
+/// @p fds, or, when the control message was truncated, closes them and sets EPROTO.
+void take_fds(msghdr& message, std::vector<unique_fd>& fds, std::error_code& error) noexcept;
 
 }  // namespace gpumem

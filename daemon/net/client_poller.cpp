@@ -1,0 +1,171 @@
+#include "net/client_poller.hpp"
+
+#include <cerrno>
+#include <system_error>
+
+#include "net/session.hpp"
+
+namespace gpumem::daemon {
+
+namespace {
+/// Events taken per epoll_wait; more ready connections are served at the next wake-up, which
+/// comes at once.
+constexpr std::size_t kEventsPerWakeup = 256;
+constexpr std::uint32_t kInputEvents = EPOLLIN | EPOLLRDHUP | EPOLLET;
+
+int make_epoll() {
+  const int made = ::epoll_create1(EPOLL_CLOEXEC);
+  if (made < 0) throw std::system_error(errno, std::system_category(), "epoll_create1");
+  return made;
+}
+}  // namespace
+
+client_poller::client_poller(boost::asio::io_context& io)
+    : io_(io), set_(io, make_epoll()), events_(kEventsPerWakeup) {
+  wait();
+}
+
+std::uint64_t client_poller::add(int socket, session& client) {
+  const std::uint64_t key = next_key_++;
+  epoll_event interest{};
+  interest.events = kInputEvents;
+  interest.data.u64 = key;
+  if (::epoll_ctl(set_.native_handle(), EPOLL_CTL_ADD, socket, &interest) != 0) {
+    throw std::system_error(errno, std::system_category(), "epoll_ctl");
+  }
+  entries_.emplace(key, entry{&client});
+  return key;
+}
+
+void client_poller::remove(std::uint64_t key, int socket) noexcept {
+  if (entries_.erase(key) == 0) return;
+  ::epoll_ctl(set_.native_handle(), EPOLL_CTL_DEL, socket, nullptr);
+}
+
+bool client_poller::watch_output(std::uint64_t key, int socket, bool on) noexcept {
+  epoll_event interest{};
+  interest.events = on ? kInputEvents | EPOLLOUT : kInputEvents;
+  interest.data.u64 = key;
+  return ::epoll_ctl(set_.native_handle(), EPOLL_CTL_MOD, socket, &interest) == 0;
+}
+
+void client_poller::serve_again(std::uint64_t key) {
+  const auto found = entries_.find(key);
+  if (found == entries_.end() || std::exchange(found->second.again_queued, true)) return;
+  again_.push_back(key);
+}
+
+bool client_poller::flush_later(std::uint64_t key) {
+  if (!in_wakeup_) return false;
+  const auto found = entries_.find(key);
+  if (found != entries_.end() && !std::exchange(found->second.flush_queued, true)) {
+    flushes_.push_back(key);
+  }
+  return true;
+}
+
+void client_poller::wait() {
+  set_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                  [this](const boost::system::error_code& error) {
+                    if (!error) serve();  // else closed: the loop is going
+                  });
+}
+
+void client_poller::deliver(std::uint64_t key, std::uint32_t events) {
+  const auto found = entries_.find(key);
+  if (found == entries_.end()) return;  // removed earlier in this wake-up
+  // The session may end while it serves; it stays alive until it returns.
+  const auto keep = found->second.client->shared_from_this();
+  keep->on_events(events);
+}
+
+void client_poller::flush_queued() {
+  // By index: a session that ends while writing may have others queue theirs.
+  std::size_t next = 0;
+#ifdef GPUMEM_WITH_IO_URING
+  const auto send_batch_now = [this] {
+    batch_->run([this](std::uint64_t key, std::size_t sent, std::vector<unique_fd>&,
+                       const std::error_code& error) {
+      const auto found = entries_.find(key);
+      if (found == entries_.end()) return;
+      const auto keep = found->second.client->shared_from_this();
+      keep->replies_sent(sent, error);
+    });
+  };
+  while (batch_ && (next < flushes_.size() || !batch_->empty())) {
+    if (next == flushes_.size() || batch_->full()) {
+      send_batch_now();
+      continue;
+    }
+    const auto found = entries_.find(flushes_[next++]);
+    if (found == entries_.end()) continue;
+    found->second.flush_queued = false;
+    const auto keep = found->second.client->shared_from_this();
+    if (!keep->queue_replies(*batch_)) keep->flush_replies();
+  }
+#endif
+  for (; next < flushes_.size(); ++next) {
+    const auto found = entries_.find(flushes_[next]);
+    if (found == entries_.end()) continue;
+    found->second.flush_queued = false;
+    const auto keep = found->second.client->shared_from_this();
+    keep->flush_replies();
+  }
+  flushes_.clear();
+}
+
+void client_poller::serve_ready(int count) {
+#ifdef GPUMEM_WITH_IO_URING
+  if (batch_) {
+    // Reads first, all in one submission; the sessions that do not read now are served after.
+    batched_events_.clear();
+    for (int i = 0; i < count; ++i) {
+      const auto found = entries_.find(events_[i].data.u64);
+      if (found != entries_.end() &&
+          found->second.client->queue_receive(*batch_, events_[i].events)) {
+        batched_events_.push_back(events_[i].events);
+        events_[i].data.u64 = 0;  // served through the batch; no key is 0
+      }
+    }
+    std::size_t index = 0;
+    batch_->run([&](std::uint64_t key, std::size_t bytes, std::vector<unique_fd>& fds,
+                    const std::error_code& error) {
+      const std::uint32_t events = batched_events_[index++];
+      const auto found = entries_.find(key);
+      if (found == entries_.end()) return;
+      const auto keep = found->second.client->shared_from_this();
+      keep->received(events, bytes, fds, error);
+    });
+  }
+#endif
+  for (int i = 0; i < count; ++i) {
+    if (events_[i].data.u64 != 0) deliver(events_[i].data.u64, events_[i].events);
+  }
+}
+
+void client_poller::serve() {
+  in_wakeup_ = true;
+  int count;
+  do {
+    count = ::epoll_wait(set_.native_handle(), events_.data(), static_cast<int>(events_.size()), 0);
+  } while (count < 0 && errno == EINTR);
+  serving_again_.swap(again_);
+  for (const std::uint64_t key : serving_again_) {
+    const auto found = entries_.find(key);
+    if (found == entries_.end()) continue;
+    found->second.again_queued = false;
+    deliver(key, 0);
+  }
+  serving_again_.clear();
+  serve_ready(count);
+  flush_queued();
+  in_wakeup_ = false;
+  if (again_.empty() && count < static_cast<int>(events_.size())) {
+    wait();
+  } else {
+    // Input is left that no new event will announce: come back after the loop's other work.
+    boost::asio::post(io_, [this] { serve(); });
+  }
+}
+
+}  // namespace gpumem::daemon

@@ -1,0 +1,83 @@
+#pragma once
+/// @file
+/// @brief The epoll set of the clients' connections, watched by the loop as one descriptor.
+///
+/// Each connection is registered once, edge-triggered for input (output only while a reply
+/// waits for room), so a request costs no epoll_ctl: Asio re-arms a descriptor's registration
+/// for every wait on it, once per request. A wake-up of the loop serves every ready connection
+/// (each at most session::kFramesPerWakeup requests, so one client's flood cannot hold the
+/// others), and only then writes each connection's replies, one sendmsg per connection: the
+/// clients woken by the replies do not preempt the loop before it has served the rest. With
+/// io_uring (net/io_batch.hpp), the reads of a wake-up take one system call, and so do its
+/// replies.
+
+#include <sys/epoll.h>
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "net/asio.hpp"
+#ifdef GPUMEM_WITH_IO_URING
+#include "net/io_batch.hpp"
+#endif
+
+namespace gpumem::daemon {
+
+class session;
+
+class client_poller {
+ public:
+  explicit client_poller(boost::asio::io_context& io);
+  client_poller(const client_poller&) = delete;
+  client_poller& operator=(const client_poller&) = delete;
+
+  boost::asio::io_context& context() const noexcept { return io_; }
+
+  /// @brief Watches @p socket for @p client until remove(); readiness already there is reported.
+  /// @return the key the session names itself by in the calls below.
+  /// @throws std::system_error when epoll refuses the descriptor.
+  std::uint64_t add(int socket, session& client);
+  /// @brief Stops watching; call before the socket closes. Events already taken are dropped.
+  void remove(std::uint64_t key, int socket) noexcept;
+  /// @brief Reports output room to the session (EPOLLOUT) while @p on.
+  /// @return false when epoll refused the change (ENOMEM).
+  bool watch_output(std::uint64_t key, int socket, bool on) noexcept;
+  /// @brief Serves the session again at the next wake-up, with no new event: it stopped at its
+  /// share of this one with input left.
+  void serve_again(std::uint64_t key);
+  /// @brief Has the session's replies written at the end of this wake-up.
+  /// @return false outside a wake-up: the caller writes now.
+  bool flush_later(std::uint64_t key);
+
+ private:
+  struct entry {
+    session* client;
+    bool again_queued = false;
+    bool flush_queued = false;
+  };
+  void wait();
+  void serve();
+  void deliver(std::uint64_t key, std::uint32_t events);
+  void flush_queued();
+  /// Serves the ready connections; with a batch, makes their first reads in one system call.
+  void serve_ready(int count);
+
+  boost::asio::io_context& io_;
+  /// The epoll descriptor itself; the loop waits for it to become readable.
+  boost::asio::posix::stream_descriptor set_;
+  std::unordered_map<std::uint64_t, entry> entries_;
+  std::uint64_t next_key_ = 1;
+  std::vector<epoll_event> events_;
+  std::vector<std::uint64_t> again_;
+  std::vector<std::uint64_t> serving_again_;
+  std::vector<std::uint64_t> flushes_;
+  bool in_wakeup_ = false;
+#ifdef GPUMEM_WITH_IO_URING
+  std::unique_ptr<io_batch> batch_ = io_batch::make();  ///< null: the kernel refuses io_uring
+  std::vector<std::uint32_t> batched_events_;           ///< the events each queued read answers
+#endif
+};
+
+}  // namespace gpumem::daemon
