@@ -348,6 +348,34 @@ TEST(Channel, AHundredThousandItemsArriveCompleteAndInOrderAtEveryConsumer) {
   expect_line(second, "ok 100000");
 }
 
+TEST(Channel, ABatchOfNoItemsOrMoreThanTheSlotsOrThanHeldIsRefusedByName) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  const ChannelOptions options{.slots = 4, .slot_bytes = 64, .consumers = 1};
+  auto producer = client.channel("batches", ChannelRole::producer, options);
+  auto consumer = client.channel("batches", ChannelRole::consumer, options);
+  const auto refused = [](auto&& call, const char* rule) {
+    try {
+      call();
+      ADD_FAILURE() << "not refused: " << rule;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.status(), errc::invalid_argument);
+      EXPECT_NE(std::string(error.what()).find("channel 'batches'"), std::string::npos)
+          << error.what();
+      EXPECT_NE(std::string(error.what()).find(rule), std::string::npos) << error.what();
+    }
+  };
+  // Checked before any CUDA call: the same refusals where there is no GPU.
+  refused([&] { producer.acquire_slot(nullptr, 0); }, "a count of 0 items");
+  refused([&] { consumer.acquire(nullptr, 5); }, "1 to 4 (the channel's slots)");
+  refused([&] { consumer.release(nullptr, 1); }, "no slot is held");
+  // The host forms hold one item: a batched release of two is more than held.
+  const auto slot = producer.acquire_slot();
+  refused([&] { producer.publish(nullptr, 2); }, "1 to 1 (the items held)");
+  EXPECT_EQ(producer.slot_data(slot.sequence), slot.data);
+  EXPECT_EQ(producer.slot_data(slot.sequence + 4), slot.data) << "the ring wraps";
+}
+
 TEST(Channel, AKilledConsumerBreaksTheProducer) {
   daemon_process daemon;
   auto client = daemon.connect();

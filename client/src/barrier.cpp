@@ -85,22 +85,20 @@ BarrierStatus Barrier::arrive_and_wait() {
 
 Barrier::Token Barrier::arrive(Stream stream) {
   detail::check_open(state_.get(), "Barrier");
-  const int device = detail::cuda_sync::device_of(stream);
-  state_->object.enter(sync::domain::device, device);
+  detail::cuda_sync::stream_ops ops(stream);
+  state_->object.enter(sync::domain::device, ops.device());
   const Token token = state_->next_round();
-  detail::cuda_sync::write_value(stream, state_->count_address(device, state_->object.party()),
-                                 token.round);
+  ops.write_value(state_->count_address(ops.device(), state_->object.party()), token.round);
   return token;
 }
 
 void Barrier::wait(Token token, Stream stream) {
   detail::check_open(state_.get(), "Barrier");
-  const int device = detail::cuda_sync::device_of(stream);
-  state_->object.enter(sync::domain::device, device);
+  detail::cuda_sync::stream_ops ops(stream);
+  state_->object.enter(sync::domain::device, ops.device());
   for (std::uint32_t party = 0; party < state_->counters.parties(); ++party) {
     if (party == state_->object.party()) continue;
-    detail::cuda_sync::wait_value(stream, state_->count_address(device, party), token.round,
-                                  wait_kind::at_least);
+    ops.wait_value(state_->count_address(ops.device(), party), token.round, wait_kind::at_least);
   }
 }
 

@@ -35,9 +35,11 @@ struct Channel::state {
     return object.signal_word(device,
                               offsetof(sync::signal_cell, counts) + party * sizeof(std::uint32_t));
   }
-  /// The producer may refill slot `sequence % slots` once every consumer released the item
-  /// that used it before.
-  std::uint32_t reuse_target() const { return static_cast<std::uint32_t>(next + 1 - slots); }
+  /// The producer may refill the slots of items next .. next + count - 1 once every consumer
+  /// released the items that used them before.
+  std::uint32_t reuse_target(std::uint32_t count) const {
+    return static_cast<std::uint32_t>(next + count - slots);
+  }
   void check_role(bool wants_producer, const char* call) const {
     if (producer != wants_producer) {
       throw Error(errc::invalid_argument,
@@ -46,10 +48,21 @@ struct Channel::state {
     }
   }
   void check_turn(bool wants_held, const char* call) const {
-    if (holding != wants_held) {
+    if ((held != 0) != wants_held) {
       throw Error(errc::invalid_argument,
                   std::string(call) + " on channel '" + object.name() +
                       (wants_held ? "': no slot is held" : "': the previous slot is still held"));
+    }
+  }
+  /// For the batched forms: @p count items to take (at most every slot) or to hand on (at
+  /// most those held).
+  void check_count(std::uint32_t count, bool handing_on, const char* call) const {
+    const std::uint32_t most = handing_on ? held : slots;
+    if (count == 0 || count > most) {
+      throw Error(errc::invalid_argument,
+                  std::string(call) + " on channel '" + object.name() + "': a count of " +
+                      std::to_string(count) + " items; it must be 1 to " + std::to_string(most) +
+                      (handing_on ? " (the items held)" : " (the channel's slots)"));
     }
   }
 
@@ -59,8 +72,8 @@ struct Channel::state {
   std::uint32_t slots;
   std::size_t slot_bytes;
   bool producer;
-  std::uint64_t next = 0;  ///< the item this party handles next
-  bool holding = false;
+  std::uint64_t next = 0;  ///< the oldest item this party holds, or the next it takes
+  std::uint32_t held = 0;  ///< items acquired and not yet handed on
 };
 
 Channel::Channel() noexcept = default;
@@ -75,11 +88,11 @@ Channel::Slot Channel::acquire_slot() {
   state_->check_turn(false, "acquire_slot");
   state_->object.enter(sync::domain::host);
   for (std::uint32_t consumer = 1; consumer < state_->counters.parties(); ++consumer) {
-    if (state_->counters.wait_for(consumer, state_->reuse_target()) != sync::wait_status::ok) {
+    if (state_->counters.wait_for(consumer, state_->reuse_target(1)) != sync::wait_status::ok) {
       return {nullptr, state_->next, BarrierStatus::broken};
     }
   }
-  state_->holding = true;
+  state_->held = 1;
   return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
 }
 
@@ -88,7 +101,7 @@ void Channel::publish() {
   state_->check_role(true, "publish");
   state_->check_turn(true, "publish");
   state_->counters.publish(kProducer, static_cast<std::uint32_t>(++state_->next));
-  state_->holding = false;
+  --state_->held;
 }
 
 Channel::Slot Channel::acquire() {
@@ -100,7 +113,7 @@ Channel::Slot Channel::acquire() {
   if (state_->counters.wait_for(kProducer, published) != sync::wait_status::ok) {
     return {nullptr, state_->next, BarrierStatus::broken};
   }
-  state_->holding = true;
+  state_->held = 1;
   return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
 }
 
@@ -109,53 +122,79 @@ void Channel::release() {
   state_->check_role(false, "release");
   state_->check_turn(true, "release");
   state_->counters.publish(state_->object.party(), static_cast<std::uint32_t>(++state_->next));
-  state_->holding = false;
+  --state_->held;
 }
 
+// One item at a time: kept beside the counted forms, which came later, for programs linked
+// against libgpumem.so.0 before them (scripts/abi-check).
 Channel::Slot Channel::acquire_slot(Stream stream) {
+  return acquire_slot(stream, 1);
+}
+void Channel::publish(Stream stream) {
+  publish(stream, 1);
+}
+Channel::Slot Channel::acquire(Stream stream) {
+  return acquire(stream, 1);
+}
+void Channel::release(Stream stream) {
+  release(stream, 1);
+}
+
+Channel::Slot Channel::acquire_slot(Stream stream, std::uint32_t count) {
   detail::check_open(state_.get(), "Channel");
   state_->check_role(true, "acquire_slot");
   state_->check_turn(false, "acquire_slot");
-  const int device = detail::cuda_sync::device_of(stream);
-  state_->object.enter(sync::domain::device, device);
+  state_->check_count(count, false, "acquire_slot");
+  detail::cuda_sync::stream_ops ops(stream);
+  state_->object.enter(sync::domain::device, ops.device());
   for (std::uint32_t consumer = 1; consumer < state_->object.parties(); ++consumer) {
-    detail::cuda_sync::wait_value(stream, state_->count_address(device, consumer),
-                                  state_->reuse_target(), wait_kind::at_least);
+    ops.wait_value(state_->count_address(ops.device(), consumer), state_->reuse_target(count),
+                   wait_kind::at_least);
   }
-  state_->holding = true;
+  state_->held = count;
   return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
 }
 
-void Channel::publish(Stream stream) {
+void Channel::publish(Stream stream, std::uint32_t count) {
   detail::check_open(state_.get(), "Channel");
   state_->check_role(true, "publish");
   state_->check_turn(true, "publish");
-  const int device = detail::cuda_sync::device_of(stream);
-  detail::cuda_sync::write_value(stream, state_->count_address(device, kProducer),
-                                 static_cast<std::uint32_t>(++state_->next));
-  state_->holding = false;
+  state_->check_count(count, true, "publish");
+  detail::cuda_sync::stream_ops ops(stream);
+  state_->next += count;
+  state_->held -= count;
+  ops.write_value(state_->count_address(ops.device(), kProducer),
+                  static_cast<std::uint32_t>(state_->next));
 }
 
-Channel::Slot Channel::acquire(Stream stream) {
+Channel::Slot Channel::acquire(Stream stream, std::uint32_t count) {
   detail::check_open(state_.get(), "Channel");
   state_->check_role(false, "acquire");
   state_->check_turn(false, "acquire");
-  const int device = detail::cuda_sync::device_of(stream);
-  state_->object.enter(sync::domain::device, device);
-  detail::cuda_sync::wait_value(stream, state_->count_address(device, kProducer),
-                                static_cast<std::uint32_t>(state_->next + 1), wait_kind::at_least);
-  state_->holding = true;
+  state_->check_count(count, false, "acquire");
+  detail::cuda_sync::stream_ops ops(stream);
+  state_->object.enter(sync::domain::device, ops.device());
+  ops.wait_value(state_->count_address(ops.device(), kProducer),
+                 static_cast<std::uint32_t>(state_->next + count), wait_kind::at_least);
+  state_->held = count;
   return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
 }
 
-void Channel::release(Stream stream) {
+void Channel::release(Stream stream, std::uint32_t count) {
   detail::check_open(state_.get(), "Channel");
   state_->check_role(false, "release");
   state_->check_turn(true, "release");
-  const int device = detail::cuda_sync::device_of(stream);
-  detail::cuda_sync::write_value(stream, state_->count_address(device, state_->object.party()),
-                                 static_cast<std::uint32_t>(++state_->next));
-  state_->holding = false;
+  state_->check_count(count, true, "release");
+  detail::cuda_sync::stream_ops ops(stream);
+  state_->next += count;
+  state_->held -= count;
+  ops.write_value(state_->count_address(ops.device(), state_->object.party()),
+                  static_cast<std::uint32_t>(state_->next));
+}
+
+void* Channel::slot_data(std::uint64_t sequence) const {
+  detail::check_open(state_.get(), "Channel");
+  return state_->slot_data(sequence);
 }
 
 device::counters_ref Channel::device(int device) {

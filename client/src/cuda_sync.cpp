@@ -1,5 +1,6 @@
 #include "cuda_sync.hpp"
 
+#include <array>
 #include <utility>
 
 #ifdef GPUMEM_WITH_CUDA
@@ -80,28 +81,55 @@ device_mapping register_host_page(void* page, std::size_t size) {
   return {address, std::move(held)};
 }
 
-int device_of(Stream stream) {
+stream_ops::stream_ops(Stream stream) : stream_(stream) {
   const cuda::driver_api& cu = cuda_driver();
-  context_scope scope(cu, context_of(cu, stream));
+  const CUcontext context = context_of(cu, stream);
+  CUcontext current = nullptr;
+  check_cuda(cu.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current != context) {
+    check_cuda(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+    previous_context_ = current;
+    changed_ = true;
+  }
   CUdevice device = 0;
-  check_cuda(cu.cuCtxGetDevice(&device), "cuCtxGetDevice");
-  return static_cast<int>(device);
+  if (const CUresult status = cu.cuCtxGetDevice(&device); status != CUDA_SUCCESS) {
+    if (changed_) cu.cuCtxSetCurrent(current);
+    check_cuda(status, "cuCtxGetDevice");
+  }
+  device_ = static_cast<int>(device);
 }
 
-void wait_value(Stream stream, std::uint64_t address, std::uint32_t value, wait_kind kind) {
-  const cuda::driver_api& cu = cuda_driver();
-  context_scope scope(cu, context_of(cu, stream));
-  check_cuda(cu.cuStreamWaitValue32(
-                 stream, address, value,
+stream_ops::~stream_ops() {
+  if (changed_) cuda_driver().cuCtxSetCurrent(static_cast<CUcontext>(previous_context_));
+}
+
+void stream_ops::wait_value(std::uint64_t address, std::uint32_t value, wait_kind kind) {
+  check_cuda(cuda_driver().cuStreamWaitValue32(
+                 stream_, address, value,
                  kind == wait_kind::equal ? CU_STREAM_WAIT_VALUE_EQ : CU_STREAM_WAIT_VALUE_GEQ),
              "cuStreamWaitValue32");
 }
 
-void write_value(Stream stream, std::uint64_t address, std::uint32_t value) {
-  const cuda::driver_api& cu = cuda_driver();
-  context_scope scope(cu, context_of(cu, stream));
-  check_cuda(cu.cuStreamWriteValue32(stream, address, value, CU_STREAM_WRITE_VALUE_DEFAULT),
-             "cuStreamWriteValue32");
+void stream_ops::write_value(std::uint64_t address, std::uint32_t value) {
+  check_cuda(
+      cuda_driver().cuStreamWriteValue32(stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT),
+      "cuStreamWriteValue32");
+}
+
+void stream_ops::write_values(std::span<const value_write> writes) {
+  constexpr std::size_t kMostAtOnce = 8;
+  if (writes.size() > kMostAtOnce) throw Error(errc::invalid_argument, "too many stream writes");
+  std::array<CUstreamBatchMemOpParams, kMostAtOnce> operations{};
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    auto& write = operations[i].writeValue;
+    write.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    write.address = writes[i].address;
+    write.value = writes[i].value;
+    write.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  }
+  check_cuda(cuda_driver().cuStreamBatchMemOp(stream_, static_cast<unsigned>(writes.size()),
+                                              operations.data(), 0),
+             "cuStreamBatchMemOp");
 }
 
 #else
@@ -123,13 +151,17 @@ device_mapping map_signal_page(int, int, std::size_t) {
 device_mapping register_host_page(void*, std::size_t) {
   no_cuda();
 }
-int device_of(Stream) {
+stream_ops::stream_ops(Stream stream) : stream_(stream) {
   no_cuda();
 }
-void wait_value(Stream, std::uint64_t, std::uint32_t, wait_kind) {
+stream_ops::~stream_ops() = default;
+void stream_ops::wait_value(std::uint64_t, std::uint32_t, wait_kind) {
   no_cuda();
 }
-void write_value(Stream, std::uint64_t, std::uint32_t) {
+void stream_ops::write_value(std::uint64_t, std::uint32_t) {
+  no_cuda();
+}
+void stream_ops::write_values(std::span<const value_write>) {
   no_cuda();
 }
 

@@ -13,12 +13,14 @@
 //                      wait(stream), check every slot on the GPU; print "ok" or "bad N"
 //   barrier-join NAME PARTIES
 //                      join in the GPU domain, print "ready", wait to be killed
-//   stream-channel-produce NAME ITEMS CONSUMERS SLOTS BYTES
-//   stream-channel-consume NAME ITEMS CONSUMERS SLOTS BYTES
-//                      pass patterned items in stream order; the consumer checks each on the
+//   stream-channel-produce NAME ITEMS CONSUMERS SLOTS BYTES [BATCH]
+//   stream-channel-consume NAME ITEMS CONSUMERS SLOTS BYTES [BATCH]
+//                      pass patterned items in stream order, BATCH at a time (default 1; the
+//                      consumer hands a batch on in two parts); the consumer checks each on the
 //                      GPU and prints "ok ITEMS" or "bad N"
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -68,18 +70,27 @@ int pass_items(gpumem::Client& client, bool producing, char** argv, stream_t str
                                        .device = 0};
   auto channel = client.channel(
       argv[2], producing ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
+  const std::uint64_t batch = argv[7] != nullptr ? std::stoull(argv[7]) : 1;
   error_count errors(client, stream);
-  for (std::uint64_t item = 0; item < items; ++item) {
-    const auto seed = static_cast<std::uint32_t>(item);
+  for (std::uint64_t item = 0; item < items;) {
+    const auto count = static_cast<std::uint32_t>(std::min(batch, items - item));
     if (producing) {
-      const auto slot = channel.acquire_slot(stream);
-      fill_on_device(slot.data, options.slot_bytes, seed, stream);
-      channel.publish(stream);
+      const auto first = channel.acquire_slot(stream, count);
+      for (std::uint32_t k = 0; k < count; ++k) {
+        fill_on_device(channel.slot_data(first.sequence + k), options.slot_bytes,
+                       static_cast<std::uint32_t>(item + k), stream);
+      }
+      channel.publish(stream, count);
     } else {
-      const auto slot = channel.acquire(stream);
-      count_mismatches(slot.data, options.slot_bytes, seed, errors.device(), stream);
-      channel.release(stream);
+      const auto first = channel.acquire(stream, count);
+      for (std::uint32_t k = 0; k < count; ++k) {
+        count_mismatches(channel.slot_data(first.sequence + k), options.slot_bytes,
+                         static_cast<std::uint32_t>(item + k), errors.device(), stream);
+      }
+      channel.release(stream, 1);
+      if (count > 1) channel.release(stream, count - 1);
     }
+    item += count;
   }
   const auto bad = errors.read();
   if (producing) {
@@ -162,7 +173,8 @@ int run(int argc, char** argv) {
     say("ready");
     wait_forever();
   }
-  if ((command == "stream-channel-produce" || command == "stream-channel-consume") && argc == 7) {
+  if ((command == "stream-channel-produce" || command == "stream-channel-consume") &&
+      (argc == 7 || argc == 8)) {
     return pass_items(client, command == "stream-channel-produce", argv, stream);
   }
   std::fprintf(stderr, "gpumem_gpu_sync_peer: bad arguments\n");

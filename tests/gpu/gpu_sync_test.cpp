@@ -38,6 +38,22 @@ class GpuSync : public ::testing::Test {
     ASSERT_TRUE(line.has_value()) << "expected '" << prefix << "', got nothing";
     EXPECT_TRUE(line->starts_with(prefix)) << "expected '" << prefix << "', got '" << *line << "'";
   }
+  /// A producer and two consumer peers pass items through channel @p name of @p shape (the
+  /// peer's ITEMS CONSUMERS SLOTS BYTES [BATCH]); each consumer must say @p verdict.
+  void pass_through_channel(const std::string& name, const std::vector<std::string>& shape,
+                            const std::string& verdict) const {
+    auto with = [&](const char* command) {
+      std::vector<std::string> args{command, name};
+      args.insert(args.end(), shape.begin(), shape.end());
+      return peer(args);
+    };
+    auto producer = with("stream-channel-produce");
+    auto first = with("stream-channel-consume");
+    auto second = with("stream-channel-consume");
+    expect_line(producer, "done");
+    expect_line(first, verdict);
+    expect_line(second, verdict);
+  }
   /// A zeroed named device buffer.
   Buffer zeroed(const std::string& name, std::size_t size) {
     auto buffer = client->allocate(size, {.device = 0, .name = name, .stream = stream});
@@ -153,18 +169,12 @@ TEST_F(GpuSync, AStreamWaitingOnADeadPartyIsReleasedAndTheBarrierBroken) {
 }
 
 TEST_F(GpuSync, StreamOrderedChannelDeliversEveryItemToEveryConsumer) {
-  const std::vector<std::string> shape{"500", "2", "4", "65536"};
-  auto with = [&](const char* command) {
-    std::vector<std::string> args{command, "gpu.frames"};
-    args.insert(args.end(), shape.begin(), shape.end());
-    return peer(args);
-  };
-  auto producer = with("stream-channel-produce");
-  auto first = with("stream-channel-consume");
-  auto second = with("stream-channel-consume");
-  expect_line(producer, "done");
-  expect_line(first, "ok 500");
-  expect_line(second, "ok 500");
+  pass_through_channel("gpu.frames", {"500", "2", "4", "65536"}, "ok 500");
+}
+
+TEST_F(GpuSync, StreamOrderedChannelDeliversBatchesOfItemsToEveryConsumer) {
+  // 501 items, 3 at a time through 8 slots: batches wrap the ring, the last one is short.
+  pass_through_channel("gpu.batches", {"501", "2", "8", "65536", "3"}, "ok 501");
 }
 
 }  // namespace

@@ -168,12 +168,25 @@ class GPUMEM_API Channel {
   Slot acquire();
   void release();
 
-  /// Stream-ordered forms: the waits and signals happen on @p stream; the host only computes
-  /// the slot's address.
+  /// @brief Stream-ordered forms: the waits and signals happen on @p stream; the host only
+  /// computes the slot's address.
+  ///
+  /// @p count items at once (1 to slots()) take one stream memory operation for all of them,
+  /// which is what an item costs a consumer beside its own work (sync_bench: 1 MiB items copied
+  /// out one at a time run at 0.6 of the bare copies). The slot returned is the first; item k
+  /// of the batch is at slot_data(slot.sequence + k). release() and publish() may hand on
+  /// fewer than are held, oldest first; the next acquire waits until all were handed on.
+  /// @throws Error(invalid_argument) for a count of 0, above slots(), or above what is held.
   Slot acquire_slot(Stream stream);
   void publish(Stream stream);
   Slot acquire(Stream stream);
   void release(Stream stream);
+  Slot acquire_slot(Stream stream, std::uint32_t count);
+  void publish(Stream stream, std::uint32_t count);
+  Slot acquire(Stream stream, std::uint32_t count);
+  void release(Stream stream, std::uint32_t count);
+  /// @brief Where item @p sequence lives: its slot in buffer().
+  void* slot_data(std::uint64_t sequence) const;
 
   /// @brief The counters as kernels use them: party 0 publishes, party c >= 1 consumes.
   device::counters_ref device(int device = 0);

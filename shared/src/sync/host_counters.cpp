@@ -12,7 +12,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr auto kSpinBeforeSleep = 20us;
 /// A sleeper re-checks the broken flag this often: the daemon's wake-up can come between a
 /// waiter's check and its sleep.
 constexpr auto kLongestSleep = 10ms;
@@ -62,14 +61,19 @@ wait_status host_counters::wait_for(std::uint32_t party, std::uint32_t target,
 
 wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
                                      std::optional<clock::time_point> deadline) noexcept {
-  const auto spin_until = clock::now() + kSpinBeforeSleep;
+  const auto started = clock::now();
+  const auto spin_until = started + spin_.now();
   const std::uint32_t started_in = epoch();
+  bool slept = false;
   for (unsigned spins = 0;; ++spins) {
     // What was reached stays reached, also once the cell broke; a reset ends the rounds of
     // the epoch the wait began in.
     const std::uint32_t seen = ref(word).load(std::memory_order_acquire);
     if (epoch() != started_in) return wait_status::broken;
-    if (reached(seen, target)) return wait_status::ok;
+    if (reached(seen, target)) {
+      spin_.learn(clock::now() - started, slept);
+      return wait_status::ok;
+    }
     if (broken()) return wait_status::broken;
     const auto now = clock::now();
     if (deadline && now >= *deadline) return wait_status::timeout;
@@ -84,6 +88,7 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
     }
     std::chrono::nanoseconds nap = kLongestSleep;
     if (deadline) nap = std::min(nap, std::chrono::nanoseconds(*deadline - now));
+    slept = true;
     futex_wait(&word, seen, nap);
   }
 }

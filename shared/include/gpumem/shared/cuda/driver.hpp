@@ -36,6 +36,7 @@ namespace gpumem::cuda {
   X(cuStreamGetCtx)                     \
   X(cuStreamWriteValue32)               \
   X(cuStreamWaitValue32)                \
+  X(cuStreamBatchMemOp)                 \
   X(cuEventCreate)                      \
   X(cuEventDestroy)                     \
   X(cuEventRecord)                      \

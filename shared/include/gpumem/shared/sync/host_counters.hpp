@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "gpumem/shared/sync/layout.hpp"
+#include "gpumem/shared/sync/spin_budget.hpp"
 
 namespace gpumem::sync {
 
@@ -45,6 +46,7 @@ class host_counters {
                         std::optional<clock::time_point> deadline) noexcept;
 
   counter_cell& cell_;
+  spin_budget spin_;
 };
 
 // Daemon side: bounded, and never trusting the cell, which every client can write.

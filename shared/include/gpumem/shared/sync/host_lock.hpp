@@ -46,31 +46,57 @@ class host_lock {
   /// The common case inline: a free lock with no flags taken, or nullopt (then acquire()).
   std::optional<lock_hold> try_acquire_clean() noexcept {
     std::atomic_ref<std::uint64_t> word(cell_.word);
-    std::uint64_t raw = word.load(std::memory_order_relaxed);
-    lock_word current = lock_word::decode(raw);
-    if (current.flags != 0 || !current.free()) return std::nullopt;
-    const lock_hold hold{current.serving, current.epoch};
-    current.next = static_cast<std::uint16_t>(current.next + 1);
-    current.owner = slot_;
-    if (!word.compare_exchange_strong(raw, current.encode(), std::memory_order_acquire,
-                                      std::memory_order_relaxed)) {
-      return std::nullopt;
+    // Expects the word as this process last left it instead of loading it first: on x86 a load
+    // just after a locked instruction on the same line waits for that instruction to complete,
+    // which doubled the cost of an uncontended lock + unlock (36 ns against 18 for two bare
+    // compare-and-swaps on an H100 host). A wrong guess costs one failed compare-and-swap,
+    // which returns the word as it is.
+    std::uint64_t raw = last_word_.load(std::memory_order_relaxed);
+    for (int look = 0; look < 2; ++look) {
+      lock_word current = lock_word::decode(raw);
+      if (current.flags != 0 || !current.free()) {
+        if (look == 0) {
+          raw = word.load(std::memory_order_relaxed);
+          continue;
+        }
+        return std::nullopt;
+      }
+      const lock_hold hold{current.serving, current.epoch};
+      current.next = static_cast<std::uint16_t>(current.next + 1);
+      current.owner = slot_;
+      const std::uint64_t taken = current.encode();
+      if (word.compare_exchange_strong(raw, taken, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        last_word_.store(taken, std::memory_order_relaxed);
+        return hold;
+      }
     }
-    return hold;
+    return std::nullopt;
   }
   /// The common case inline: nobody queued and no flags; false means release() is needed.
   bool release_alone(lock_hold hold) noexcept {
     std::atomic_ref<std::uint64_t> word(cell_.word);
-    std::uint64_t raw = word.load(std::memory_order_relaxed);
-    lock_word current = lock_word::decode(raw);
-    if (current.flags != 0 || current.owner != slot_ || current.serving != hold.ticket ||
-        current.epoch != hold.epoch || current.queued() != 1) {
-      return false;
+    std::uint64_t raw = last_word_.load(std::memory_order_relaxed);  // see try_acquire_clean()
+    for (int look = 0; look < 2; ++look) {
+      lock_word current = lock_word::decode(raw);
+      if (current.flags != 0 || current.owner != slot_ || current.serving != hold.ticket ||
+          current.epoch != hold.epoch || current.queued() != 1) {
+        if (look == 0) {
+          raw = word.load(std::memory_order_relaxed);
+          continue;
+        }
+        return false;
+      }
+      current.serving = static_cast<std::uint16_t>(current.serving + 1);
+      current.owner = 0;
+      const std::uint64_t released = current.encode();
+      if (word.compare_exchange_strong(raw, released, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
+        last_word_.store(released, std::memory_order_relaxed);
+        return true;
+      }
     }
-    current.serving = static_cast<std::uint16_t>(current.serving + 1);
-    current.owner = 0;
-    return word.compare_exchange_strong(raw, current.encode(), std::memory_order_release,
-                                        std::memory_order_relaxed);
+    return false;
   }
   /// @brief Waits in FIFO order until acquired or @p deadline (none: no limit).
   acquire_result acquire(std::optional<clock::time_point> deadline = std::nullopt) noexcept;
@@ -87,6 +113,8 @@ class host_lock {
 
   lock_cell& cell_;
   std::uint16_t slot_;
+  /// The word as this process's last fast acquire or release left it: a guess, never trusted.
+  std::atomic<std::uint64_t> last_word_{0};
 };
 
 // Daemon side. Every client can write the cell, so the daemon never trusts it: each function
