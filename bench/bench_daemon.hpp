@@ -8,21 +8,31 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
 class bench_daemon {
  public:
   /// @param log_level gpumemd's --log-level: its log goes to this process's stderr.
+  /// @param config_yaml empty: the built-in configuration; else the text of gpumemd's --config.
   explicit bench_daemon(const std::string& binary, const char* prefix,
-                        const std::string& log_level = "warn") {
+                        const std::string& log_level = "warn",
+                        const std::string& config_yaml = {}) {
     std::string pattern = std::string("/tmp/") + prefix + "-XXXXXX";
     folder_ = ::mkdtemp(pattern.data());
     socket_ = folder_ + "/gpumemd.sock";
+    const std::string config = folder_ + "/gpumemd.yaml";
+    if (!config_yaml.empty()) std::ofstream(config) << config_yaml;
     pid_ = ::fork();
     if (pid_ == 0) {
-      ::execl(binary.c_str(), binary.c_str(), "--socket", socket_.c_str(), "--log-level",
-              log_level.c_str(), nullptr);
+      if (config_yaml.empty()) {
+        ::execl(binary.c_str(), binary.c_str(), "--socket", socket_.c_str(), "--log-level",
+                log_level.c_str(), nullptr);
+      } else {
+        ::execl(binary.c_str(), binary.c_str(), "--socket", socket_.c_str(), "--log-level",
+                log_level.c_str(), "--config", config.c_str(), nullptr);
+      }
       ::_exit(127);
     }
     while (!std::filesystem::exists(socket_)) {
@@ -38,6 +48,7 @@ class bench_daemon {
   bench_daemon& operator=(const bench_daemon&) = delete;
 
   const std::string& socket() const noexcept { return socket_; }
+  pid_t pid() const noexcept { return pid_; }
 
  private:
   std::string folder_;

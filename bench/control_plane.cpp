@@ -1,141 +1,442 @@
-// Control-plane benchmark: N client processes send small requests to one gpumemd as fast as
-// they can for a fixed time; prints requests/s and latency percentiles, and, when redis is
-// installed, the same figure for redis-benchmark's GET on a Unix socket, measured in this run.
+// Control-plane benchmark, like for like: gpumemd and redis-server on Unix sockets, driven by the
+// same client code in the same two shapes, one request in flight per connection:
+//   processes: N forked processes, one blocking connection each;
+//   epoll:     N non-blocking connections from one process, served by one epoll loop.
+// Both servers see raw frames (gpumemd's binary protocol, redis's RESP), so neither pays for a
+// client library the other does not. Two requests each: gpumemd's ping against redis's PING,
+// and a small real request, gpumemd's allocate or free of 4 KiB from the host pool against
+// redis's GET of a 3-byte value. Prints requests/s, p50 and p99 for each server, shape, request
+// and N, then the ratios gpumemd/redis of the rates. redis-benchmark's GET rate is an extra line.
 //
-//   control_plane [--seconds S] [--clients 1,16,64] [--daemon PATH]
+//   control_plane [--seconds S] [--clients 1,16,64] [--daemon PATH] [--no-redis-benchmark]
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <regex>
+#include <span>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
-#include "gpumem/gpumem.hpp"
+#include "gpumem/proto/codec.hpp"
 
 namespace {
 
+namespace proto = gpumem::proto;
 using clock_type = std::chrono::steady_clock;
-constexpr std::size_t kMaxSamplesPerClient = 200000;
+using proto::message_type;
 
-enum class workload { ping, allocate_free };
+/// Latencies kept per connection: enough for a percentile, bounded for the shared result area.
+constexpr std::size_t kMaxSamplesPerConnection = 100000;
 
-const char* name_of(workload w) {
-  return w == workload::ping ? "ping" : "allocate+free";
+enum class server_kind { gpumemd, redis };
+enum class request_kind { ping, small };
+enum class client_shape { processes, epoll };
+
+const char* name_of(server_kind server) {
+  return server == server_kind::gpumemd ? "gpumemd" : "redis";
+}
+const char* name_of(client_shape shape) {
+  return shape == client_shape::processes ? "processes" : "epoll";
+}
+const char* name_of(server_kind server, request_kind request) {
+  if (server == server_kind::gpumemd)
+    return request == request_kind::ping ? "ping" : "allocate|free";
+  return request == request_kind::ping ? "PING" : "GET";
 }
 
-// What each child leaves for the parent, in memory shared across fork().
-struct client_result {
-  std::uint64_t requests;
-  std::uint64_t samples;
-  std::uint64_t failed;
-  float latency_us[kMaxSamplesPerClient];  // per request
-};
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error(what);
+}
+[[noreturn]] void fail_errno(const std::string& what) {
+  throw std::system_error(errno, std::system_category(), what);
+}
 
-struct run_result {
-  double requests_per_second;
-  double p50_us;
-  double p99_us;
-  std::uint64_t failed;
-};
-
-void run_client(const std::string& socket, workload kind, clock_type::time_point start,
-                clock_type::time_point stop, client_result& out) {
-  auto client = gpumem::Client::connect({.socket_path = socket, .label = "bench"});
-  client.allocate(4096).release();  // imports the pool before the clock starts
-  std::this_thread::sleep_until(start);
-  const auto record = [&](clock_type::time_point since) {
-    const float us = std::chrono::duration<float, std::micro>(clock_type::now() - since).count();
-    if (out.samples < kMaxSamplesPerClient) out.latency_us[out.samples++] = us;
-    ++out.requests;
-  };
-  while (clock_type::now() < stop) {
-    try {
-      auto t0 = clock_type::now();
-      if (kind == workload::ping) {
-        client.ping();
-        record(t0);
-      } else {
-        auto buffer = client.allocate(4096);
-        record(t0);
-        t0 = clock_type::now();
-        buffer.release();
-        record(t0);
-      }
-    } catch (const gpumem::Error&) {
-      ++out.failed;
-    }
+void write_all(int fd, std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0) fail_errno("send");
+    bytes = bytes.subspan(static_cast<std::size_t>(sent));
   }
 }
 
-run_result run(const std::string& socket, workload kind, int clients, double seconds) {
-  const std::size_t bytes = sizeof(client_result) * static_cast<std::size_t>(clients);
-  void* shared = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (shared == MAP_FAILED) throw std::runtime_error("mmap of the result area failed");
-  auto* results = static_cast<client_result*>(shared);
-  // Every child connects first; the clock starts for all of them at once, 300 ms from now.
-  const auto start = clock_type::now() + std::chrono::milliseconds(300 + 10 * clients);
+int connect_unix(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail_errno("socket");
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    const int error = errno;
+    ::close(fd);
+    errno = error;
+    fail_errno("connect " + path);
+  }
+  return fd;
+}
+
+/// One connection's side of a protocol: the next request, and where a complete reply ends.
+class conversation {
+ public:
+  virtual ~conversation() = default;
+  virtual void append_request(std::vector<std::byte>& out) = 0;
+  /// @return the size of the complete reply at the front of @p in, or 0 while incomplete.
+  /// @throws std::runtime_error when the server refused or answered something else.
+  virtual std::size_t take_reply(std::span<const std::byte> in) = 0;
+};
+
+/// gpumemd's frames: hello once, then pings, or allocate and release turn about.
+class gpumemd_conversation final : public conversation {
+ public:
+  explicit gpumemd_conversation(request_kind kind) : kind_(kind) {}
+
+  void append_hello(std::vector<std::byte>& out) {
+    proto::hello_request hello{};
+    hello.protocol_version = proto::kProtocolVersion;
+    hello.client_pid = static_cast<std::uint32_t>(::getpid());
+    if (proto::make_wire_name("control-plane-bench", hello.client_label)) fail("label");
+    expect_ = message_type::hello;
+    proto::append_frame(out, static_cast<std::uint16_t>(expect_), ++request_id_, hello);
+  }
+
+  void append_request(std::vector<std::byte>& out) override {
+    if (kind_ == request_kind::ping) {
+      expect_ = message_type::ping;
+      proto::append_frame(out, static_cast<std::uint16_t>(expect_), ++request_id_,
+                          proto::empty_payload{});
+    } else if (!held_) {
+      proto::allocate_request allocate{};
+      allocate.size = 4096;
+      allocate.device = proto::kHostDevice;
+      expect_ = message_type::allocate;
+      proto::append_frame(out, static_cast<std::uint16_t>(expect_), ++request_id_, allocate);
+    } else {
+      proto::release_request release{};
+      release.alloc_id = *held_;
+      expect_ = message_type::release;
+      proto::append_frame(out, static_cast<std::uint16_t>(expect_), ++request_id_, release);
+    }
+  }
+
+  std::size_t take_reply(std::span<const std::byte> in) override {
+    proto::frame_view frame;
+    std::error_code error;
+    const auto status = proto::parse_frame(in, frame, error);
+    if (status == proto::parse_status::incomplete) return 0;
+    if (status == proto::parse_status::invalid)
+      fail("gpumemd sent a bad frame: " + error.message());
+    if (frame.head.type == static_cast<std::uint16_t>(message_type::error)) {
+      proto::error_reply refusal{};
+      if (proto::decode_payload(frame.payload, refusal)) fail("gpumemd sent a bad error reply");
+      fail(std::string("gpumemd refused: ") + refusal.text);
+    }
+    if (frame.head.type != proto::reply_type(expect_) || frame.head.request_id != request_id_) {
+      fail("gpumemd answered out of step");
+    }
+    if (expect_ == message_type::allocate) {
+      proto::allocation_reply granted{};
+      if (proto::decode_payload(frame.payload, granted)) fail("gpumemd sent a bad allocation");
+      held_ = granted.alloc_id;
+    } else if (expect_ == message_type::release) {
+      held_.reset();
+    }
+    return frame.frame_size();
+  }
+
+ private:
+  request_kind kind_;
+  message_type expect_ = message_type::hello;
+  std::uint32_t request_id_ = 0;
+  std::optional<std::uint64_t> held_;
+};
+
+/// RESP: "*1\r\n$4\r\nPING\r\n" is answered "+PONG\r\n", a GET "$3\r\nxxx\r\n".
+class redis_conversation final : public conversation {
+ public:
+  explicit redis_conversation(request_kind kind) : kind_(kind) {}
+
+  void append_request(std::vector<std::byte>& out) override {
+    const std::string_view command = kind_ == request_kind::ping
+                                         ? std::string_view("*1\r\n$4\r\nPING\r\n")
+                                         : std::string_view("*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n");
+    const auto* first = reinterpret_cast<const std::byte*>(command.data());
+    out.insert(out.end(), first, first + command.size());
+  }
+
+  std::size_t take_reply(std::span<const std::byte> in) override {
+    const std::string_view text(reinterpret_cast<const char*>(in.data()), in.size());
+    const std::size_t line_end = text.find("\r\n");
+    if (line_end == std::string_view::npos) return 0;
+    if (text.front() == '+') return line_end + 2;
+    if (text.front() == '$') {
+      long length = 0;
+      std::from_chars(text.data() + 1, text.data() + line_end, length);
+      if (length < 0) fail("redis has no value for the key");
+      const std::size_t whole = line_end + 2 + static_cast<std::size_t>(length) + 2;
+      return text.size() >= whole ? whole : 0;
+    }
+    fail("redis answered " + std::string(text.substr(0, line_end)));
+  }
+
+ private:
+  request_kind kind_;
+};
+
+std::unique_ptr<conversation> open_conversation(server_kind server, request_kind request,
+                                                const std::string& socket, int& fd);
+
+/// Sends one request on a blocking socket and reads its reply.
+void round_trip(int fd, conversation& talk, std::vector<std::byte>& out,
+                std::vector<std::byte>& in) {
+  out.clear();
+  talk.append_request(out);
+  write_all(fd, out);
+  std::size_t filled = 0;
+  for (;;) {
+    if (const std::size_t size = talk.take_reply(std::span(in).first(filled))) {
+      if (size != filled) fail("the server answered more than was asked");
+      return;
+    }
+    if (filled == in.size()) in.resize(in.size() * 2);
+    const ssize_t got = ::read(fd, in.data() + filled, in.size() - filled);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail("the server closed the connection");
+    filled += static_cast<std::size_t>(got);
+  }
+}
+
+std::unique_ptr<conversation> open_conversation(server_kind server, request_kind request,
+                                                const std::string& socket, int& fd) {
+  fd = connect_unix(socket);
+  if (server == server_kind::redis) return std::make_unique<redis_conversation>(request);
+  auto talk = std::make_unique<gpumemd_conversation>(request);
+  std::vector<std::byte> out;
+  std::vector<std::byte> in(4096);
+  talk->append_hello(out);
+  write_all(fd, out);
+  std::size_t filled = 0;
+  while (talk->take_reply(std::span(in).first(filled)) == 0) {
+    const ssize_t got = ::read(fd, in.data() + filled, in.size() - filled);
+    if (got <= 0) fail("gpumemd closed the connection at hello");
+    filled += static_cast<std::size_t>(got);
+  }
+  return talk;
+}
+
+// What one connection measured; in memory shared across fork() for the processes shape.
+struct connection_result {
+  std::uint64_t requests;
+  std::uint64_t samples;
+  float latency_us[kMaxSamplesPerConnection];
+
+  void record(clock_type::duration took) {
+    if (samples < kMaxSamplesPerConnection) {
+      latency_us[samples++] = std::chrono::duration<float, std::micro>(took).count();
+    }
+    ++requests;
+  }
+};
+
+struct measurement {
+  double requests_per_second;
+  double p50_us;
+  double p99_us;
+  double server_cpu_us;  ///< the server's main thread's CPU time per request
+};
+
+/// CPU time the thread @p pid has run, from the scheduler's own accounting (nanoseconds, unlike
+/// the ticks of /proc/PID/stat). The main thread is each server's loop.
+std::chrono::nanoseconds cpu_time(pid_t pid) {
+  FILE* file = std::fopen(("/proc/" + std::to_string(pid) + "/schedstat").c_str(), "r");
+  unsigned long long ns = 0;
+  if (file != nullptr) {
+    if (std::fscanf(file, "%llu", &ns) != 1) ns = 0;
+    std::fclose(file);
+  }
+  return std::chrono::nanoseconds(ns);
+}
+
+struct shared_results {
+  connection_result* results;
+  std::size_t bytes;
+  explicit shared_results(int connections)
+      : bytes(sizeof(connection_result) * static_cast<std::size_t>(connections)) {
+    void* area = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED) fail_errno("mmap of the result area");
+    results = static_cast<connection_result*>(area);  // zero-filled
+  }
+  ~shared_results() { ::munmap(results, bytes); }
+  shared_results(const shared_results&) = delete;
+  shared_results& operator=(const shared_results&) = delete;
+};
+
+measurement summarise(std::span<const connection_result> results, double seconds) {
+  std::vector<float> all;
+  std::uint64_t requests = 0;
+  for (const connection_result& each : results) {
+    requests += each.requests;
+    all.insert(all.end(), each.latency_us, each.latency_us + each.samples);
+  }
+  std::sort(all.begin(), all.end());
+  const auto percentile = [&](double p) {
+    return all.empty() ? 0.0
+                       : all[std::min(all.size() - 1, static_cast<std::size_t>(p * all.size()))];
+  };
+  return {static_cast<double>(requests) / seconds, percentile(0.50), percentile(0.99), 0};
+}
+
+struct run_plan {
+  server_kind server;
+  request_kind request;
+  std::string socket;
+  int connections;
+  double seconds;
+};
+
+measurement run_processes(const run_plan& plan) {
+  shared_results area(plan.connections);
+  // Every child connects first; the clock starts for all of them at once.
+  const auto start = clock_type::now() + std::chrono::milliseconds(200 + 5 * plan.connections);
   const auto stop = start + std::chrono::duration_cast<clock_type::duration>(
-                                std::chrono::duration<double>(seconds));
+                                std::chrono::duration<double>(plan.seconds));
   std::vector<pid_t> children;
-  for (int i = 0; i < clients; ++i) {
+  for (int i = 0; i < plan.connections; ++i) {
     const pid_t child = ::fork();
+    if (child < 0) fail_errno("fork");
     if (child == 0) {
-      results[i] = {};
       try {
-        run_client(socket, kind, start, stop, results[i]);
+        int fd = -1;
+        auto talk = open_conversation(plan.server, plan.request, plan.socket, fd);
+        std::vector<std::byte> out;
+        std::vector<std::byte> in(4096);
+        std::this_thread::sleep_until(start);
+        for (auto now = clock_type::now(); now < stop;) {
+          round_trip(fd, *talk, out, in);
+          const auto done = clock_type::now();
+          area.results[i].record(done - now);
+          now = done;
+        }
+        ::close(fd);
       } catch (const std::exception& error) {
-        std::fprintf(stderr, "client %d: %s\n", i, error.what());
+        std::fprintf(stderr, "client process %d: %s\n", i, error.what());
         ::_exit(1);
       }
       ::_exit(0);
     }
     children.push_back(child);
   }
-  for (pid_t child : children) {
+  bool failed = false;
+  for (const pid_t child : children) {
     int status = 0;
     ::waitpid(child, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      throw std::runtime_error("a benchmark client failed");
-    }
+    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
   }
-  std::vector<float> all;
-  run_result result{};
-  std::uint64_t requests = 0;
-  for (int i = 0; i < clients; ++i) {
-    requests += results[i].requests;
-    result.failed += results[i].failed;
-    all.insert(all.end(), results[i].latency_us, results[i].latency_us + results[i].samples);
-  }
-  ::munmap(shared, bytes);
-  std::sort(all.begin(), all.end());
-  const auto percentile = [&](double p) {
-    return all.empty() ? 0.0
-                       : all[std::min(all.size() - 1, static_cast<std::size_t>(p * all.size()))];
-  };
-  result.requests_per_second = static_cast<double>(requests) / seconds;
-  result.p50_us = percentile(0.50);
-  result.p99_us = percentile(0.99);
-  return result;
+  if (failed) fail("a client process failed");
+  return summarise(std::span(area.results, static_cast<std::size_t>(plan.connections)),
+                   plan.seconds);
 }
 
-// A child process that is SIGTERMed and reaped when the owner goes.
-struct server_process {
-  pid_t pid = -1;
+measurement run_epoll(const run_plan& plan) {
+  struct connection {
+    int fd = -1;
+    std::unique_ptr<conversation> talk;
+    std::vector<std::byte> in = std::vector<std::byte>(4096);
+    std::size_t filled = 0;
+    clock_type::time_point sent;
+  };
+  std::vector<connection> connections(static_cast<std::size_t>(plan.connections));
+  std::vector<connection_result> results(connections.size());
+  const int poller = ::epoll_create1(EPOLL_CLOEXEC);
+  if (poller < 0) fail_errno("epoll_create1");
+  for (std::size_t i = 0; i < connections.size(); ++i) {
+    connection& each = connections[i];
+    each.talk = open_conversation(plan.server, plan.request, plan.socket, each.fd);
+    ::fcntl(each.fd, F_SETFL, ::fcntl(each.fd, F_GETFL) | O_NONBLOCK);
+    epoll_event interest{};
+    interest.events = EPOLLIN;
+    interest.data.u64 = i;
+    if (::epoll_ctl(poller, EPOLL_CTL_ADD, each.fd, &interest) != 0) fail_errno("epoll_ctl");
+  }
+  std::vector<std::byte> out;
+  const auto send_next = [&](connection& each) {
+    out.clear();
+    each.talk->append_request(out);
+    each.sent = clock_type::now();
+    // One small request on a socket with nothing else queued: the kernel takes it whole.
+    if (::send(each.fd, out.data(), out.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size())) {
+      fail_errno("send");
+    }
+  };
+  const auto start = clock_type::now();
+  const auto stop = start + std::chrono::duration_cast<clock_type::duration>(
+                                std::chrono::duration<double>(plan.seconds));
+  for (connection& each : connections) send_next(each);
+  std::vector<epoll_event> ready(connections.size());
+  std::size_t in_flight = connections.size();
+  while (in_flight > 0) {
+    const int count = ::epoll_wait(poller, ready.data(), static_cast<int>(ready.size()), 1000);
+    if (count < 0 && errno == EINTR) continue;
+    if (count <= 0) fail(count == 0 ? "the server stopped answering" : "epoll_wait failed");
+    for (int k = 0; k < count; ++k) {
+      const std::size_t i = ready[k].data.u64;
+      connection& each = connections[i];
+      const ssize_t got =
+          ::read(each.fd, each.in.data() + each.filled, each.in.size() - each.filled);
+      if (got < 0 && errno == EAGAIN) continue;
+      if (got <= 0) fail("the server closed a connection");
+      each.filled += static_cast<std::size_t>(got);
+      const std::size_t size = each.talk->take_reply(std::span(each.in).first(each.filled));
+      if (size == 0) {
+        if (each.filled == each.in.size()) each.in.resize(each.in.size() * 2);
+        continue;
+      }
+      if (size != each.filled) fail("the server answered more than was asked");
+      each.filled = 0;
+      const auto now = clock_type::now();
+      if (now >= stop) {
+        --in_flight;
+        continue;
+      }
+      results[i].record(now - each.sent);
+      send_next(each);
+    }
+  }
+  for (connection& each : connections) ::close(each.fd);
+  ::close(poller);
+  return summarise(results, plan.seconds);
+}
+
+/// A server in a child process, SIGTERMed and reaped when the owner goes.
+class server_process {
+ public:
   explicit server_process(std::vector<std::string> argv) {
-    pid = ::fork();
-    if (pid == 0) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, STDOUT_FILENO);  // redis's banner; errors still reach stderr
       std::vector<char*> args;
       for (auto& a : argv) args.push_back(a.data());
       args.push_back(nullptr);
@@ -143,15 +444,28 @@ struct server_process {
       ::_exit(127);
     }
   }
+  pid_t pid() const noexcept { return pid_; }
   ~server_process() {
-    ::kill(pid, SIGTERM);
-    ::waitpid(pid, nullptr, 0);
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
   }
+  server_process(const server_process&) = delete;
+  server_process& operator=(const server_process&) = delete;
+
+ private:
+  pid_t pid_ = -1;
 };
 
 bool wait_for_socket(const std::string& path) {
-  for (int i = 0; i < 400; ++i) {
-    if (std::filesystem::exists(path)) return true;
+  for (int i = 0; i < 500; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+    const bool answered =
+        ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+    ::close(fd);
+    if (answered) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
@@ -166,24 +480,28 @@ std::optional<std::string> find_program(const std::string& name) {
   return std::nullopt;
 }
 
-/// redis-benchmark's GET rate against a fresh redis-server on a Unix socket, if both exist.
-std::optional<double> redis_get_rate(const std::string& folder, int clients) {
-  const auto server = find_program("redis-server");
-  const auto bench = find_program("redis-benchmark");
-  if (!server || !bench) return std::nullopt;
-  const std::string socket = folder + "/redis.sock";
-  server_process redis({*server, "--port", "0", "--unixsocket", socket, "--save", "",
-                        "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"});
-  if (!wait_for_socket(socket)) return std::nullopt;
-  const std::string command = *bench + " -s " + socket + " -c " + std::to_string(clients) +
-                              " -t get -n " + std::to_string(40000 + 4000 * clients) + " -q 2>&1";
+/// Sets the key the GET requests read: 3 bytes, as redis-benchmark's.
+void set_redis_key(const std::string& socket) {
+  const int fd = connect_unix(socket);
+  const std::string_view set = "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$3\r\nxxx\r\n";
+  write_all(fd, std::as_bytes(std::span(set)));
+  std::array<char, 16> reply{};
+  const ssize_t got = ::read(fd, reply.data(), reply.size());
+  ::close(fd);
+  if (got < 5 || std::string_view(reply.data(), 5) != "+OK\r\n") fail("redis refused SET");
+}
+
+/// redis-benchmark's GET rate with @p clients connections from its one process.
+std::optional<double> redis_benchmark_get(const std::string& bench, const std::string& socket,
+                                          int clients) {
+  const std::string command =
+      bench + " -s " + socket + " -c " + std::to_string(clients) + " -t get -n 100000 -q 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return std::nullopt;
   std::string output;
   std::array<char, 512> chunk{};
   while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) output += chunk.data();
   ::pclose(pipe);
-  std::smatch match;
   // "GET: 123456.79 requests per second, p50=0.247 msec"; the last figure printed is final.
   const std::regex rate(R"(GET: ([0-9.]+) requests per second)");
   std::optional<double> last;
@@ -197,50 +515,118 @@ std::optional<double> redis_get_rate(const std::string& folder, int clients) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gpumemd control-plane benchmark"};
-  double seconds = 2;
-  std::vector<int> client_counts{1, 16, 64};
+  CLI::App app{"gpumemd control-plane benchmark, like for like against redis-server"};
+  double seconds = 1;
+  std::vector<int> connection_counts{1, 16, 64};
+  std::vector<client_shape> shapes{client_shape::processes, client_shape::epoll};
+  std::vector<request_kind> requests{request_kind::ping, request_kind::small};
   std::string daemon = GPUMEM_BENCH_DAEMON;
+  bool run_redis_benchmark = true;
   app.add_option("--seconds", seconds, "time per measurement")->check(CLI::PositiveNumber);
-  app.add_option("--clients", client_counts, "client process counts")->delimiter(',');
+  app.add_option("--clients", connection_counts, "connection counts N")->delimiter(',');
+  app.add_option("--shapes", shapes, "processes (one connection each), epoll (one process)")
+      ->delimiter(',')
+      ->transform(CLI::CheckedTransformer(std::map<std::string, client_shape>{
+          {"processes", client_shape::processes}, {"epoll", client_shape::epoll}}));
+  app.add_option("--requests", requests, "ping (ping/PING), small (allocate|free/GET)")
+      ->delimiter(',')
+      ->transform(CLI::CheckedTransformer(std::map<std::string, request_kind>{
+          {"ping", request_kind::ping}, {"small", request_kind::small}}));
   app.add_option("--daemon", daemon, "gpumemd binary")->check(CLI::ExistingFile);
+  app.add_flag("!--no-redis-benchmark", run_redis_benchmark,
+               "skip the extra line of redis-benchmark's own GET rate");
   CLI11_PARSE(app, argc, argv);
+  ::signal(SIGPIPE, SIG_IGN);
 
   char pattern[] = "/tmp/gpumem-bench-XXXXXX";
   const std::string folder = ::mkdtemp(pattern);
-  const std::string socket = folder + "/gpumemd.sock";
+  const std::string gpumemd_socket = folder + "/gpumemd.sock";
+  const std::string redis_socket = folder + "/redis.sock";
   int status = 0;
-  {
-    server_process gpumemd({daemon, "--socket", socket, "--log-level", "warn"});
-    if (!wait_for_socket(socket)) {
-      std::fprintf(stderr, "gpumemd did not start\n");
-      return 1;
+  try {
+    server_process gpumemd({daemon, "--socket", gpumemd_socket, "--log-level", "warn"});
+    if (!wait_for_socket(gpumemd_socket)) fail("gpumemd did not start");
+    const auto redis_server = find_program("redis-server");
+    std::optional<server_process> redis;
+    if (redis_server) {
+      redis.emplace(std::vector<std::string>{*redis_server, "--port", "0", "--unixsocket",
+                                             redis_socket, "--save", "", "--appendonly", "no",
+                                             "--daemonize", "no", "--loglevel", "warning"});
+      if (!wait_for_socket(redis_socket)) fail("redis-server did not start");
+      set_redis_key(redis_socket);
+    } else {
+      std::printf("redis-server not installed (not found on $PATH): gpumemd alone, no ratios\n");
     }
-    std::printf("%-8s %-14s %14s %10s %10s %8s\n", "clients", "workload", "requests/s", "p50_us",
-                "p99_us", "failed");
-    std::optional<double> ping_rate_at_most_clients;
-    for (workload kind : {workload::ping, workload::allocate_free}) {
-      for (int clients : client_counts) {
-        const auto r = run(socket, kind, clients, seconds);
-        std::printf("%-8d %-14s %14.0f %10.1f %10.1f %8llu\n", clients, name_of(kind),
-                    r.requests_per_second, r.p50_us, r.p99_us,
-                    static_cast<unsigned long long>(r.failed));
-        std::fflush(stdout);
-        if (kind == workload::ping && clients == client_counts.back()) {
-          ping_rate_at_most_clients = r.requests_per_second;
+
+    std::printf("%-10s %5s %-8s %-14s %11s %9s %9s %11s\n", "shape", "N", "server", "request",
+                "requests/s", "p50_us", "p99_us", "srv_cpu_us");
+    // Per shape, N and request: the two servers measured back to back, so that both meet the
+    // same load from whatever else runs on the machine.
+    std::map<std::tuple<client_shape, int, request_kind>, std::array<double, 2>> ratios;
+    for (const client_shape shape : shapes) {
+      for (const int n : connection_counts) {
+        for (const request_kind request : requests) {
+          std::array<measurement, 2> pair{};
+          for (const server_kind server : {server_kind::gpumemd, server_kind::redis}) {
+            if (server == server_kind::redis && !redis) continue;
+            const bool is_gpumemd = server == server_kind::gpumemd;
+            const pid_t pid = is_gpumemd ? gpumemd.pid() : redis->pid();
+            const run_plan plan{server, request, is_gpumemd ? gpumemd_socket : redis_socket, n,
+                                seconds};
+            const auto cpu_before = cpu_time(pid);
+            measurement m =
+                shape == client_shape::processes ? run_processes(plan) : run_epoll(plan);
+            m.server_cpu_us =
+                std::chrono::duration<double, std::micro>(cpu_time(pid) - cpu_before).count() /
+                std::max(1.0, m.requests_per_second * seconds);
+            std::printf("%-10s %5d %-8s %-14s %11.0f %9.1f %9.1f %11.2f\n", name_of(shape), n,
+                        name_of(server), name_of(server, request), m.requests_per_second, m.p50_us,
+                        m.p99_us, m.server_cpu_us);
+            std::fflush(stdout);
+            pair[is_gpumemd ? 0 : 1] = m;
+          }
+          if (redis) {
+            ratios[{shape, n, request}] = {
+                pair[0].requests_per_second / pair[1].requests_per_second,
+                pair[1].server_cpu_us / pair[0].server_cpu_us};
+          }
         }
-        status |= r.failed != 0;
       }
     }
-    const int most = client_counts.back();
-    if (const auto redis = redis_get_rate(folder, most)) {
-      std::printf("redis-benchmark -c %d -t get (Unix socket, same run): %.0f requests/s\n", most,
-                  *redis);
-      std::printf("ratio gpumemd ping / redis GET at %d clients: %.2f\n", most,
-                  *ping_rate_at_most_clients / *redis);
-    } else {
-      std::printf("redis-server or redis-benchmark not installed: no ratio printed\n");
+    if (redis) {
+      std::printf(
+          "\nratio gpumemd/redis (same shape, same N): requests/s, and in brackets redis's server "
+          "CPU per request over gpumemd's\n");
+      std::printf("%-10s %5s %16s %20s\n", "shape", "N", "ping/PING", "allocate|free/GET");
+      for (const client_shape shape : shapes) {
+        for (const int n : connection_counts) {
+          std::printf("%-10s %5d", name_of(shape), n);
+          for (const request_kind request : {request_kind::ping, request_kind::small}) {
+            const auto found = ratios.find({shape, n, request});
+            if (found == ratios.end()) {
+              std::printf(" %*s", request == request_kind::ping ? 16 : 20, "-");
+            } else {
+              std::printf(" %*.2f (%5.2f)", request == request_kind::ping ? 8 : 12,
+                          found->second[0], found->second[1]);
+            }
+          }
+          std::printf("\n");
+        }
+      }
+      const auto bench = find_program("redis-benchmark");
+      if (run_redis_benchmark && bench) {
+        const int most = connection_counts.back();
+        if (const auto rate = redis_benchmark_get(*bench, redis_socket, most)) {
+          std::printf(
+              "extra: redis-benchmark -c %d -t get (its own client, one process): %.0f "
+              "requests/s\n",
+              most, *rate);
+        }
+      }
     }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "control_plane_bench: %s\n", error.what());
+    status = 1;
   }
   std::filesystem::remove_all(folder);
   return status;

@@ -200,6 +200,10 @@ int main(int argc, char** argv) {
   row("gpumemd open existing named buffer", single[3]);
   row("gpumemd ping (socket round trip)", single[4]);
   row("slab allocate + free pair, 4-6 KiB (no daemon)", single[5]);
+  std::printf("ratio allocate / ping:             %.2f (target <= 1.3)\n",
+              single[1].median / single[4].median);
+  std::printf("ratio allocate p99 / its median:   %.2f (target <= 2)\n",
+              single[1].p99 / single[1].median);
   std::printf("ratio allocate / legacy IPC share: %.2f (target <= 0.5)\n",
               single[1].median / legacy[0].median);
   std::printf("ratio allocate / cudaMalloc:       %.2f (target <= 1.0)\n",
