@@ -97,6 +97,32 @@ TEST(HostLock, UncontendedPathsNeedNoQueue) {
   EXPECT_EQ(lock.release(held->hold), release_status::not_owner) << "released twice";
 }
 
+TEST(HostLock, TheCleanFastPathsTakeAndReleaseOnlyAFreeLockAndLeaveAFailedHoldAlone) {
+  auto cell = fresh_lock();
+  host_lock mine(*cell, 7);
+  host_lock theirs(*cell, 8);
+  lock_hold held{};
+  ASSERT_TRUE(mine.try_acquire_clean(held));
+  EXPECT_EQ(word_of(*cell).owner, 7);
+
+  // Another process's guess of the word is stale: its attempt must read the word and refuse.
+  lock_hold untouched{41, 42};
+  EXPECT_FALSE(theirs.try_acquire_clean(untouched));
+  EXPECT_EQ(untouched.ticket, 41);
+  EXPECT_EQ(untouched.epoch, 42) << "a refused attempt leaves the caller's hold as it was";
+  EXPECT_FALSE(theirs.release_alone(held)) << "only the holder releases";
+  EXPECT_EQ(word_of(*cell).owner, 7);
+
+  EXPECT_TRUE(mine.release_alone(held));
+  EXPECT_TRUE(word_of(*cell).free());
+  EXPECT_FALSE(mine.release_alone(held)) << "released twice";
+  // This process's guess is now stale the other way: the other takes the lock.
+  ASSERT_TRUE(theirs.try_acquire_clean(held));
+  EXPECT_FALSE(mine.try_acquire_clean(untouched));
+  EXPECT_EQ(untouched.ticket, 41);
+  EXPECT_TRUE(theirs.release_alone(held));
+}
+
 TEST(HostLock, ReclaimHandsADeadHoldersLockToTheNextWaiter) {
   auto cell = fresh_lock();
   host_lock dead(*cell, 3);
@@ -189,9 +215,9 @@ TEST(HostLockDaemonSide, TheHangAttackIsReportedNotSpunOn) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, 100ms);
   EXPECT_EQ(check_lock_cell(*cell, daemon.facts(1)), nullptr) << "rewritten at the next epoch";
   host_lock user(*cell, 5);
-  const auto held = user.try_acquire_clean();
-  ASSERT_TRUE(held.has_value());
-  EXPECT_TRUE(user.release_alone(*held));
+  lock_hold held;
+  ASSERT_TRUE(user.try_acquire_clean(held));
+  EXPECT_TRUE(user.release_alone(held));
 }
 
 TEST(HostLockDaemonSide, WordsThatNoLockWritesAreNamed) {

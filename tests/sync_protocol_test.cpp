@@ -109,7 +109,8 @@ TEST(LockProtocol, ADeadDeviceHolderIsReleasedWithOwnerDiedAndOthersAreLeftAlone
 TEST(LockProtocol, ADeadHostHolderHandsTheLockOnWithOwnerDied) {
   auto cell = std::make_unique<lock_cell>();
   cell->domain = domain_word(domain::host);
-  ASSERT_TRUE(host_lock(*cell, kDead).try_acquire_clean());
+  lock_hold dead_hold;
+  ASSERT_TRUE(host_lock(*cell, kDead).try_acquire_clean(dead_hold));
   EXPECT_EQ(reclaim(*cell, nullptr, kIndex, kDead, daemon_side().facts()).repair.status,
             repair_status::done);
   const auto next = host_lock(*cell, kAlive).try_acquire();

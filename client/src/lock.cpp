@@ -63,12 +63,10 @@ void Lock::lock() {
   // The uncontended case first, with nothing around its one compare-and-swap: sync_bench
   // compares it with a bare CAS lock, and the checks acquire() makes first cost as much again.
   state* const held = state_.get();
-  if (held != nullptr && held->host_checked.load(std::memory_order_relaxed)) {
-    if (const auto hold = held->algorithm.try_acquire_clean()) {
-      held->hold = *hold;
-      held->set_owner_died(false);
-      return;
-    }
+  if (held != nullptr && held->host_checked.load(std::memory_order_relaxed) &&
+      held->algorithm.try_acquire_clean(held->hold)) {
+    held->set_owner_died(false);
+    return;
   }
   acquire();
 }
@@ -89,8 +87,7 @@ bool Lock::try_lock() {
 LockStatus Lock::acquire() {
   detail::check_open(state_.get(), "Lock");
   state_->enter_host();
-  if (const auto hold = state_->algorithm.try_acquire_clean()) {
-    state_->hold = *hold;
+  if (state_->algorithm.try_acquire_clean(state_->hold)) {
     state_->set_owner_died(false);
     return LockStatus::acquired;
   }
@@ -128,12 +125,18 @@ LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
 }
 
 void Lock::unlock() {
-  if (state_ != nullptr && state_->algorithm.release_alone(state_->hold)) return;
-  detail::check_open(state_.get(), "Lock");
-  if (state_->algorithm.release(state_->hold) != sync::release_status::released) {
-    throw Error(errc::not_lock_owner,
-                "lock '" + name() + "' is not held by this process (or an operator reset it)");
-  }
+  state* const held = state_.get();
+  if (held != nullptr && held->algorithm.release_alone(held->hold)) return;
+  // Out of line, so that the common case above saves no registers and makes no stack frame for
+  // what only this path calls (a lambda, which keeps the access of a member).
+  const auto release_queued = [this]() __attribute__((noinline)) {
+    detail::check_open(state_.get(), "Lock");
+    if (state_->algorithm.release(state_->hold) != sync::release_status::released) {
+      throw Error(errc::not_lock_owner,
+                  "lock '" + name() + "' is not held by this process (or an operator reset it)");
+    }
+  };
+  release_queued();
 }
 
 bool Lock::owner_died() const noexcept {

@@ -43,8 +43,12 @@ class host_lock {
 
   /// @return nullopt when the lock is held or others wait for it (never jumps the queue).
   std::optional<acquire_result> try_acquire() noexcept;
-  /// The common case inline: a free lock with no flags taken, or nullopt (then acquire()).
-  std::optional<lock_hold> try_acquire_clean() noexcept {
+  /// @brief The common case inline: takes a free lock with no flags and writes its hold to
+  /// @p hold; false leaves @p hold as it was (then acquire()).
+  /// The hold goes out through the caller's own field, not as a returned std::optional: the
+  /// optional was written to the stack as two 16-bit halves and read back as one 32-bit word,
+  /// a load the processor cannot forward from two stores, which stalled every acquire.
+  bool try_acquire_clean(lock_hold& hold) noexcept {
     std::atomic_ref<std::uint64_t> word(cell_.word);
     // Expects the word as this process last left it instead of loading it first: on x86 a load
     // just after a locked instruction on the same line waits for that instruction to complete,
@@ -59,19 +63,21 @@ class host_lock {
           raw = word.load(std::memory_order_relaxed);
           continue;
         }
-        return std::nullopt;
+        return false;
       }
-      const lock_hold hold{current.serving, current.epoch};
+      const std::uint16_t ticket = current.serving;
       current.next = static_cast<std::uint16_t>(current.next + 1);
       current.owner = slot_;
       const std::uint64_t taken = current.encode();
       if (word.compare_exchange_strong(raw, taken, std::memory_order_acquire,
                                        std::memory_order_relaxed)) {
         last_word_.store(taken, std::memory_order_relaxed);
-        return hold;
+        hold.ticket = ticket;
+        hold.epoch = current.epoch;
+        return true;
       }
     }
-    return std::nullopt;
+    return false;
   }
   /// The common case inline: nobody queued and no flags; false means release() is needed.
   bool release_alone(lock_hold hold) noexcept {
