@@ -378,5 +378,38 @@ TEST(SyncLifetime, AClosedConnectionsHostMemoryIsLetGoAtOnceAndItsLockWhenItsPro
   EXPECT_TRUE(watcher.sync_objects().empty()) << "the lock outlived its process";
 }
 
+// The same when the connection closes with requests in flight: the daemon's replies then meet a
+// closed socket (EPIPE), which is the same hang-up and must not let go of what the live process
+// holds.
+TEST(SyncLifetime, AConnectionClosedWithRepliesInFlightKeepsItsLockUntilItsProcessExits) {
+  daemon_process daemon;
+  auto watcher = daemon.connect("watcher");
+  forked_child leaver([&](int report) {
+    {
+      raw_client raw = greeted(daemon.socket_path());
+      must<proto::sync_attach_reply>(raw, proto::message_type::attach_sync, proto::empty_payload{});
+      proto::sync_open_request open{};
+      (void)proto::make_wire_name("left.in.flight", open.name);
+      open.kind = proto::sync_kind::lock;
+      must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open);
+      raw.send_unanswered(proto::message_type::ping, proto::empty_payload{}, 64);
+    }  // the connection closes before the replies are read; the process lives on
+    const char done = 'x';
+    if (::write(report, &done, 1) != 1) ::_exit(14);
+    ::pause();
+  });
+  ASSERT_TRUE(leaver.done(5s));
+  std::this_thread::sleep_for(100ms);  // the daemon answers into the closed socket meanwhile
+  const auto listed = watcher.sync_objects();
+  ASSERT_EQ(listed.size(), 1u) << "the lock went with the connection, not with the process";
+  EXPECT_EQ(listed[0].attached, 1u);
+  leaver.kill();
+  const auto deadline = clock_type::now() + 2s;
+  while (!watcher.sync_objects().empty() && clock_type::now() < deadline) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_TRUE(watcher.sync_objects().empty()) << "the lock outlived its process";
+}
+
 }  // namespace
 }  // namespace gpumem::testing

@@ -12,6 +12,10 @@ namespace {
 /// comes at once.
 constexpr std::size_t kEventsPerWakeup = 256;
 constexpr std::uint32_t kInputEvents = EPOLLIN | EPOLLRDHUP | EPOLLET;
+#ifdef GPUMEM_WITH_IO_URING
+static_assert(kEventsPerWakeup <= io_batch::kCapacity,
+              "serve_ready queues one read per ready connection on one batch");
+#endif
 
 int make_epoll() {
   const int made = ::epoll_create1(EPOLL_CLOEXEC);
@@ -143,6 +147,14 @@ void client_poller::serve_ready(int count) {
   }
 }
 
+void client_poller::mark_ready(int count, bool ready) {
+  for (int i = 0; i < count; ++i) {
+    if (const auto found = entries_.find(events_[i].data.u64); found != entries_.end()) {
+      found->second.ready_now = ready;
+    }
+  }
+}
+
 void client_poller::serve() {
   in_wakeup_ = true;
   int count;
@@ -150,12 +162,16 @@ void client_poller::serve() {
     count = ::epoll_wait(set_.native_handle(), events_.data(), static_cast<int>(events_.size()), 0);
   } while (count < 0 && errno == EINTR);
   serving_again_.swap(again_);
+  // A session with new events is served with them below: serving it here as well would give it
+  // two shares of this wake-up. Only a client that used up its share is here, so this is rare.
+  if (!serving_again_.empty()) mark_ready(count, true);
   for (const std::uint64_t key : serving_again_) {
     const auto found = entries_.find(key);
     if (found == entries_.end()) continue;
     found->second.again_queued = false;
-    deliver(key, 0);
+    if (!found->second.ready_now) deliver(key, 0);
   }
+  if (!serving_again_.empty()) mark_ready(count, false);
   serving_again_.clear();
   serve_ready(count);
   flush_queued();

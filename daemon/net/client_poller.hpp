@@ -6,8 +6,10 @@
 /// waits for room), so a request costs no epoll_ctl: Asio re-arms a descriptor's registration
 /// for every wait on it, once per request. A wake-up of the loop serves every ready connection
 /// (each at most session::kFramesPerWakeup requests, so one client's flood cannot hold the
-/// others), and only then writes each connection's replies, one sendmsg per connection: the
-/// clients woken by the replies do not preempt the loop before it has served the rest. With
+/// others), and only then writes each connection's replies, one sendmsg per connection as a
+/// rule (more where the socket takes part of them, or a reply carries descriptors, or a client
+/// pipelines more than its input buffer holds): the clients woken by the replies do not preempt
+/// the loop before it has served the rest. With
 /// io_uring (net/io_batch.hpp), the reads of a wake-up take one system call, and so do its
 /// replies.
 
@@ -56,11 +58,14 @@ class client_poller {
     session* client;
     bool again_queued = false;
     bool flush_queued = false;
+    bool ready_now = false;  ///< has events in this wake-up (set only while serving again)
   };
   void wait();
   void serve();
   void deliver(std::uint64_t key, std::uint32_t events);
   void flush_queued();
+  /// Sets ready_now of the sessions with events in this wake-up's first @p count.
+  void mark_ready(int count, bool ready);
   /// Serves the ready connections; with a batch, makes their first reads in one system call.
   void serve_ready(int count);
 

@@ -13,11 +13,41 @@ namespace gpumem::daemon {
 std::unique_ptr<io_batch> io_batch::make() {
   std::unique_ptr<io_batch> made(new io_batch());
   if (::io_uring_queue_init(kCapacity, &made->ring_, 0) != 0) return nullptr;
+  made->ring_made_ = true;
+  if (!made->carries_descriptors()) {
+    spdlog::info(
+        "io_uring cannot pass descriptors on this kernel (before Linux 5.12 it refuses control "
+        "messages): each connection's reads and replies are made one by one");
+    return nullptr;
+  }
   return made;
 }
 
 io_batch::~io_batch() {
-  ::io_uring_queue_exit(&ring_);
+  if (ring_made_) ::io_uring_queue_exit(&ring_);
+}
+
+bool io_batch::carries_descriptors() {
+  // One byte with a descriptor through the ring and back, over a socket pair of its own:
+  // exactly what replies and reads do, so a kernel that refuses it is known before a client is.
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) return false;
+  const unique_fd sender(ends[0]);
+  const unique_fd receiver(ends[1]);
+  const std::byte sent_byte{0x5a};
+  std::byte received_byte{};
+  const int passed[] = {receiver.get()};
+  bool carried = true;
+  add_send(0, sender.get(), std::span(&sent_byte, 1), passed);
+  run([&](std::uint64_t, std::size_t bytes, std::vector<unique_fd>&, const std::error_code& error) {
+    carried = carried && !error && bytes == 1;
+  });
+  add_receive(0, receiver.get(), std::span(&received_byte, 1));
+  run([&](std::uint64_t, std::size_t bytes, std::vector<unique_fd>& fds,
+          const std::error_code& error) {
+    carried = carried && !error && bytes == 1 && fds.size() == 1 && received_byte == sent_byte;
+  });
+  return carried;
 }
 
 io_batch::entry& io_batch::next(std::uint64_t key, bool receive, std::span<const std::byte> bytes) {

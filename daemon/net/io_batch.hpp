@@ -29,7 +29,8 @@ class io_batch {
   /// Operations queued before the batch must be run.
   static constexpr std::size_t kCapacity = 256;
 
-  /// @return a batch, or nullptr when the kernel refuses io_uring.
+  /// @return a batch, or nullptr when the kernel refuses io_uring or will not pass descriptors
+  /// through it.
   static std::unique_ptr<io_batch> make();
   ~io_batch();
   io_batch(const io_batch&) = delete;
@@ -68,12 +69,15 @@ class io_batch {
     std::vector<unique_fd> fds;  ///< received: only ever from a misbehaving client
   };
   io_batch() = default;
+  /// Whether a sendmsg with a descriptor, and a recvmsg with room for one, work through the ring.
+  bool carries_descriptors();
   entry& next(std::uint64_t key, bool receive, std::span<const std::byte> bytes);
   void submit();
   /// Records the completions the ring holds. @return how many.
   std::size_t reap();
 
   io_uring ring_{};
+  bool ring_made_ = false;  ///< io_uring_queue_init succeeded: only then is there a ring to free
   std::vector<entry> entries_ = std::vector<entry>(kCapacity);
   std::size_t queued_ = 0;
 };

@@ -124,6 +124,10 @@ void session::end_of_stream() {
     books_.write_changes();
     close_socket();
     frame_timer_.cancel();
+    // Replies can no longer go out; the descriptors they carried are let go now.
+    out_.clear();
+    out_sent_ = 0;
+    out_fds_.clear();
     return;
   }
   stop("closed the connection");
@@ -212,9 +216,9 @@ bool session::receive() {
 
 bool session::apply_received(std::size_t room, std::size_t received, const std::error_code& error) {
   // Input events come on edges: the socket must be known empty before waiting for the next.
-  // A read shorter than the room offered took everything queued (as Asio's own speculative
-  // reads assume), which saves a recv that would only say EAGAIN; but after a hang-up the end
-  // of the stream, which announces itself once, is still to be read.
+  // A read shorter than the room offered took everything queued (a Unix stream socket hands
+  // over all it holds, up to the room offered), which saves a recv that would only say EAGAIN;
+  // but after a hang-up the end of the stream, which announces itself once, is still to be read.
   drained_ = would_block(error) || (!error && received < room && !hung_up_);
   // A client that closes with replies unread resets the connection: an ordinary end too.
   if (error == std::errc::connection_reset || (!error && received == 0)) {
@@ -410,7 +414,9 @@ bool session::record_sent(std::size_t fd_count, std::size_t sent, const std::err
     return false;
   }
   if (error == std::errc::broken_pipe || error == std::errc::connection_reset) {
-    stop("closed the connection");
+    // The client closed its side with replies still to come: the same hang-up as the end of
+    // the stream, so what its live process holds is kept as it would be there.
+    end_of_stream();
     return false;
   }
   if (error) {
@@ -431,6 +437,14 @@ bool session::flush() {
 }
 
 bool session::send_output() {
+  if (!socket_) {
+    // The connection closed while its process keeps what it holds (end_of_stream): what was
+    // built since (an event, say) has nowhere to go.
+    out_.clear();
+    out_sent_ = 0;
+    out_fds_.clear();
+    return false;
+  }
   if (waiting_to_write_) return true;
   while (out_sent_ < out_.size()) {
     std::size_t fd_count = 0;
@@ -471,12 +485,13 @@ void session::received(std::uint32_t events, std::size_t bytes, std::vector<uniq
 
 bool session::queue_replies(io_batch& batch) {
   books_.write_changes();  // as flush(): before anything goes out
-  if (stopped_ || waiting_to_write_ || pending_output() == 0) return false;
+  if (stopped_ || !socket_ || waiting_to_write_ || pending_output() == 0) return false;
   const std::size_t end = segment_end(batched_fd_count_);
-  batched_fds_.clear();
-  for (std::size_t i = 0; i < batched_fd_count_; ++i) batched_fds_.push_back(out_fds_[i].fd.get());
+  // add_send copies the descriptors into the operation's own control message.
+  std::vector<int> fds;
+  for (std::size_t i = 0; i < batched_fd_count_; ++i) fds.push_back(out_fds_[i].fd.get());
   batch.add_send(poller_key_, socket_.get(), std::span(out_).subspan(out_sent_, end - out_sent_),
-                 batched_fds_);
+                 fds);
   return true;
 }
 

@@ -114,9 +114,9 @@ class session : public std::enable_shared_from_this<session> {
   }
   /// @brief Writes the books' changes down, sends the replies, then starts the background
   /// work the requests left (books::start_deferred_work()).
-  /// @return false when the session had to stop.
+  /// @return false when the session had to stop or its connection closed.
   bool flush();
-  /// @return false when the session had to stop.
+  /// @return false when the session had to stop or its connection closed.
   bool send_output();
   /// End of the bytes the next sendmsg carries: up to the next reply with descriptors, which
   /// travel with its first byte. @p fd_count: the descriptors that go with this one.
@@ -177,8 +177,7 @@ class session : public std::enable_shared_from_this<session> {
   };
   std::vector<queued_fd> out_fds_;  // a vector: an empty deque costs 600 bytes
 #ifdef GPUMEM_WITH_IO_URING
-  /// The descriptors of the sendmsg queued on an io_batch, until it went out.
-  std::vector<int> batched_fds_;
+  /// How many descriptors the sendmsg queued on an io_batch carries, until it went out.
   std::size_t batched_fd_count_ = 0;
 #endif
 };

@@ -76,6 +76,18 @@ class raw_client {
     return answer;
   }
 
+  /// @brief Sends @p count copies of a request in one write and reads none of the replies.
+  template <class Request>
+  void send_unanswered(proto::message_type type, const Request& request, int count) {
+    std::vector<std::byte> frames;
+    for (int i = 0; i < count; ++i) {
+      proto::append_frame(frames, static_cast<std::uint16_t>(type), next_id_++, request);
+    }
+    std::error_code error;
+    send_with_fds(socket_.get(), frames, {}, error);
+    if (error) throw std::system_error(error, "sending requests");
+  }
+
   /// @brief Whether the daemon closes the connection within @p within.
   bool closed_by_daemon(std::chrono::milliseconds within) {
     const auto deadline = std::chrono::steady_clock::now() + within;
