@@ -12,7 +12,11 @@ namespace gpumem::daemon {
 
 std::unique_ptr<io_batch> io_batch::make() {
   std::unique_ptr<io_batch> made(new io_batch());
-  if (::io_uring_queue_init(kCapacity, &made->ring_, 0) != 0) return nullptr;
+  if (const int status = ::io_uring_queue_init(kCapacity, &made->ring_, 0); status != 0) {
+    spdlog::info("io_uring refused ({}): each connection's reads and replies are made one by one",
+                 std::system_category().message(-status));
+    return nullptr;
+  }
   made->ring_made_ = true;
   if (!made->carries_descriptors()) {
     spdlog::info(
