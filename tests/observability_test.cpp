@@ -25,6 +25,7 @@
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/gpumemctl_process.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -80,13 +81,9 @@ std::string metrics_when(Client& client, const std::function<bool(const std::str
   return text;
 }
 
-/// A configuration file in @p daemon_folder-like place: the keys given, the rest default.
-std::string config_file(const std::string& yaml) {
-  static int made = 0;
-  const std::string path = ::testing::TempDir() + "gpumemd-observability-" +
-                           std::to_string(::getpid()) + "-" + std::to_string(++made) + ".yaml";
-  std::ofstream(path) << yaml;
-  return path;
+/// A configuration file: the keys given, the rest default.
+temporary_file config_file(std::string_view yaml) {
+  return temporary_file("gpumemd-observability", yaml);
 }
 
 TEST(Metrics, PromtoolAcceptsThemAndTheyCountAKilledLockHoldersDeathAndMemory) {
@@ -122,8 +119,9 @@ TEST(Metrics, PromtoolAcceptsThemAndTheyCountAKilledLockHoldersDeathAndMemory) {
 
 TEST(Metrics, APlainUserSeesTheNodeAndOnlyItsOwnUidsSeries) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: it runs gpumemctl as nobody";
-  daemon_process daemon({"--config", config_file("socket_mode: \"0666\"\n"
-                                                 "access:\n  connect_users: [65534]\n")});
+  const temporary_file config =
+      config_file("socket_mode: \"0666\"\naccess:\n  connect_users: [65534]\n");
+  daemon_process daemon({"--config", config.path()});
   ASSERT_EQ(::chmod(daemon.folder().c_str(), 0755), 0);
   auto root_client = daemon.connect("root-job");
   auto held = root_client.allocate(8192, {.name = "roots"});
@@ -227,8 +225,9 @@ TEST(Events, ASubscriberThatNeverReadsStallsNobodyAndLearnsWhatItLost) {
 
 TEST(Events, AUserSeesOnlyEventsAboutItsOwnUid) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: it runs gpumemctl as nobody";
-  daemon_process daemon({"--config", config_file("socket_mode: \"0666\"\n"
-                                                 "access:\n  connect_users: [65534]\n")});
+  const temporary_file config =
+      config_file("socket_mode: \"0666\"\naccess:\n  connect_users: [65534]\n");
+  daemon_process daemon({"--config", config.path()});
   ASSERT_EQ(::chmod(daemon.folder().c_str(), 0755), 0);
   child_process events({GPUMEM_TEST_CTL, "--socket", daemon.socket_path(), "events", "--json"}, {},
                        {.stderr_to_stdout = false, .user = kNobody});
@@ -294,8 +293,9 @@ std::string http_get(std::uint16_t port, const std::string& path) {
 
 TEST(MetricsOverHttp, TheEndpointServesWhatPromtoolAccepts) {
   const std::uint16_t port = free_port();
-  daemon_process daemon(
-      {"--config", config_file("metrics_listen: \"127.0.0.1:" + std::to_string(port) + "\"\n")});
+  const temporary_file config =
+      config_file("metrics_listen: \"127.0.0.1:" + std::to_string(port) + "\"\n");
+  daemon_process daemon({"--config", config.path()});
   auto client = daemon.connect("scraped");
   auto held = client.allocate(8192);
   std::string body;
@@ -316,9 +316,9 @@ TEST(MetricsOverHttp, TheEndpointServesWhatPromtoolAccepts) {
 
 TEST(MetricsOverHttp, AListenAddressThisDaemonCannotServeIsAConfigurationError) {
   const auto check = [](const std::string& address) {
-    child_process checking({daemon_binary(), "--check-config", "--config",
-                            config_file("metrics_listen: \"" + address + "\"\n")},
-                           {}, {.stderr_to_stdout = true, .user = std::nullopt});
+    const temporary_file config = config_file("metrics_listen: \"" + address + "\"\n");
+    child_process checking({daemon_binary(), "--check-config", "--config", config.path()}, {},
+                           {.stderr_to_stdout = true, .user = std::nullopt});
     std::string said;
     while (const auto line = checking.read_line(10s)) said += *line + "\n";
     const auto status = checking.wait();
