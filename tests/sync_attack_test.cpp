@@ -345,28 +345,18 @@ TEST(SyncPages, AnotherUserGetsNoPageOfAPrivateLockAndCorruptsOnlyItsOwn) {
   ::unlink(config.c_str());
 }
 
-// Issue 11, finding 8: a connection that closes while its process lives.
-TEST(SyncLifetime, AClosedConnectionsHostMemoryIsLetGoAtOnceAndItsLockWhenItsProcessExits) {
-  daemon_process daemon;
-  auto watcher = daemon.connect("watcher");
-  constexpr std::uint64_t kBytes = 64 << 20;
-  forked_child leaver([&](int report) {
-    {
-      raw_client raw = greeted(daemon.socket_path());
-      must<proto::allocation_reply>(raw, proto::message_type::allocate,
-                                    proto::allocate_request{kBytes, kHost, 0, {}, {}});
-      must<proto::sync_attach_reply>(raw, proto::message_type::attach_sync, proto::empty_payload{});
-      proto::sync_open_request open{};
-      (void)proto::make_wire_name("left.open", open.name);
-      open.kind = proto::sync_kind::lock;
-      must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open);
-    }  // the connection closes; the process lives on
-    const char done = 'x';
-    if (::write(report, &done, 1) != 1) ::_exit(14);
-    ::pause();
-  });
-  ASSERT_TRUE(leaver.done(5s));
-  EXPECT_TRUE(daemon.wait_for_bytes_in_use(0, 1s)) << "host memory kept for a closed connection";
+/// Attaches @p raw to the lock pages and opens the lock @p name.
+void open_lock(raw_client& raw, const char* name) {
+  must<proto::sync_attach_reply>(raw, proto::message_type::attach_sync, proto::empty_payload{});
+  proto::sync_open_request open{};
+  (void)proto::make_wire_name(name, open.name);
+  open.kind = proto::sync_kind::lock;
+  must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open);
+}
+
+/// The one lock that @p leaver's closed connection left stays, attached, while the process
+/// lives, and goes once it is killed.
+void expect_lock_kept_until_killed(Client& watcher, forked_child& leaver) {
   const auto listed = watcher.sync_objects();
   ASSERT_EQ(listed.size(), 1u) << "the lock went with the connection, not with the process";
   EXPECT_EQ(listed[0].attached, 1u);
@@ -378,6 +368,27 @@ TEST(SyncLifetime, AClosedConnectionsHostMemoryIsLetGoAtOnceAndItsLockWhenItsPro
   EXPECT_TRUE(watcher.sync_objects().empty()) << "the lock outlived its process";
 }
 
+// Issue 11, finding 8: a connection that closes while its process lives.
+TEST(SyncLifetime, AClosedConnectionsHostMemoryIsLetGoAtOnceAndItsLockWhenItsProcessExits) {
+  daemon_process daemon;
+  auto watcher = daemon.connect("watcher");
+  constexpr std::uint64_t kBytes = 64 << 20;
+  forked_child leaver([&](int report) {
+    {
+      raw_client raw = greeted(daemon.socket_path());
+      must<proto::allocation_reply>(raw, proto::message_type::allocate,
+                                    proto::allocate_request{kBytes, kHost, 0, {}, {}});
+      open_lock(raw, "left.open");
+    }  // the connection closes; the process lives on
+    const char done = 'x';
+    if (::write(report, &done, 1) != 1) ::_exit(14);
+    ::pause();
+  });
+  ASSERT_TRUE(leaver.done(5s));
+  EXPECT_TRUE(daemon.wait_for_bytes_in_use(0, 1s)) << "host memory kept for a closed connection";
+  expect_lock_kept_until_killed(watcher, leaver);
+}
+
 // The same when the connection closes with requests in flight: the daemon's replies then meet a
 // closed socket (EPIPE), which is the same hang-up and must not let go of what the live process
 // holds.
@@ -387,11 +398,7 @@ TEST(SyncLifetime, AConnectionClosedWithRepliesInFlightKeepsItsLockUntilItsProce
   forked_child leaver([&](int report) {
     {
       raw_client raw = greeted(daemon.socket_path());
-      must<proto::sync_attach_reply>(raw, proto::message_type::attach_sync, proto::empty_payload{});
-      proto::sync_open_request open{};
-      (void)proto::make_wire_name("left.in.flight", open.name);
-      open.kind = proto::sync_kind::lock;
-      must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open);
+      open_lock(raw, "left.in.flight");
       raw.send_unanswered(proto::message_type::ping, proto::empty_payload{}, 64);
     }  // the connection closes before the replies are read; the process lives on
     const char done = 'x';
@@ -400,15 +407,7 @@ TEST(SyncLifetime, AConnectionClosedWithRepliesInFlightKeepsItsLockUntilItsProce
   });
   ASSERT_TRUE(leaver.done(5s));
   std::this_thread::sleep_for(100ms);  // the daemon answers into the closed socket meanwhile
-  const auto listed = watcher.sync_objects();
-  ASSERT_EQ(listed.size(), 1u) << "the lock went with the connection, not with the process";
-  EXPECT_EQ(listed[0].attached, 1u);
-  leaver.kill();
-  const auto deadline = clock_type::now() + 2s;
-  while (!watcher.sync_objects().empty() && clock_type::now() < deadline) {
-    std::this_thread::sleep_for(2ms);
-  }
-  EXPECT_TRUE(watcher.sync_objects().empty()) << "the lock outlived its process";
+  expect_lock_kept_until_killed(watcher, leaver);
 }
 
 }  // namespace
