@@ -391,23 +391,27 @@ TEST(SyncLifetime, AClosedConnectionsHostMemoryIsLetGoAtOnceAndItsLockWhenItsPro
 
 // The same when the connection closes with requests in flight: the daemon's replies then meet a
 // closed socket (EPIPE), which is the same hang-up and must not let go of what the live process
-// holds.
+// holds. Fewer requests than a client's share of a wake-up are answered before the daemon reads
+// on (a failed reply there must end the reading too); more are answered at the wake-up's end.
 TEST(SyncLifetime, AConnectionClosedWithRepliesInFlightKeepsItsLockUntilItsProcessExits) {
-  daemon_process daemon;
-  auto watcher = daemon.connect("watcher");
-  forked_child leaver([&](int report) {
-    {
-      raw_client raw = greeted(daemon.socket_path());
-      open_lock(raw, "left.in.flight");
-      raw.send_unanswered(proto::message_type::ping, proto::empty_payload{}, 64);
-    }  // the connection closes before the replies are read; the process lives on
-    const char done = 'x';
-    if (::write(report, &done, 1) != 1) ::_exit(14);
-    ::pause();
-  });
-  ASSERT_TRUE(leaver.done(5s));
-  std::this_thread::sleep_for(100ms);  // the daemon answers into the closed socket meanwhile
-  expect_lock_kept_until_killed(watcher, leaver);
+  for (const int in_flight : {4, 64}) {
+    SCOPED_TRACE(std::to_string(in_flight) + " requests in flight");
+    daemon_process daemon;
+    auto watcher = daemon.connect("watcher");
+    forked_child leaver([&](int report) {
+      {
+        raw_client raw = greeted(daemon.socket_path());
+        open_lock(raw, "left.in.flight");
+        raw.send_unanswered(proto::message_type::ping, proto::empty_payload{}, in_flight);
+      }  // the connection closes before the replies are read; the process lives on
+      const char done = 'x';
+      if (::write(report, &done, 1) != 1) ::_exit(14);
+      ::pause();
+    });
+    ASSERT_TRUE(leaver.done(5s));
+    std::this_thread::sleep_for(100ms);  // the daemon answers into the closed socket meanwhile
+    expect_lock_kept_until_killed(watcher, leaver);
+  }
 }
 
 }  // namespace

@@ -454,7 +454,8 @@ bool session::send_output() {
     std::error_code error;
     const std::size_t sent = send_with_fds(
         socket_.get(), std::span(out_).subspan(out_sent_, end - out_sent_), fds, error);
-    if (!record_sent(fd_count, sent, error)) return !stopped_;
+    // Stopped, hung up (end_of_stream), or waiting for room: only the last goes on.
+    if (!record_sent(fd_count, sent, error)) return !stopped_ && socket_;
   }
   out_.clear();
   out_sent_ = 0;
