@@ -398,17 +398,23 @@ TEST(SyncLifetime, AConnectionClosedWithRepliesInFlightKeepsItsLockUntilItsProce
     SCOPED_TRACE(std::to_string(in_flight) + " requests in flight");
     daemon_process daemon;
     auto watcher = daemon.connect("watcher");
+    const pid_t daemon_pid = daemon.pid();
     forked_child leaver([&](int report) {
       {
         raw_client raw = greeted(daemon.socket_path());
         open_lock(raw, "left.in.flight");
+        // The daemon sleeps while the requests go in and the connection closes: it finds them
+        // with the hang-up, and its replies meet the closed socket (EPIPE), every time.
+        if (::kill(daemon_pid, SIGSTOP) != 0) ::_exit(15);
         raw.send_unanswered(proto::message_type::ping, proto::empty_payload{}, in_flight);
       }  // the connection closes before the replies are read; the process lives on
       const char done = 'x';
       if (::write(report, &done, 1) != 1) ::_exit(14);
       ::pause();
     });
-    ASSERT_TRUE(leaver.done(5s));
+    const bool left = leaver.done(5s);
+    ::kill(daemon_pid, SIGCONT);
+    ASSERT_TRUE(left);
     std::this_thread::sleep_for(100ms);  // the daemon answers into the closed socket meanwhile
     expect_lock_kept_until_killed(watcher, leaver);
   }

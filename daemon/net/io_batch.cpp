@@ -18,10 +18,9 @@ std::unique_ptr<io_batch> io_batch::make() {
     return nullptr;
   }
   made->ring_made_ = true;
-  if (!made->carries_descriptors()) {
-    spdlog::info(
-        "io_uring cannot pass descriptors on this kernel (before Linux 5.12 it refuses control "
-        "messages): each connection's reads and replies are made one by one");
+  if (const std::string unusable = made->unusable_because(); !unusable.empty()) {
+    spdlog::info("io_uring not used: {}; each connection's reads and replies are made one by one",
+                 unusable);
     return nullptr;
   }
   return made;
@@ -31,11 +30,24 @@ io_batch::~io_batch() {
   if (ring_made_) ::io_uring_queue_exit(&ring_);
 }
 
-bool io_batch::carries_descriptors() {
+std::string io_batch::unusable_because() {
+  // io_uring_enter may be refused where io_uring_setup is not (a seccomp profile that lists
+  // only some of the calls), and submit() stops the daemon on that: a no-op first, whose
+  // failure is only an answer.
+  io_uring_sqe* nop = ::io_uring_get_sqe(&ring_);
+  ::io_uring_prep_nop(nop);
+  if (const int status = ::io_uring_submit_and_wait(&ring_, 1); status < 0) {
+    return "io_uring_enter refused (" + std::system_category().message(-status) + ")";
+  }
+  io_uring_cqe* nop_done = nullptr;
+  if (::io_uring_peek_cqe(&ring_, &nop_done) != 0) return "a no-op did not complete";
+  ::io_uring_cqe_seen(&ring_, nop_done);
   // One byte with a descriptor through the ring and back, over a socket pair of its own:
   // exactly what replies and reads do, so a kernel that refuses it is known before a client is.
   int ends[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) return false;
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) {
+    return "socketpair for its check failed (" + std::system_category().message(errno) + ")";
+  }
   const unique_fd sender(ends[0]);
   const unique_fd receiver(ends[1]);
   const std::byte sent_byte{0x5a};
@@ -51,7 +63,11 @@ bool io_batch::carries_descriptors() {
           const std::error_code& error) {
     carried = carried && !error && bytes == 1 && fds.size() == 1 && received_byte == sent_byte;
   });
-  return carried;
+  if (!carried) {
+    return "it cannot pass descriptors on this kernel (before Linux 5.12 it refuses control "
+           "messages)";
+  }
+  return {};
 }
 
 io_batch::entry& io_batch::next(std::uint64_t key, bool receive, std::span<const std::byte> bytes) {

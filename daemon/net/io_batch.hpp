@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -69,8 +70,9 @@ class io_batch {
     std::vector<unique_fd> fds;  ///< received: only ever from a misbehaving client
   };
   io_batch() = default;
-  /// Whether a sendmsg with a descriptor, and a recvmsg with room for one, work through the ring.
-  bool carries_descriptors();
+  /// Why the ring cannot serve the loop, or empty: it must run at all, and a sendmsg with a
+  /// descriptor and a recvmsg with room for one must work through it.
+  std::string unusable_because();
   entry& next(std::uint64_t key, bool receive, std::span<const std::byte> bytes);
   void submit();
   /// Records the completions the ring holds. @return how many.

@@ -332,8 +332,11 @@ void session::watch_frame_deadline(input_state state, bool consumed) {
   frame_timer_.expires_at(partial_since_ + config_.frame_deadline);
   frame_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& error) {
     const auto self = weak.lock();
-    // A wait that completed just before its request did is told apart by the clock.
-    if (!self || error || self->stopped_ || !self->partial_ ||
+    // A wait that completed just before its request did is told apart by the clock. A
+    // connection that closed while its process lives (end_of_stream) has no request to wait
+    // for, and what the process holds stays until it exits, even if the wait completed before
+    // the close cancelled it.
+    if (!self || error || self->stopped_ || !self->socket_ || !self->partial_ ||
         std::chrono::steady_clock::now() < self->partial_since_ + self->config_.frame_deadline) {
       return;
     }
