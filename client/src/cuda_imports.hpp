@@ -76,6 +76,8 @@ class cuda_imports {
   /// Lets kernels on @p stream's device use @p home's memory (access is not inherited from
   /// the daemon's pool: each importer sets it for its own device).
   void grant_access_from(cuda_pool_import& home, CUstream stream, CUcontext stream_context);
+  /// Whether everything @p home_event (of the pool's context) was last recorded after is done.
+  bool completed(cuda_pool_import& home, CUevent home_event);
   /// Makes @p stream wait for @p home_event, an event of the pool's context.
   void wait_for(cuda_pool_import& home, CUevent home_event, CUstream stream,
                 CUcontext stream_context);

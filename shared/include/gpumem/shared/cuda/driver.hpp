@@ -40,6 +40,7 @@ namespace gpumem::cuda {
   X(cuEventCreate)                      \
   X(cuEventDestroy)                     \
   X(cuEventRecord)                      \
+  X(cuEventQuery)                       \
   X(cuIpcGetEventHandle)                \
   X(cuIpcOpenEventHandle)               \
   X(cuMemPoolCreate)                    \
