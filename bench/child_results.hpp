@@ -5,24 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
 #include <vector>
 
 namespace gpumem::bench {
-
-struct summary {
-  double median;
-  double p99;
-};
-
-inline summary summarise(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  return {samples[samples.size() / 2],
-          samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
-}
 
 /// A forked child that sends its figures back when its work is done.
 struct running_child {

@@ -28,6 +28,7 @@
 #include "child_results.hpp"
 #include "gpumem/gpumem.hpp"
 #include "kernels.hpp"
+#include "percentiles.hpp"
 
 namespace {
 

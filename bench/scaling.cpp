@@ -37,10 +37,13 @@
 
 #include "bench_daemon.hpp"
 #include "gpumem/gpumem.hpp"
+#include "percentiles.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+using gpumem::bench::summarise_blockwise;
+using gpumem::bench::summary;
 
 double micros_since(clock_type::time_point start) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - start).count();
@@ -195,37 +198,6 @@ void call_all(std::vector<std::unique_ptr<worker>>& workers, const std::vector<c
 
 // ---- figures ----------------------------------------------------------------------------------
 
-struct percentiles {
-  double p50 = 0;
-  double p99 = 0;
-};
-
-percentiles percentiles_of(std::vector<double> samples) {
-  if (samples.empty()) return {};
-  std::sort(samples.begin(), samples.end());
-  return {samples[samples.size() / 2],
-          samples[std::min(samples.size() - 1, samples.size() * 99 / 100)]};
-}
-
-/// The samples, in the order taken, cut into this many blocks: each block's p50 and p99, and
-/// the median block's of each is the figure. Other work on the machine (a build beside the
-/// benchmark) comes in bursts: a burst moves one block, not the figure.
-constexpr std::size_t kBlocks = 5;
-
-percentiles blockwise(const std::vector<double>& samples) {
-  const std::size_t block = samples.size() / kBlocks;
-  if (block < 100) return percentiles_of(samples);
-  std::vector<double> p50s;
-  std::vector<double> p99s;
-  for (std::size_t i = 0; i < kBlocks; ++i) {
-    const auto first = samples.begin() + static_cast<std::ptrdiff_t>(i * block);
-    const percentiles each = percentiles_of({first, first + static_cast<std::ptrdiff_t>(block)});
-    p50s.push_back(each.p50);
-    p99s.push_back(each.p99);
-  }
-  return {percentiles_of(p50s).p50, percentiles_of(p99s).p50};
-}
-
 /// One figure's curve over the sizes.
 struct curve {
   curve(std::string figure_with_unit, std::string sizes_are)
@@ -234,13 +206,13 @@ struct curve {
   std::string figure;  ///< with its unit
   std::string size_name;
   std::vector<std::uint64_t> sizes;
-  std::vector<percentiles> points;
+  std::vector<summary> points;
 
   void add(std::uint64_t size, const std::vector<double>& samples) {
     sizes.push_back(size);
-    points.push_back(blockwise(samples));
+    points.push_back(summarise_blockwise(samples));
   }
-  double p50_ratio() const { return points.back().p50 / points.front().p50; }
+  double p50_ratio() const { return points.back().median / points.front().median; }
   double p99_ratio() const { return points.back().p99 / points.front().p99; }
   bool flat() const { return p50_ratio() <= 1.2 && p99_ratio() <= 1.5; }
 };
@@ -253,8 +225,8 @@ void print_curve(const curve& shown) {
               "p50", "p99", "p50 ratio", "p99 ratio");
   for (std::size_t i = 0; i < shown.points.size(); ++i) {
     std::printf("  %-22llu %10.2f %10.2f %10.2f %10.2f\n",
-                static_cast<unsigned long long>(shown.sizes[i]), shown.points[i].p50,
-                shown.points[i].p99, shown.points[i].p50 / shown.points.front().p50,
+                static_cast<unsigned long long>(shown.sizes[i]), shown.points[i].median,
+                shown.points[i].p99, shown.points[i].median / shown.points.front().median,
                 shown.points[i].p99 / shown.points.front().p99);
   }
   std::fflush(stdout);

@@ -333,29 +333,42 @@ int main(int argc, char** argv) {
       synchronize(stream);
       return nanos_since(start) / 1000.0 / (2.0 * rounds);
     });
-    reset_scratch();
-    const auto raw_stream = in_parties(2, [&](int) {
-      auto client = gpumem::Client::connect(connect);
-      auto pair = client.barrier("bench.raw-memops", 2);
-      const auto party = static_cast<int>(pair.party());
-      const auto counters = pair.device(0);
-      const gpumem::cuda::driver_api& cu = *gpumem::cuda::driver();
-      stream_t stream = make_stream();
-      const auto mine = reinterpret_cast<CUdeviceptr>(counters.counts + party);
-      const auto theirs = reinterpret_cast<CUdeviceptr>(counters.counts + (1 - party));
-      start_together(s, 2);
-      auto start = clock_type::now();
-      for (unsigned i = 1; i <= static_cast<unsigned>(rounds); ++i) {
-        if (party == 0) cu.cuStreamWriteValue32(stream, mine, i, 0);
-        cu.cuStreamWaitValue32(stream, theirs, i, CU_STREAM_WAIT_VALUE_GEQ);
-        if (party == 1) cu.cuStreamWriteValue32(stream, mine, i, 0);
-      }
-      synchronize(stream);
-      return nanos_since(start) / 1000.0 / (2.0 * rounds);
-    });
-    print_ratio("stream-ordered lock hand-off (us)", std::max(stream_lock[0], stream_lock[1]),
-                std::max(raw_stream[0], raw_stream[1]), "us",
+    // The raw peer, twice: free-running (each process queues its writes and waits as fast as
+    // it can), and taking the same host turns as the lock above, whose tickets force them (two
+    // processes' driver calls then follow one another instead of overlapping).
+    const auto raw_ping_pong = [&](bool host_turns) {
+      reset_scratch();
+      const auto per_turn = in_parties(2, [&](int) {
+        auto client = gpumem::Client::connect(connect);
+        auto pair = client.barrier(host_turns ? "bench.raw-memops-turns" : "bench.raw-memops", 2);
+        const auto party = static_cast<int>(pair.party());
+        const auto counters = pair.device(0);
+        const gpumem::cuda::driver_api& cu = *gpumem::cuda::driver();
+        stream_t stream = make_stream();
+        const auto mine = reinterpret_cast<CUdeviceptr>(counters.counts + party);
+        const auto theirs = reinterpret_cast<CUdeviceptr>(counters.counts + (1 - party));
+        const auto me = static_cast<std::uint32_t>(party);
+        start_together(s, 2);
+        auto start = clock_type::now();
+        for (unsigned i = 1; i <= static_cast<unsigned>(rounds); ++i) {
+          const std::uint32_t turn = 2u * (i - 1) + me;
+          while (host_turns && word(s.turn).load() != turn) {
+          }
+          if (party == 0) cu.cuStreamWriteValue32(stream, mine, i, 0);
+          cu.cuStreamWaitValue32(stream, theirs, i, CU_STREAM_WAIT_VALUE_GEQ);
+          if (party == 1) cu.cuStreamWriteValue32(stream, mine, i, 0);
+          if (host_turns) word(s.turn).store(turn + 1);
+        }
+        synchronize(stream);
+        return nanos_since(start) / 1000.0 / (2.0 * rounds);
+      });
+      return std::max(per_turn[0], per_turn[1]);
+    };
+    const double lock_turn = std::max(stream_lock[0], stream_lock[1]);
+    print_ratio("stream-ordered lock hand-off (us)", lock_turn, raw_ping_pong(false), "us",
                 "target <= 1.3, cuStreamWrite/WaitValue32");
+    print_ratio("stream-ordered lock hand-off (us)", lock_turn, raw_ping_pong(true), "us",
+                "the same memops, taking the lock's host turns");
 
     // Device lock: kernels of two processes take turns; only concurrent under MPS.
     if (!mps) {
@@ -448,8 +461,52 @@ int main(int argc, char** argv) {
         return items * double(kItem) / nanos_since(start);  // GB/s
       })[1];
     };
+    // The same two processes, slots and copies through bare stream memory operations on two
+    // words of a signal page: what a channel is built on, without its checks and bookkeeping.
+    const auto bare_channel_rate = [&](std::uint32_t batch) {
+      reset_scratch();
+      const auto rates = in_parties(2, [&](int) {
+        auto client = gpumem::Client::connect(connect);
+        auto pair = client.barrier("bench.bare-channel." + std::to_string(batch), 2);
+        const bool producing = pair.party() == 0;
+        const auto counters = pair.device(0);
+        const gpumem::cuda::driver_api& cu = *gpumem::cuda::driver();
+        const auto published = reinterpret_cast<CUdeviceptr>(counters.counts);
+        const auto released = reinterpret_cast<CUdeviceptr>(counters.counts + 1);
+        stream_t stream = make_stream();
+        constexpr std::uint32_t kSlots = 16;
+        auto slots = client.allocate(kSlots * kItem, {.device = 0, .stream = stream});
+        auto own = client.allocate(kItem, {.device = 0, .stream = stream});
+        zero_on_device(own.data(), kItem, stream);
+        synchronize(stream);
+        start_together(s, 2);
+        auto start = clock_type::now();
+        for (std::uint32_t i = 0; i < static_cast<std::uint32_t>(items); i += batch) {
+          if (producing) {
+            if (i + batch > kSlots) {
+              cu.cuStreamWaitValue32(stream, released, i + batch - kSlots,
+                                     CU_STREAM_WAIT_VALUE_GEQ);
+            }
+            cu.cuStreamWriteValue32(stream, published, i + batch, 0);
+          } else {
+            cu.cuStreamWaitValue32(stream, published, i + batch, CU_STREAM_WAIT_VALUE_GEQ);
+            for (std::uint32_t k = 0; k < batch; ++k) {
+              copy_on_device(own.data(),
+                             static_cast<char*>(slots.data()) + (i + k) % kSlots * kItem, kItem,
+                             stream);
+            }
+            cu.cuStreamWriteValue32(stream, released, i + batch, 0);
+          }
+        }
+        synchronize(stream);
+        return producing ? 0.0 : items * double(kItem) / nanos_since(start);  // GB/s
+      });
+      return std::max(rates[0], rates[1]);
+    };
     const double one_at_a_time = channel_rate(1);
     const double in_batches = channel_rate(8);
+    const double bare_one_at_a_time = bare_channel_rate(1);
+    const double bare_in_batches = bare_channel_rate(8);
     const auto copies = in_parties(1, [&](int) {
       auto client = gpumem::Client::connect(connect);
       stream_t stream = make_stream();
@@ -465,6 +522,12 @@ int main(int argc, char** argv) {
                 "target >= 0.9, device copy");
     print_ratio("channel, 1 MiB items in batches of 8 (GB/s)", in_batches, copies[0], "GB/s",
                 "target >= 0.9, device copy");
+    print_ratio("channel, 1 MiB items, vs bare memops (GB/s)", one_at_a_time, bare_one_at_a_time,
+                "GB/s", "the channel's own cost: wait, copy, write per item");
+    print_ratio("channel, batches of 8, vs bare memops (GB/s)", in_batches, bare_in_batches, "GB/s",
+                "the channel's own cost: wait, 8 copies, write");
+    print_ratio("bare memops, 1 MiB items (GB/s)", bare_one_at_a_time, copies[0], "GB/s",
+                "the mechanism's cost over the copies alone");
   }
 #endif
   return 0;
