@@ -1,8 +1,10 @@
 #pragma once
-// The median and 99th percentile of a benchmark's samples, plainly or block by block.
+// The median and 99th percentile of a benchmark's samples, plainly or block by block, and the
+// median of a figure measured in segments.
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace gpumem::bench {
@@ -39,6 +41,23 @@ inline summary summarise_blockwise(const std::vector<double>& samples) {
     p99s.push_back(each.p99);
   }
   return {summarise(medians).median, summarise(p99s).median};
+}
+
+/// A rate or mean measured in one stretch of tens of milliseconds is moved by whatever else ran
+/// in that stretch: on the GPU machine one run of the benchmark read 34 GB/s for a copy loop
+/// that reads 200-270 GB/s in the next. Such figures are measured in this many segments after
+/// one untimed segment (the driver's first use of a path, lazy module loading, cold caches).
+constexpr int kSegments = 5;
+
+/// The median of the kSegments values @p segment(k) returns for k = 1..kSegments, after it ran
+/// once untimed as segment 0. A party of a multi-process figure calls it with the same count
+/// as its peers, so that each segment of one meets the same segment of the other.
+template <typename Segment>
+double median_of_segments(Segment&& segment) {
+  segment(0);
+  std::vector<double> values;
+  for (int k = 1; k <= kSegments; ++k) values.push_back(segment(k));
+  return summarise(std::move(values)).median;
 }
 
 }  // namespace gpumem::bench
