@@ -1,6 +1,7 @@
 #pragma once
 // Benchmarks run every CUDA user in a forked child (the parent never initialises CUDA, so it
-// can fork again); a child sends its figures back through a pipe as doubles.
+// can fork again); a child sends its figures back through a pipe as doubles. Also waiting for
+// a group of children that send nothing back.
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,24 @@
 #include <vector>
 
 namespace gpumem::bench {
+
+/// Whether a wait status says the child exited with status 0.
+inline bool exited_cleanly(int status) {
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/// Waits for every one of @p children (none is left a zombie when one failed); whether each
+/// ended as @p as_expected says of its wait status.
+template <typename Predicate>
+bool wait_for_all(const std::vector<pid_t>& children, Predicate as_expected) {
+  bool all = true;
+  for (const pid_t child : children) {
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    all &= as_expected(status);
+  }
+  return all;
+}
 
 /// A forked child that sends its figures back when its work is done.
 struct running_child {
@@ -58,7 +77,7 @@ inline std::vector<double> collect(const running_child& child) {
   ::close(child.results);
   int status = 0;
   ::waitpid(child.pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("a child failed");
+  if (!exited_cleanly(status)) throw std::runtime_error("a child failed");
   return values;
 }
 

@@ -40,6 +40,7 @@
 #include <tuple>
 #include <vector>
 
+#include "child_results.hpp"
 #include "gpumem/proto/codec.hpp"
 
 namespace {
@@ -348,13 +349,9 @@ measurement run_processes(const run_plan& plan) {
     }
     children.push_back(child);
   }
-  bool failed = false;
-  for (const pid_t child : children) {
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  if (!gpumem::bench::wait_for_all(children, gpumem::bench::exited_cleanly)) {
+    fail("a client process failed");
   }
-  if (failed) fail("a client process failed");
   return summarise(std::span(area.results, static_cast<std::size_t>(plan.connections)),
                    plan.seconds);
 }

@@ -237,6 +237,15 @@ int main(int argc, char** argv) {
   std::printf("ratio allocate p99 / its median, the two positions:    %.2f, %.2f (target <= 2)\n",
               p99(allocate_after_cuda) / median(allocate_after_cuda),
               p99(allocate_after_request) / median(allocate_after_request));
+  // The ping's own tail in each position, the peer of the allocation's (an allocation is a
+  // round trip too): after the client's CUDA work the round trip alone had a p99 2-3x its
+  // median on the H100.
+  std::printf("ratio ping p99 / its median, the two positions:        %.2f, %.2f (the peer)\n",
+              p99(ping_after_cuda) / median(ping_after_cuda),
+              p99(ping_after_request) / median(ping_after_request));
+  std::printf("ratio allocate p99 / ping p99, the two positions:      %.2f, %.2f\n",
+              p99(allocate_after_cuda) / p99(ping_after_cuda),
+              p99(allocate_after_request) / p99(ping_after_request));
   std::printf("ratio allocate / legacy IPC share: %.2f (target <= 0.5)\n",
               median(allocate_after_cuda) / legacy[0].blockwise.median);
   std::printf("ratio allocate / cudaMalloc:       %.2f (target <= 1.0)\n",

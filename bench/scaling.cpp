@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "bench_daemon.hpp"
+#include "child_results.hpp"
 #include "gpumem/gpumem.hpp"
 #include "percentiles.hpp"
 
@@ -593,15 +594,11 @@ double churn(const settings& run, worker& watcher, std::uint64_t count, bool kil
     }
     children.push_back(child);
   }
-  bool failed = false;
-  for (const pid_t child : children) {
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    const bool as_expected = killed ? WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
-                                    : WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    failed |= !as_expected;
-  }
-  if (failed) throw std::runtime_error("a churn client failed");
+  const bool as_expected = gpumem::bench::wait_for_all(children, [killed](int status) {
+    return killed ? WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+                  : gpumem::bench::exited_cleanly(status);
+  });
+  if (!as_expected) throw std::runtime_error("a churn client failed");
   for (;;) {
     const auto now = watcher.call({kStats, 1, 0});
     if (now == before) break;
