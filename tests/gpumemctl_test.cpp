@@ -22,6 +22,7 @@
 #include "support/daemon_process.hpp"
 #include "support/gpumemctl_process.hpp"
 #include "support/pattern.hpp"
+#include "support/temporary_file.hpp"
 #include "top.hpp"
 
 namespace gpumem::testing {
@@ -337,10 +338,9 @@ TEST_F(Gpumemctl, SleepFailsNamingTheHolderThatKeepsItsMapping) {
 
 TEST(GpumemctlAcrossUsers, AStrangerCannotPutAnotherUsersReservationToSleep) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run gpumemctl as another uid";
-  const std::string config =
-      ::testing::TempDir() + "gpumemctl-users-" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(config) << "socket_mode: \"0666\"\naccess:\n  connect_users: [65534]\n";
-  daemon_process daemon({"--config", config});
+  const gpumem::testing::temporary_file config(
+      "gpumemctl-users", "socket_mode: \"0666\"\naccess:\n  connect_users: [65534]\n");
+  daemon_process daemon({"--config", config.path()});
   ::chmod(daemon.folder().c_str(), 0755);
   auto owner_client = daemon.connect();
   auto owner = Reservation::create(owner_client, kChunk,
@@ -352,7 +352,6 @@ TEST(GpumemctlAcrossUsers, AStrangerCannotPutAnotherUsersReservationToSleep) {
   EXPECT_EQ(code, static_cast<int>(ctl::exit_status::permission_denied)) << refused;
   EXPECT_NE(refused.find("may not put to sleep"), std::string::npos) << refused;
   EXPECT_EQ(owner_client.reservations().at(0).state, ReservationState::awake);
-  ::unlink(config.c_str());
 }
 
 TEST_F(Gpumemctl, LocksShowTheSyncFields) {

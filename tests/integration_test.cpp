@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <thread>
 
@@ -22,6 +21,7 @@
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/pattern.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -99,12 +99,8 @@ std::vector<std::byte> hello_frame() {
   return frame;
 }
 
-// ctest runs each test in its own process, so the pid keeps parallel tests apart.
-std::string write_config(const std::string& text) {
-  const std::string path =
-      ::testing::TempDir() + "gpumemd-it-" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(path) << text;
-  return path;
+gpumem::testing::temporary_file write_config(const std::string& text) {
+  return gpumem::testing::temporary_file("gpumemd-it", text);
 }
 
 TEST(Integration, TwoProcessesShareANamedBuffer) {
@@ -275,7 +271,7 @@ TEST(Integration, AClientSendingDescriptorsIsDisconnectedAndNothingLeaks) {
 
 TEST(Integration, AClientThatNeverReadsIsDisconnectedAndOthersCarryOn) {
   const auto config = write_config("max_output_bytes: 256KiB\n");
-  daemon_process daemon({"--config", config});
+  daemon_process daemon({"--config", config.path()});
   auto steady = daemon.connect();
   auto fd = raw_connect(daemon.socket_path());
   const int small = 4096;
@@ -297,13 +293,12 @@ TEST(Integration, AClientThatNeverReadsIsDisconnectedAndOthersCarryOn) {
   flooder.join();
   EXPECT_TRUE(dropped) << "the flooding client was never disconnected";
   steady.ping();
-  ::unlink(config.c_str());
 }
 
 TEST(Integration, AnotherUsersNamedBufferNeedsOpenAcrossUsers) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
   const auto config = write_config("socket_mode: \"0666\"\n");
-  daemon_process daemon({"--config", config});
+  daemon_process daemon({"--config", config.path()});
   ::chmod(daemon.folder().c_str(), 0755);
   auto owner = daemon.connect();
   auto buffer = owner.allocate(4096, {.name = "roots-own"});
@@ -321,7 +316,6 @@ TEST(Integration, AnotherUsersNamedBufferNeedsOpenAcrossUsers) {
   int status = 0;
   ::waitpid(child, &status, 0);
   EXPECT_EQ(exit_code(status), 0);
-  ::unlink(config.c_str());
 }
 
 TEST(Integration, AReadOnlyOpenerCannotWrite) {
@@ -449,11 +443,10 @@ TEST(Integration, SigtermEndsEverySessionAndRemovesTheSocket) {
 
 TEST(Integration, ABadConfigurationStopsTheDaemonWithStatus2) {
   const auto config = write_config("pools:\n  - {name: x, device: host, size: lots}\n");
-  child_process daemon({daemon_binary(), "--config", config, "--socket", "/tmp/never.sock"});
+  child_process daemon({daemon_binary(), "--config", config.path(), "--socket", "/tmp/never.sock"});
   const auto status = daemon.wait();
   ASSERT_TRUE(status);
   EXPECT_EQ(exit_code(*status), 2);
-  ::unlink(config.c_str());
 }
 
 TEST(Integration, ForkedChildMustConnectItsOwnClient) {

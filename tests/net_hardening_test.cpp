@@ -22,6 +22,7 @@
 #include "gpumem/proto/codec.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -84,12 +85,8 @@ std::string temp_folder() {
   return pattern;
 }
 
-// ctest runs each test in its own process, so the pid keeps parallel tests apart.
-std::string write_config(const std::string& text) {
-  const std::string path =
-      ::testing::TempDir() + "gpumemd-net-" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(path) << text;
-  return path;
+gpumem::testing::temporary_file write_config(const std::string& text) {
+  return gpumem::testing::temporary_file("gpumemd-net", text);
 }
 
 std::string read_file(const std::string& path) {
@@ -213,7 +210,7 @@ TEST(NetHardening, AtTheDescriptorLimitAcceptingPausesInsteadOfSpinning) {
 
 TEST(NetHardening, AConnectionBeyondMaxConnectionsIsClosedAtOnce) {
   const auto config = write_config("max_connections: 8\n");
-  daemon_process daemon({"--config", config});
+  daemon_process daemon({"--config", config.path()});
   auto steady = daemon.connect();
   ASSERT_TRUE(wait_for_clients(steady, 1));
   auto crowd = crowd_of(daemon.socket_path(), 12);
@@ -224,7 +221,6 @@ TEST(NetHardening, AConnectionBeyondMaxConnectionsIsClosedAtOnce) {
   crowd.clear();
   ASSERT_TRUE(wait_for_clients(steady, 1));
   daemon.connect().ping();
-  ::unlink(config.c_str());
 }
 
 TEST(NetHardening, APipelinedFloodOfListRequestsIsHeldBackNotBuffered) {
@@ -377,7 +373,7 @@ TEST(NetHardening, ClosingAThousandConnectionsAtOnceDoesNotStallOthers) {
 
 TEST(NetHardening, ARequestStalledHalfwayIsClosedAfterTheFrameDeadlineAndIdleOnesStay) {
   const auto config = write_config("frame_deadline: 300ms\n");
-  daemon_process daemon({"--config", config});
+  daemon_process daemon({"--config", config.path()});
   auto idle = raw_connect(daemon.socket_path());
   auto stalled = raw_connect(daemon.socket_path());
   const auto hello = hello_frame();
@@ -390,7 +386,6 @@ TEST(NetHardening, ARequestStalledHalfwayIsClosedAfterTheFrameDeadlineAndIdleOne
   pollfd answered{idle.get(), POLLIN, 0};
   EXPECT_EQ(::poll(&answered, 1, 5000), 1);
   EXPECT_FALSE(closed_within(idle.get(), 100ms));
-  ::unlink(config.c_str());
 }
 
 TEST(NetHardening, SighupAndSigusr1AreAnsweredInTheLogAndSigpipeIsIgnored) {

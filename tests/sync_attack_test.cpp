@@ -16,7 +16,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "gpumem/shared/sync/layout.hpp"
 #include "support/daemon_process.hpp"
 #include "support/raw_client.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -308,10 +308,9 @@ constexpr const char* kOtherUsersVerdicts =
 // Issue 11, isolation of shared memory: sync state on pages per access class.
 TEST(SyncPages, AnotherUserGetsNoPageOfAPrivateLockAndCorruptsOnlyItsOwn) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
-  const std::string config =
-      ::testing::TempDir() + "gpumemd-sync-pages-" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(config) << "socket_mode: \"0666\"\naccess:\n  connect_users: [65534]\n";
-  daemon_process daemon({"--config", config});
+  const gpumem::testing::temporary_file config(
+      "gpumemd-sync-pages", "socket_mode: \"0666\"\naccess:\n  connect_users: [65534]\n");
+  daemon_process daemon({"--config", config.path()});
   ::chmod(daemon.folder().c_str(), 0755);
   auto owner = daemon.connect("owner");
   auto mine = owner.lock("owners.private");
@@ -342,7 +341,6 @@ TEST(SyncPages, AnotherUserGetsNoPageOfAPrivateLockAndCorruptsOnlyItsOwn) {
   shared.unlock();
   mine.lock();
   mine.unlock();
-  ::unlink(config.c_str());
 }
 
 /// Attaches @p raw to the lock pages and opens the lock @p name.
