@@ -418,5 +418,43 @@ TEST(SyncLifetime, AConnectionClosedWithRepliesInFlightKeepsItsLockUntilItsProce
   }
 }
 
+// A client stopped for what it sent loses what it holds at once, though its process lives on:
+// the refusal's reply meeting its closed socket (EPIPE) is not the hang-up of a live process,
+// and the log says only that it was stopped.
+TEST(SyncLifetime, AClientStoppedForABrokenFrameThatHungUpIsNotKeptForItsLiveProcess) {
+  daemon_process daemon({}, /*readable_log=*/true);
+  const pid_t daemon_pid = daemon.pid();
+  forked_child stopped([&](int report) {
+    {
+      raw_client raw = greeted(daemon.socket_path());
+      open_lock(raw, "left.broken");
+      // The daemon sleeps while the broken header goes in and the connection closes: its
+      // refusal meets the closed socket, every time.
+      if (::kill(daemon_pid, SIGSTOP) != 0) ::_exit(15);
+      const std::vector<std::byte> broken(sizeof(proto::header), std::byte{0xff});
+      raw.send_bytes(broken);
+    }
+    const char done = 'x';
+    if (::write(report, &done, 1) != 1) ::_exit(14);
+    ::pause();
+  });
+  const bool sent = stopped.done(5s);
+  ::kill(daemon_pid, SIGCONT);
+  ASSERT_TRUE(sent);
+  std::string log;
+  bool disconnected = false;
+  while (const auto line = daemon.read_log_line(5s)) {
+    log += *line + "\n";
+    if (line->find("disconnected: sent a bad frame header") != std::string::npos) {
+      disconnected = true;
+      break;
+    }
+  }
+  ASSERT_TRUE(disconnected) << log;
+  EXPECT_EQ(log.find("the rest kept until its process exits"), std::string::npos) << log;
+  auto watcher = daemon.connect("watcher");
+  EXPECT_TRUE(watcher.sync_objects().empty()) << "a stopped client's lock was kept";
+}
+
 }  // namespace
 }  // namespace gpumem::testing

@@ -139,6 +139,12 @@ void session::stop_for(const char* problem) {
   stop(problem);
 }
 
+void session::reply_then_stop_for(const char* problem) {
+  stopping_ = true;
+  flush();
+  stop_for(problem);
+}
+
 void session::stop(const char* reason) {
   if (stopped_) return;
   stopped_ = true;
@@ -234,8 +240,7 @@ bool session::apply_received(std::size_t room, std::size_t received, const std::
     // Clients never send descriptors; the bytes that came with them cannot be trusted.
     received_fds_.clear();
     append_error(out_, 0, errc::unexpected_handle, "clients may not send file descriptors");
-    flush();
-    stop_for("sent a file descriptor");
+    reply_then_stop_for("sent a file descriptor");
     return false;
   }
   in_filled_ += received;
@@ -289,8 +294,7 @@ session::input_state session::handle_frames(std::size_t& budget) {
       // The stream cannot be resynchronised after a bad header: answer, then hang up.
       append_error(out_, 0, static_cast<errc>(error.value()),
                    "bad frame header: " + error.message());
-      flush();
-      stop_for("sent a bad frame header");
+      reply_then_stop_for("sent a bad frame header");
       return input_state::stopped;
     }
     const std::size_t frame_start = out_.size();
@@ -300,8 +304,7 @@ session::input_state session::handle_frames(std::size_t& budget) {
     consumed += frame.frame_size();
     --budget;
     if (state_.refused) {
-      flush();
-      stop_for("refused by the access policy or its quotas");
+      reply_then_stop_for("refused by the access policy or its quotas");
       return input_state::stopped;
     }
   }
@@ -418,8 +421,9 @@ bool session::record_sent(std::size_t fd_count, std::size_t sent, const std::err
   }
   if (error == std::errc::broken_pipe || error == std::errc::connection_reset) {
     // The client closed its side with replies still to come: the same hang-up as the end of
-    // the stream, so what its live process holds is kept as it would be there.
-    end_of_stream();
+    // the stream, so what its live process holds is kept as it would be there, unless the
+    // session is being stopped anyway.
+    if (!stopping_) end_of_stream();
     return false;
   }
   if (error) {

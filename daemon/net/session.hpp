@@ -140,6 +140,10 @@ class session : public std::enable_shared_from_this<session> {
   void watch_process_exit(unique_fd pidfd);
   void wait_for_process_exit();
   void stop_for(const char* problem);
+  /// @brief Sends the refusal already in the replies, then stop_for(@p problem). A hang-up the
+  /// reply meets on the way is not the end of a stream whose live process keeps what it holds:
+  /// the stop takes it all.
+  void reply_then_stop_for(const char* problem);
 
   unique_fd socket_;
   client_poller& poller_;
@@ -153,6 +157,8 @@ class session : public std::enable_shared_from_this<session> {
   client_state state_;
   credentials who_;
   bool stopped_ = false;
+  /// The replies being sent are the last: stop_for() follows (reply_then_stop_for()).
+  bool stopping_ = false;
   bool waiting_to_write_ = false;
   /// Everything the socket held was read: only a new input event brings more.
   bool drained_ = true;

@@ -17,11 +17,13 @@ std::string make_folder() {
 }
 
 std::vector<std::string> daemon_argv(const std::string& socket,
-                                     const std::vector<std::string>& extra) {
+                                     const std::vector<std::string>& extra, bool readable_log) {
+  const char* level = std::getenv("GPUMEM_TEST_LOG");
   std::vector<std::string> argv = daemon_command();
-  argv.insert(argv.end(),
-              {"--socket", socket, "--log-level",
-               (std::getenv("GPUMEM_TEST_LOG") ? std::getenv("GPUMEM_TEST_LOG") : "warn")});
+  argv.insert(argv.end(), {"--socket", socket, "--log-level",
+                           readable_log ? "info"
+                           : level      ? level
+                                        : "warn"});
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -44,10 +46,11 @@ std::string peer_binary() {
   return GPUMEM_TEST_PEER;
 }
 
-daemon_process::daemon_process(const std::vector<std::string>& extra_args)
+daemon_process::daemon_process(const std::vector<std::string>& extra_args, bool readable_log)
     : folder_(make_folder()),
       socket_path_(folder_ + "/gpumemd.sock"),
-      process_(daemon_argv(socket_path_, extra_args)) {
+      process_(daemon_argv(socket_path_, extra_args, readable_log), {},
+               {.stderr_to_stdout = readable_log, .user = std::nullopt}) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (;;) {
     try {

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,10 @@ namespace gpumem::testing {
 class daemon_process {
  public:
   /// @brief Starts gpumemd with @p extra_args and waits until it answers.
-  explicit daemon_process(const std::vector<std::string>& extra_args = {});
+  /// @param readable_log its log, at info, goes to read_log_line() instead of the test's stderr
+  /// (read it: a full pipe would stop the daemon).
+  explicit daemon_process(const std::vector<std::string>& extra_args = {},
+                          bool readable_log = false);
   ~daemon_process();
 
   const std::string& socket_path() const noexcept { return socket_path_; }
@@ -25,6 +29,10 @@ class daemon_process {
   /// @brief The environment entry that points a child at this daemon.
   std::string socket_env() const { return "GPUMEM_SOCKET=" + socket_path_; }
 
+  /// @brief The next line of its log (readable_log), nullopt when none came within @p timeout.
+  std::optional<std::string> read_log_line(std::chrono::milliseconds timeout) {
+    return process_.read_line(timeout);
+  }
   /// @brief Sends @p signal and waits; the exit status.
   int stop(int signal = SIGTERM);
   /// @brief Open descriptors of the daemon process right now.

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -44,6 +45,13 @@ class raw_client {
   raw_answer<proto::hello_reply> hello() {
     return call<proto::hello_reply>(proto::message_type::hello,
                                     proto::hello_request{proto::kProtocolVersion, 0, {}, 0, {}});
+  }
+
+  /// @brief @p bytes as they are: what no client library sends (a broken frame header, say).
+  void send_bytes(std::span<const std::byte> bytes) {
+    std::error_code error;
+    send_with_fds(socket_.get(), bytes, {}, error);
+    if (error) throw std::system_error(error, "sending bytes");
   }
 
   /// The id the last request went with.
