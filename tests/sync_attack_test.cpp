@@ -60,6 +60,13 @@ raw_client greeted(const std::string& path) {
   }
 }
 
+/// Tells @p report that the forked child did its part, then lives on until it is killed.
+[[noreturn]] void report_done_and_live_on(int report) {
+  const char done = 'x';
+  if (::write(report, &done, 1) != 1) ::_exit(14);
+  for (;;) ::pause();
+}
+
 /// The forked attacker: opens @p name, writes into its cell what no lock or barrier leaves
 /// there, tells @p report, then asks for a reset (and reports the answer) or waits to die.
 [[noreturn]] void attack(const std::string& socket_path, const std::string& name, target what,
@@ -99,10 +106,7 @@ raw_client greeted(const std::string& path) {
     (void)proto::make_wire_name(name, reset.name);
     must<proto::empty_payload>(raw, proto::message_type::reset_sync, reset);
   }
-  const char done = 'x';
-  if (::write(report, &done, 1) != 1) ::_exit(14);
-  ::pause();
-  ::_exit(0);
+  report_done_and_live_on(report);
 }
 
 /// A forked child running @p body(report), which writes one byte to report when it is done.
@@ -378,9 +382,7 @@ TEST(SyncLifetime, AClosedConnectionsHostMemoryIsLetGoAtOnceAndItsLockWhenItsPro
                                     proto::allocate_request{kBytes, kHost, 0, {}, {}});
       open_lock(raw, "left.open");
     }  // the connection closes; the process lives on
-    const char done = 'x';
-    if (::write(report, &done, 1) != 1) ::_exit(14);
-    ::pause();
+    report_done_and_live_on(report);
   });
   ASSERT_TRUE(leaver.done(5s));
   EXPECT_TRUE(daemon.wait_for_bytes_in_use(0, 1s)) << "host memory kept for a closed connection";
@@ -406,9 +408,7 @@ TEST(SyncLifetime, AConnectionClosedWithRepliesInFlightKeepsItsLockUntilItsProce
         if (::kill(daemon_pid, SIGSTOP) != 0) ::_exit(15);
         raw.send_unanswered(proto::message_type::ping, proto::empty_payload{}, in_flight);
       }  // the connection closes before the replies are read; the process lives on
-      const char done = 'x';
-      if (::write(report, &done, 1) != 1) ::_exit(14);
-      ::pause();
+      report_done_and_live_on(report);
     });
     const bool left = leaver.done(5s);
     ::kill(daemon_pid, SIGCONT);
@@ -434,9 +434,7 @@ TEST(SyncLifetime, AClientStoppedForABrokenFrameThatHungUpIsNotKeptForItsLivePro
       const std::vector<std::byte> broken(sizeof(proto::header), std::byte{0xff});
       raw.send_bytes(broken);
     }
-    const char done = 'x';
-    if (::write(report, &done, 1) != 1) ::_exit(14);
-    ::pause();
+    report_done_and_live_on(report);
   });
   const bool sent = stopped.done(5s);
   ::kill(daemon_pid, SIGCONT);
