@@ -22,6 +22,7 @@
 #include "gpumem/proto/codec.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/sanitizer.hpp"
 #include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
@@ -253,7 +254,7 @@ TEST(NetHardening, APipelinedFloodOfListRequestsIsHeldBackNotBuffered) {
   std::cout << "during the flood: daemon memory +" << rss_high - rss_before
             << " KiB, slowest ping of another client "
             << std::chrono::duration<double, std::milli>(slowest_ping).count() << " ms\n";
-  EXPECT_LT(slowest_ping, 100ms);
+  EXPECT_LT(slowest_ping, 100ms * kSanitizerSlowdown);
 
   // Once the client reads, every request is answered, in order.
   std::vector<std::byte> in;
@@ -323,15 +324,15 @@ TEST(NetHardening, AClientThatNeverStopsSendingLeavesOthersTheirTurn) {
   // Without the share, each wake-up serves the flooder until backpressure holds it (2,730 pings,
   // 64 KiB of replies) before anyone else's turn: a median of 11-15 ms on the 2-core
   // development VM, against 0.1 ms with it.
-  EXPECT_LT(median, 5ms);
-  EXPECT_LT(pings.back(), 100ms);
+  EXPECT_LT(median, 5ms * kSanitizerSlowdown);
+  EXPECT_LT(pings.back(), 100ms * kSanitizerSlowdown);
 }
 
 TEST(NetHardening, AnIdleConnectionCostsLittleMemory) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's allocator pads every block: the bound holds for the normal "
-                  "build, where this test runs";
-#endif
+  if (kSanitized) {
+    GTEST_SKIP() << "a sanitizer's allocator pads every block: the bound holds for the normal "
+                    "build, where this test runs";
+  }
   daemon_process daemon;
   auto steady = daemon.connect();
   ASSERT_TRUE(wait_for_clients(steady, 1));
@@ -368,7 +369,9 @@ TEST(NetHardening, ClosingAThousandConnectionsAtOnceDoesNotStallOthers) {
   pinger.join();
   std::cout << "slowest ping while 1000 connections closed: "
             << std::chrono::duration<double, std::milli>(slowest_ping).count() << " ms\n";
-  EXPECT_LT(slowest_ping, 100ms);
+  // 8-15 ms in the normal build on the 2-core development VM, about the whole closing; 107 ms
+  // once in CI's AddressSanitizer build beside other tests.
+  EXPECT_LT(slowest_ping, 100ms * kSanitizerSlowdown);
 }
 
 TEST(NetHardening, ARequestStalledHalfwayIsClosedAfterTheFrameDeadlineAndIdleOnesStay) {
