@@ -173,11 +173,16 @@ bool books::end_connection(client_id client) noexcept {
   return kept;
 }
 
+std::uint32_t books::features() const noexcept {
+  return memory.features() | (keeper_ != nullptr ? proto::kFeatureStateKept : 0u) |
+         proto::kFeatureSendsSyncPage;
+}
+
 proto::stats_reply books::stats() const {
   proto::stats_reply reply = memory.stats();
   reply.head.client_count = static_cast<std::uint32_t>(rows.clients().size());
   reply.head.uptime_ms = milliseconds_since(started_);
-  if (keeper_ != nullptr) reply.head.features |= proto::kFeatureStateKept;
+  reply.head.features = features();
   return reply;
 }
 

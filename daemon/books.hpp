@@ -89,6 +89,8 @@ class books {
     if (keeper_ != nullptr && rows.changed()) keeper_->write_changes();
   }
 
+  /// @brief The kFeature* bits, for hello and stats.
+  std::uint32_t features() const noexcept;
   proto::stats_reply stats() const;
   /// @brief Use and quota per uid: the asker's own, or every uid for an administrator.
   proto::usage_list_reply list_usage(client_id asker, std::uint64_t after_uid) const;

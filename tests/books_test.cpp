@@ -96,7 +96,7 @@ TEST_F(Books, ADeathWalksTheClientsLedgerOnceThroughEveryBook) {
   lock_request.kind = proto::sync_kind::lock;
   const std::uint16_t owner_slot = book.sync.attach(owner).slot;
   const std::uint16_t reader_slot = book.sync.attach(reader).slot;
-  const auto opened = book.sync.open(owner, lock_request);
+  const auto opened = book.sync.open(owner, lock_request).reply;
   book.sync.open(reader, lock_request);
   // The owner takes the lock through its page, as a client does.
   void* page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -237,7 +237,7 @@ TEST_F(Books, EachAccessClassHasItsOwnLockPageAndOnlyItsUsersGetIt) {
   EXPECT_NE(strangers_page, owners_page);
   book.sync.attach(root);
 
-  const auto mine = book.sync.open(owner, lock_named("private"));
+  const auto mine = book.sync.open(owner, lock_named("private")).reply;
   EXPECT_EQ(mine.page, owners_page) << "made with the default mode: on the maker's own page";
   EXPECT_EQ(sync::page_of_cell(mine.cell), mine.page);
   EXPECT_EQ(code_of([&] { book.sync.page_for(stranger, owners_page); }), errc::not_found);
@@ -245,16 +245,16 @@ TEST_F(Books, EachAccessClassHasItsOwnLockPageAndOnlyItsUsersGetIt) {
       << "a page that does not exist is refused alike";
   EXPECT_EQ(code_of([&] { book.sync.page_for(reader, owners_page); }), errc::ok);
   EXPECT_EQ(code_of([&] { book.sync.page_for(root, owners_page); }), errc::ok);
-  EXPECT_EQ(book.sync.open(stranger, lock_named("theirs")).page, strangers_page);
+  EXPECT_EQ(book.sync.open(stranger, lock_named("theirs")).reply.page, strangers_page);
   EXPECT_EQ(code_of([&] { book.sync.page_for(owner, strangers_page); }), errc::not_found);
 
-  const auto shared = book.sync.open(owner, lock_named("shared", proto::mode_flags(0666)));
+  const auto shared = book.sync.open(owner, lock_named("shared", proto::mode_flags(0666))).reply;
   EXPECT_NE(shared.page, owners_page);
   EXPECT_NE(shared.page, strangers_page);
-  EXPECT_EQ(book.sync.open(stranger, lock_named("shared")).page, shared.page);
+  EXPECT_EQ(book.sync.open(stranger, lock_named("shared")).reply.page, shared.page);
   EXPECT_EQ(code_of([&] { book.sync.page_for(stranger, shared.page); }), errc::ok);
   // Read access is not use: a lock others may only read is as private as 0600.
-  EXPECT_EQ(book.sync.open(owner, lock_named("readable", proto::mode_flags(0644))).page,
+  EXPECT_EQ(book.sync.open(owner, lock_named("readable", proto::mode_flags(0644))).reply.page,
             owners_page);
 
   // close_sync names a cell across pages.
@@ -274,23 +274,50 @@ TEST_F(Books, AFullPageGivesItsClassAnotherPageThatOnlyItsUsersGet) {
   const std::uint32_t own_page = roomy.sync.attach(a).own_page.id();
   roomy.sync.attach(b);
   for (std::uint32_t i = 0; i < sync::kCellCount; ++i) {
-    EXPECT_EQ(roomy.sync.open(a, lock_named("lock." + std::to_string(i))).page, own_page);
+    EXPECT_EQ(roomy.sync.open(a, lock_named("lock." + std::to_string(i))).reply.page, own_page);
   }
-  const auto more = roomy.sync.open(a, lock_named("one.more"));
+  const auto more = roomy.sync.open(a, lock_named("one.more")).reply;
   EXPECT_NE(more.page, own_page);
   EXPECT_EQ(code_of([&] { roomy.sync.page_for(a, more.page); }), errc::ok);
   EXPECT_EQ(code_of([&] { roomy.sync.page_for(b, more.page); }), errc::not_found);
-  EXPECT_EQ(roomy.sync.open(a, lock_named("and.another")).page, more.page);
-  EXPECT_NE(roomy.sync.open(b, lock_named("elsewhere")).page, more.page);
+  EXPECT_EQ(roomy.sync.open(a, lock_named("and.another")).reply.page, more.page);
+  EXPECT_NE(roomy.sync.open(b, lock_named("elsewhere")).reply.page, more.page);
 
-  roomy.sync.close(a, {roomy.sync.open(a, lock_named("lock.7")).cell, 0});
+  roomy.sync.close(a, {roomy.sync.open(a, lock_named("lock.7")).reply.cell, 0});
   roomy.sync.close(a, {sync::cell_id(own_page, 7), 0});
-  EXPECT_EQ(roomy.sync.open(a, lock_named("refill")).page, own_page)
+  EXPECT_EQ(roomy.sync.open(a, lock_named("refill")).reply.page, own_page)
       << "the lowest page with a free cell comes first";
   roomy.sync.close(a, {more.cell, 0});
   roomy.sync.close(a, {sync::cell_id(more.page, sync::index_of_cell(more.cell) + 1), 0});
   EXPECT_EQ(code_of([&] { roomy.sync.page_for(a, more.page); }), errc::not_found)
       << "a page goes with its last object";
+}
+
+// Issue 15: a page goes with open_sync's reply when asked, and only where the client has not
+// mapped it: not its own page, not one it has another object open on.
+TEST_F(Books, APageGoesWithAnOpenOnlyWhenAskedAndNotMappedAlready) {
+  const std::uint32_t own_page = book.sync.attach(owner).own_page.id();
+  book.sync.attach(reader);
+  const std::uint32_t asked = proto::kFlagSendPage;
+  const std::uint32_t group = proto::mode_flags(0660);
+  EXPECT_EQ(book.sync.open(owner, lock_named("own", asked)).page_to_send, nullptr);
+  const auto unasked = book.sync.open(owner, lock_named("unasked", group));
+  EXPECT_EQ(unasked.page_to_send, nullptr);
+  const auto first = book.sync.open(owner, lock_named("first", group | asked));
+  EXPECT_NE(first.reply.page, own_page);
+  EXPECT_EQ(first.reply.page, unasked.reply.page);
+  EXPECT_EQ(first.page_to_send, nullptr) << "'unasked' is open on that page already";
+  const auto theirs = book.sync.open(reader, lock_named("first", group | asked));
+  ASSERT_NE(theirs.page_to_send, nullptr) << "another client's first object on that page";
+  EXPECT_EQ(theirs.page_to_send->id(), first.reply.page);
+
+  book.sync.close(owner, {unasked.reply.cell, 0});
+  book.sync.close(owner, {first.reply.cell, 0});
+  const auto again = book.sync.open(owner, lock_named("again", group | asked));
+  EXPECT_EQ(again.reply.page, first.reply.page) << "the reader keeps the page";
+  ASSERT_NE(again.page_to_send, nullptr) << "the client closed everything it had on that page";
+  EXPECT_EQ(book.sync.open(owner, lock_named("again", group | asked)).page_to_send, nullptr)
+      << "opened twice";
 }
 
 TEST_F(Books, AKeptLockGivesWayBeforeItsClassGetsAnotherPage) {
@@ -299,7 +326,7 @@ TEST_F(Books, AKeptLockGivesWayBeforeItsClassGetsAnotherPage) {
   books roomy(config, host_pools);
   const auto dying = roomy.add_client({1, 1000, 1000, {}});
   const std::uint16_t slot = roomy.sync.attach(dying).slot;
-  const auto kept = roomy.sync.open(dying, lock_named("kept"));
+  const auto kept = roomy.sync.open(dying, lock_named("kept")).reply;
   void* page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
                       roomy.sync.page_for(dying, kept.page).fd(), 0);
   ASSERT_NE(page, MAP_FAILED);
@@ -315,22 +342,22 @@ TEST_F(Books, AKeptLockGivesWayBeforeItsClassGetsAnotherPage) {
   const auto heir = roomy.add_client({2, 1000, 1000, {}});
   roomy.sync.attach(heir);
   for (std::uint32_t i = 1; i < sync::kCellCount; ++i) {
-    EXPECT_EQ(roomy.sync.open(heir, lock_named("lock." + std::to_string(i))).page, kept.page);
+    EXPECT_EQ(roomy.sync.open(heir, lock_named("lock." + std::to_string(i))).reply.page, kept.page);
   }
-  EXPECT_EQ(roomy.sync.open(heir, lock_named("in.its.cell")).cell, kept.cell);
+  EXPECT_EQ(roomy.sync.open(heir, lock_named("in.its.cell")).reply.cell, kept.cell);
   EXPECT_FALSE(roomy.rows.find_name(object_family::sync, "kept"));
-  EXPECT_NE(roomy.sync.open(heir, lock_named("on.a.new.page")).page, kept.page);
+  EXPECT_NE(roomy.sync.open(heir, lock_named("on.a.new.page")).reply.page, kept.page);
 }
 
 TEST_F(Books, PageIdsAreReusedOnlyOnceAPageIsEmpty) {
   const auto stranger = book.add_client({200, 2000, 2000, {}});
   const std::uint32_t owners_page = book.sync.attach(owner).own_page.id();
-  const auto shared = book.sync.open(owner, lock_named("shared", proto::mode_flags(0666)));
+  const auto shared = book.sync.open(owner, lock_named("shared", proto::mode_flags(0666))).reply;
   book.remove_client(owner);
   EXPECT_EQ(code_of([&] { book.sync.page_for(stranger, shared.page); }), errc::not_found);
   // The lowest free id again, now for another class.
   EXPECT_EQ(book.sync.attach(stranger).own_page.id(), owners_page);
-  EXPECT_EQ(book.sync.open(stranger, lock_named("theirs")).page, owners_page);
+  EXPECT_EQ(book.sync.open(stranger, lock_named("theirs")).reply.page, owners_page);
 }
 
 TEST_F(Books, ListsPageThroughEverything) {

@@ -2,9 +2,11 @@
 // fairness, timeouts, SIGKILLed holders and parties, operator resets.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -12,6 +14,7 @@
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/gpumemctl_process.hpp"
+#include "support/raw_client.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -234,6 +237,101 @@ TEST(Lock, LocksOfOtherModesLiveOnPagesThatComeAndGo) {
   }
   own.lock();
   own.unlock();
+}
+
+std::size_t open_fds_of_this_process() {
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++count;
+  }
+  return count;
+}
+
+// Issue 15: open_sync's reply carries the page of a class other than the client's own, so
+// opening such a lock is one round trip, not two; a copy of a page mapped already is closed.
+TEST(Lock, OneOnAnotherClassesPageOpensInOneRoundTripAndLeavesNoDescriptor) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto first = client.lock("group.first", {.mode = 0660});  // the page comes with the reply
+  first.lock();
+  first.unlock();
+  const std::size_t fds_before = open_fds_of_this_process();
+  const std::size_t daemon_fds_before = daemon.open_fd_count();
+  std::vector<Lock> more;
+  for (int i = 0; i < 50; ++i) {
+    more.push_back(client.lock("group." + std::to_string(i), {.mode = 0660}));
+    more.back().lock();
+    more.back().unlock();
+  }
+  EXPECT_EQ(open_fds_of_this_process(), fds_before) << "copies of a mapped page were kept";
+  // At most: the daemon may close a descriptor of its own meanwhile; a leak would be one an open.
+  EXPECT_LE(daemon.open_fd_count(), daemon_fds_before);
+  const std::string metrics = client.metrics();
+  EXPECT_NE(metrics.find("_count{type=\"open_sync\"} 51"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("{type=\"get_sync_page\"}"), std::string::npos)
+      << "a page was asked for after open_sync";
+}
+
+/// open_sync by hand: the lock @p name, with @p flags.
+raw_answer<proto::sync_open_reply> open_lock(raw_client& raw, const std::string& name,
+                                             std::uint32_t flags) {
+  proto::sync_open_request open{};
+  (void)proto::make_wire_name(name, open.name);
+  open.kind = proto::sync_kind::lock;
+  open.flags = flags;
+  return raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+}
+
+ino_t inode_of(int fd) {
+  struct stat status {};
+  return ::fstat(fd, &status) == 0 ? status.st_ino : 0;
+}
+
+// What a libgpumem from before kFlagSendPage sends still gets the replies it expects (no
+// descriptor), so clients and daemons on either side of the change work together.
+TEST(Lock, OpenSendsAPageOtherThanTheClientsOwnOnlyWhenAsked) {
+  daemon_process daemon;
+  raw_client raw(daemon.socket_path());
+  const auto hello = raw.hello();
+  ASSERT_EQ(hello.code, proto::errc::ok) << hello.text;
+  EXPECT_NE(hello.reply.features & proto::kFeatureSendsSyncPage, 0u);
+  const auto attached =
+      raw.call<proto::sync_attach_reply>(proto::message_type::attach_sync, proto::empty_payload{});
+  ASSERT_EQ(attached.code, proto::errc::ok) << attached.text;
+
+  const auto own = open_lock(raw, "own", proto::kFlagSendPage);
+  ASSERT_EQ(own.code, proto::errc::ok) << own.text;
+  EXPECT_EQ(own.reply.page, attached.reply.page);
+  EXPECT_TRUE(own.fds.empty()) << "the client's own page came again";
+
+  const auto unasked = open_lock(raw, "group.unasked", proto::mode_flags(0660));
+  ASSERT_EQ(unasked.code, proto::errc::ok) << unasked.text;
+  EXPECT_NE(unasked.reply.page, attached.reply.page);
+  EXPECT_TRUE(unasked.fds.empty()) << "a page went to a client that did not ask for it";
+  const std::uint32_t group_asked = proto::mode_flags(0660) | proto::kFlagSendPage;
+  EXPECT_TRUE(open_lock(raw, "group.mapped", group_asked).fds.empty())
+      << "a page went to a client that has an object open on it";
+  for (const char* name : {"group.unasked", "group.mapped"}) {
+    proto::sync_close_request close{open_lock(raw, name, group_asked).reply.cell, 0};
+    for (int times = 0; times < 2; ++times) {
+      ASSERT_EQ(raw.call<proto::empty_payload>(proto::message_type::close_sync, close).code,
+                proto::errc::ok);
+    }
+  }
+
+  const auto asked = open_lock(raw, "group.asked", group_asked);
+  ASSERT_EQ(asked.code, proto::errc::ok) << asked.text;
+  EXPECT_NE(asked.reply.page, attached.reply.page);
+  ASSERT_EQ(asked.fds.size(), 1u);
+  const auto page = raw.call<proto::sync_page_reply>(proto::message_type::get_sync_page,
+                                                     proto::sync_page_request{asked.reply.page, 0});
+  ASSERT_EQ(page.code, proto::errc::ok) << page.text;
+  ASSERT_EQ(page.fds.size(), 1u);
+  EXPECT_EQ(inode_of(asked.fds.front().get()), inode_of(page.fds.front().get()))
+      << "open_sync sent another page than get_sync_page does";
+
+  const auto stray = open_lock(raw, "stray.bits", proto::kFlagSendPage | (1u << 29));
+  EXPECT_EQ(stray.code, proto::errc::bad_message) << "flags beyond the known ones were taken";
 }
 
 TEST(Lock, ADomainIsFixedByTheFirstUse) {

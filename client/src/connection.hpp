@@ -69,6 +69,7 @@ class connection : public std::enable_shared_from_this<connection> {
   sync_pages& sync();
 
   std::uint64_t client_id() const noexcept { return link_.client_id(); }
+  std::uint32_t daemon_features() const noexcept { return link_.daemon_features(); }
   const std::string& path() const noexcept { return link_.path(); }
 
  private:

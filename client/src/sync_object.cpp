@@ -38,7 +38,11 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
   request.parties = parties;
   request.role = role;
   request.flags = creation_flags(mode);
-  const auto reply = link_->call<proto::sync_open_reply>(message_type::open_sync, request);
+  if ((link_->daemon_features() & proto::kFeatureSendsSyncPage) != 0) {
+    request.flags |= proto::kFlagSendPage;
+  }
+  std::vector<unique_fd> fds;
+  const auto reply = link_->call<proto::sync_open_reply>(message_type::open_sync, request, &fds);
   cell_id_ = reply.cell;
   cell_index_ = sync::index_of_cell(reply.cell);
   party_ = reply.party;
@@ -47,7 +51,7 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
     if (sync::page_of_cell(reply.cell) != reply.page) {
       throw Error(errc::bad_message, "gpumemd put '" + name_ + "' on a page its cell is not on");
     }
-    page_ = link_->sync().page(reply.page);
+    page_ = link_->sync().page(reply.page, fds.empty() ? unique_fd() : std::move(fds.front()));
   } catch (...) {
     close();
     throw;

@@ -29,17 +29,20 @@ sync_pages::sync_pages(transport& link) : link_(link) {
   mapped_.emplace(reply.page, own_page_);
 }
 
-std::shared_ptr<sync_page> sync_pages::page(std::uint32_t id) {
+std::shared_ptr<sync_page> sync_pages::page(std::uint32_t id, unique_fd sent) {
   std::lock_guard lock(mutex_);
   if (const auto found = mapped_.find(id); found != mapped_.end()) {
     if (auto held = found->second.lock()) return held;
   }
-  std::vector<unique_fd> fds;
-  const auto reply = link_.call<proto::sync_page_reply>(message_type::get_sync_page,
-                                                        proto::sync_page_request{id, 0}, &fds);
-  check_geometry(fds.size(), reply.cell_size, reply.cell_count);
-  if (reply.page != id) throw Error(errc::bad_message, "gpumemd sent another lock page");
-  auto made = std::make_shared<sync_page>(link_, id, fds.front().get());
+  if (!sent) {
+    std::vector<unique_fd> fds;
+    const auto reply = link_.call<proto::sync_page_reply>(message_type::get_sync_page,
+                                                          proto::sync_page_request{id, 0}, &fds);
+    check_geometry(fds.size(), reply.cell_size, reply.cell_count);
+    if (reply.page != id) throw Error(errc::bad_message, "gpumemd sent another lock page");
+    sent = std::move(fds.front());
+  }
+  auto made = std::make_shared<sync_page>(link_, id, sent.get());
   std::erase_if(mapped_, [](const auto& each) { return each.second.expired(); });
   mapped_[id] = made;
   return made;

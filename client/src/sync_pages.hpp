@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 
+#include "gpumem/shared/unique_fd.hpp"
 #include "sync_page.hpp"
 
 namespace gpumem::detail {
@@ -31,9 +32,10 @@ class sync_pages {
   sync_pages& operator=(const sync_pages&) = delete;
 
   std::uint16_t slot() const noexcept { return slot_; }
-  /// @brief The page @p id, asked for and mapped unless an open object holds it already.
+  /// @brief The page @p id: the mapping an open object holds already, else mapped from @p sent
+  /// (open_sync's reply carries the page's fd unless it is this client's own), else asked for.
   /// @throws Error(not_found) when the daemon does not let this client use the page.
-  std::shared_ptr<sync_page> page(std::uint32_t id);
+  std::shared_ptr<sync_page> page(std::uint32_t id, unique_fd sent = {});
   /// @brief Keeps @p used mapped until the session ends: a device uses it.
   void keep_for_devices(const std::shared_ptr<sync_page>& used);
 

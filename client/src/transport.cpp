@@ -266,6 +266,7 @@ bool transport::greet(std::string& broke) {
   token_ = reply.token;
   daemon_instance_ = reply.daemon_instance;
   daemon_uid_ = answering;
+  daemon_features_.store(reply.features, std::memory_order_relaxed);
   return true;
 }
 
@@ -397,7 +398,11 @@ void transport::check_reply(const proto::frame_view& frame, message_type type,
   }
   const std::uint16_t expected_fds =
       proto::find_request(static_cast<std::uint16_t>(type))->reply_fds;
-  if (expected_fds != proto::kFdPerRecord && frame.head.fd_count != expected_fds) {
+  const bool count_fits =
+      expected_fds == proto::kFdPerRecord ||
+      (expected_fds == proto::kFdAtMostOne ? frame.head.fd_count <= 1
+                                           : frame.head.fd_count == expected_fds);
+  if (!count_fits) {
     throw Error(errc::unexpected_handle, "gpumemd's reply carries an unexpected descriptor count");
   }
 }

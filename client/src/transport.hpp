@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -41,6 +42,11 @@ class transport {
   /// with its id (the daemon answers a request it already carried out from its records):
   /// Error(io_error) naming the socket when the daemon stays away, Error(session_lost) when
   /// the daemon that answers no longer has the session (and on every later call).
+  /// @brief The kFeature* bits of the last hello's answer (connect or resume).
+  std::uint32_t daemon_features() const noexcept {
+    return daemon_features_.load(std::memory_order_relaxed);
+  }
+
   template <class Reply, class Request>
   Reply call(proto::message_type type, const Request& request,
              std::vector<unique_fd>* fds = nullptr) {
@@ -111,6 +117,7 @@ class transport {
   proto::session_token token_{};
   std::uint64_t daemon_instance_ = 0;
   uid_t daemon_uid_ = 0;
+  std::atomic<std::uint32_t> daemon_features_ = 0;  ///< read outside the mutex
   std::mutex mutex_;
   std::uint32_t last_request_id_ = 0;
   std::vector<std::byte> out_;

@@ -52,12 +52,9 @@ proto::hello_reply request_handler::on_hello(client_state& client,
   ++books_.activity.connections;
   books_.events.publish(
       event_hub::about(proto::event_kind::connected, client.client, row.who, row.label));
-  return {client.client,
-          static_cast<std::uint32_t>(books_.memory.pool_count()),
-          proto::kMaxPayloadSize,
-          static_cast<std::uint32_t>(::getpid()),
-          0,
-          books_.rows.client(client.client).token,
+  return {client.client,          static_cast<std::uint32_t>(books_.memory.pool_count()),
+          proto::kMaxPayloadSize, static_cast<std::uint32_t>(::getpid()),
+          books_.features(),      books_.rows.client(client.client).token,
           books_.instance};
 }
 

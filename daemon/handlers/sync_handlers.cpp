@@ -23,8 +23,14 @@ proto::sync_page_reply request_handler::on_get_sync_page(client_state& client,
 
 proto::sync_open_reply request_handler::on_open_sync(client_state& client,
                                                      const proto::sync_open_request& message,
-                                                     reply_attachment&) {
-  return books_.sync.open(client.client, message);
+                                                     reply_attachment& attach) {
+  const sync_book::opened made = books_.sync.open(client.client, message);
+  // The page with the reply spares the client get_sync_page's round trip, which made opening
+  // an object on a page it had not mapped cost two.
+  if (made.page_to_send != nullptr) {
+    attach = {{made.page_to_send->fd()}, proto::handle_type::host_memfd};
+  }
+  return made.reply;
 }
 
 proto::empty_payload request_handler::on_close_sync(client_state& client,

@@ -113,7 +113,7 @@ class memory_book {
   /// @throws request_error(not_found) for no such instance, or one the client may not reach
   /// (permission_denied would tell it that the instance exists).
   std::pair<const pool*, int> pool_for(client_id client, std::uint32_t pool_id) const;
-  /// @brief kFeature* bits for hello and stats.
+  /// @brief The kFeature* bits of the memory: CUDA, MPS.
   std::uint32_t features() const noexcept;
 
   /// @brief The pools' usage; the caller fills in the client count.

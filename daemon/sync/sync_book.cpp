@@ -225,8 +225,9 @@ std::uint32_t sync_book::take_party(cell_entry& entry, const object_row& row, cl
                       fmt::format("{} '{}': {} is taken", kind_name(row.kind), row.name, which));
 }
 
-proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_request& request) {
-  if (!attached_.contains(client)) {
+sync_book::opened sync_book::open(client_id client, const proto::sync_open_request& request) {
+  const auto attached = attached_.find(client);
+  if (attached == attached_.end()) {
     throw request_error(errc::bad_message, "attach_sync must come before open_sync");
   }
   const std::string name(request.name.view());
@@ -293,7 +294,10 @@ proto::sync_open_reply sync_book::open(client_id client, const proto::sync_open_
     forget_if_unused(id);
     throw;
   }
-  return reply;
+  const bool first_on_page = attached->second.opens_on_page[entry.page]++ == 0;
+  const bool send_page = (request.flags & proto::kFlagSendPage) != 0 && first_on_page &&
+                         entry.page != attached->second.own_page;
+  return {reply, send_page ? pages_.at(entry.page).get() : nullptr};
 }
 
 void sync_book::close(client_id client, const proto::sync_close_request& request) {
@@ -313,6 +317,13 @@ void sync_book::close(client_id client, const proto::sync_close_request& request
     entry.party_clients[request.party] = 0;
     // Whoever waits for a round or an item this party will never reach would wait forever.
     break_party(id, *row, entry, request.party);
+  }
+  if (const auto attached = attached_.find(client); attached != attached_.end()) {
+    auto& opens = attached->second.opens_on_page;
+    if (const auto on_page = opens.find(entry.page);
+        on_page != opens.end() && --on_page->second == 0) {
+      opens.erase(on_page);
+    }
   }
   rows_.drop_reference(id, client);
   forget_if_unused(id);

@@ -67,9 +67,16 @@ class sync_book {
   attachment attach(client_id client);
   /// @throws request_error(not_found) unless @p client may use the objects of the page.
   const sync_page& page_for(client_id client, std::uint32_t page_id) const;
+  struct opened {
+    proto::sync_open_reply reply;
+    /// The object's page, to go with the reply, when the request has kFlagSendPage and the page
+    /// is neither the client's own nor one it has another object open on (which it has mapped,
+    /// unless it let go of that object just now: then it asks get_sync_page); else nullptr.
+    const sync_page* page_to_send;
+  };
   /// @throws request_error: bad_message before attach, invalid_argument for a party count
   /// that differs from the existing object's, no_party_left, out_of_memory.
-  proto::sync_open_reply open(client_id client, const proto::sync_open_request& request);
+  opened open(client_id client, const proto::sync_open_request& request);
   void close(client_id client, const proto::sync_close_request& request);
   /// @throws request_error(not_found), not_supported for a stream-ordered lock,
   /// permission_denied unless @p client's uid owns it or is an administrator.
@@ -152,6 +159,10 @@ class sync_book {
   struct attached_client {
     std::uint16_t slot;
     std::uint32_t own_page;
+    /// Page -> how many opens of objects on it the client has not closed: whether it has the
+    /// page mapped. Starts empty when a restarted daemon adopts the client, which then gets
+    /// pages it has already (it closes the copy).
+    std::map<std::uint32_t, std::uint32_t> opens_on_page{};
   };
   struct pending_reclaim {
     std::uint16_t slot;

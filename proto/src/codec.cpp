@@ -217,7 +217,7 @@ std::error_code validate(const sync_attach_reply& m) noexcept {
 }
 
 std::error_code validate(const sync_open_request& m) noexcept {
-  if (!valid_creation_flags(m.flags) || !is_known_kind(m.kind)) return bad();
+  if (!valid_creation_flags(m.flags & ~kFlagSendPage) || !is_known_kind(m.kind)) return bad();
   if (static_cast<std::uint32_t>(m.role) > static_cast<std::uint32_t>(sync_role::consumer)) {
     return bad();
   }

@@ -208,8 +208,9 @@ void codec_seed(corpus& out, const std::string& seed, std::uint16_t raw_type, co
 void codec_seeds(corpus& out) {
 #define GPUMEM_X(name, number, request, reply, reply_fd_count, summary) \
   codec_seed(out, #name "-request", number, sample<request>());         \
-  codec_seed(out, #name "-reply", number | kReplyBit, sample<reply>(),  \
-             reply_fd_count == kFdPerRecord ? 1 : reply_fd_count);
+  codec_seed(                                                           \
+      out, #name "-reply", number | kReplyBit, sample<reply>(),         \
+      reply_fd_count == kFdPerRecord || reply_fd_count == kFdAtMostOne ? 1 : reply_fd_count);
   GPUMEM_MESSAGE_TABLE(GPUMEM_X)
 #undef GPUMEM_X
   codec_seed(out, "error", static_cast<std::uint16_t>(message_type::error),
@@ -321,6 +322,18 @@ void request_seeds(corpus& out) {
   lock.send(0, message_type::close_sync, sync_close_request{0, 0});
   lock.then(step::read, 0).then(step::read, 1).then(step::disconnect, 1).then(step::settle, 0);
   save("lock-open-reset-close", lock);
+
+  // A lock of another access class than the clients' own: its page comes with the reply.
+  script other_class;
+  sync_open_request group_lock = sync_open("g", sync_kind::lock, 0, sync_role::party);
+  group_lock.flags = mode_flags(0660) | kFlagSendPage;
+  other_class.greet(0).greet(1);
+  other_class.send(0, message_type::attach_sync, empty_payload{});
+  other_class.send(1, message_type::attach_sync, empty_payload{});
+  other_class.send(0, message_type::open_sync, group_lock).then(step::read, 0);
+  other_class.send(1, message_type::open_sync, group_lock).then(step::read, 1);
+  other_class.then(step::disconnect, 0).then(step::read, 1);
+  save("lock-page-with-the-reply", other_class);
 
   script barrier;
   barrier.greet(0).greet(1).greet(2);

@@ -26,6 +26,9 @@ inline constexpr std::uint32_t kFeatureCuda = 1u << 0;
 inline constexpr std::uint32_t kFeatureMps = 1u << 1;
 /// The daemon keeps its state in systemd's fd store across restarts.
 inline constexpr std::uint32_t kFeatureStateKept = 1u << 2;
+/// The daemon honours kFlagSendPage in open_sync (hello_reply only): a client sets the flag
+/// only then, so that clients and daemons of either side of this change go on working together.
+inline constexpr std::uint32_t kFeatureSendsSyncPage = 1u << 3;
 
 enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
 
@@ -41,6 +44,10 @@ constexpr bool valid_creation_flags(std::uint32_t flags) noexcept {
   return (flags & ~(kFlagModeGiven | kFlagModeBits)) == 0 &&
          ((flags & kFlagModeGiven) != 0 || flags == 0);
 }
+/// open_sync only, beside the creation flags: send the object's page with the reply when it is
+/// not the client's own page (attach_sync's), so that a client that has not mapped the page yet
+/// needs no get_sync_page round trip.
+inline constexpr std::uint32_t kFlagSendPage = 1u << 30;
 
 struct empty_payload {};
 
@@ -399,15 +406,18 @@ struct sync_open_request {
   sync_kind kind;
   std::uint32_t parties;  ///< barrier: parties; channel: consumers + 1; lock: 0
   sync_role role;
-  std::uint32_t flags;  ///< creation flags (kFlagModeGiven), or zero; used when it creates
+  /// Creation flags (kFlagModeGiven), or zero, used when it creates; and kFlagSendPage.
+  std::uint32_t flags;
 };
 static_assert(sizeof(sync_open_request) == 80);
 
+/// Sent with the page's fd when the request has kFlagSendPage and the page is not the client's
+/// own; without one otherwise.
 struct sync_open_reply {
   std::uint32_t cell;   ///< the cell's id: page * cell_count + its index on the page
   std::uint32_t party;  ///< this opener's counter (barriers, channels)
   std::uint32_t parties;
-  std::uint32_t page;  ///< the page the cell is on: get_sync_page maps it
+  std::uint32_t page;  ///< the page the cell is on
 };
 static_assert(sizeof(sync_open_reply) == 16);
 
@@ -591,6 +601,8 @@ using metrics_reply = list_payload<metrics_head, char>;
 
 /// Table value for a reply that carries one descriptor per record.
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
+/// Table value for a reply that carries one descriptor or none.
+inline constexpr std::uint16_t kFdAtMostOne = 0xfffe;
 
 // X(name, id, request payload, reply payload, reply fd count, what it is for)
 #define GPUMEM_MESSAGE_TABLE(X)                                                               \
@@ -610,7 +622,8 @@ inline constexpr std::uint16_t kFdPerRecord = 0xffff;
   X(release_reservation, 14, reservation_release_request, empty_payload, 0, "let go of one")  \
   X(list_reservations, 15, list_request, reservation_list_reply, 0, "live reservations")      \
   X(attach_sync, 16, empty_payload, sync_attach_reply, 1, "the lock and barrier page")        \
-  X(open_sync, 17, sync_open_request, sync_open_reply, 0, "open a lock, barrier, channel")    \
+  X(open_sync, 17, sync_open_request, sync_open_reply, kFdAtMostOne,                          \
+    "open a lock, barrier, channel")                                                          \
   X(close_sync, 18, sync_close_request, empty_payload, 0, "let go of one")                    \
   X(reset_sync, 19, sync_reset_request, empty_payload, 0, "operator reset of one")            \
   X(list_sync, 20, list_request, sync_list_reply, 0, "locks, barriers and channels")          \
