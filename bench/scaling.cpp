@@ -7,7 +7,8 @@
 //     10 ... 10^4 locks existing;
 //   - a busy client's ping and allocate+release with 1 ... 1000 idle connected clients;
 //   - per client, the time for 10 ... 1000 forked clients to connect, allocate and exit (their
-//     destructors run, or SIGKILL) until the daemon holds nothing of theirs, checked by stats.
+//     destructors run, or SIGKILL) until the daemon holds nothing of theirs, checked by stats
+//     (five waves a size, the sizes taking turns).
 // The daemon runs with only a host pool (CUDA_VISIBLE_DEVICES=-1) and no quotas. Every party is
 // a forked process with its own connection; the parent never connects.
 //
@@ -22,6 +23,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -617,16 +619,22 @@ void churn_curves(const settings& run, std::deque<curve>& out) {
       out.emplace_back("connect, allocate, SIGKILL, until reclaimed, per client (us)", "clients");
   worker watcher([&run] { return observer(run); });
   std::uint64_t wave = 0;
-  constexpr int kRepeats = 3;
-  for (const std::uint64_t count : decades(10, run.max_churn)) {
-    for (const bool kill : {false, true}) {
-      std::vector<double> per_client;
-      for (int repeat = 0; repeat < kRepeats; ++repeat) {
-        per_client.push_back(churn(run, watcher, count, kill, wave++) * 1e6 /
-                             static_cast<double>(count));
+  constexpr int kRepeats = 5;
+  const auto counts = decades(10, run.max_churn);
+  // per_client[size][kill]: the sizes take turns, so that a slow stretch of the machine (the
+  // 2-core VM's per-client time moved by 30% from run to run) weighs on each size alike.
+  std::vector<std::array<std::vector<double>, 2>> per_client(counts.size());
+  for (int repeat = 0; repeat < kRepeats; ++repeat) {
+    for (std::size_t size = 0; size < counts.size(); ++size) {
+      for (const bool kill : {false, true}) {
+        per_client[size][kill].push_back(churn(run, watcher, counts[size], kill, wave++) * 1e6 /
+                                         static_cast<double>(counts[size]));
       }
-      (kill ? killed : exited).add(count, per_client);
     }
+  }
+  for (std::size_t size = 0; size < counts.size(); ++size) {
+    exited.add(counts[size], per_client[size][false]);
+    killed.add(counts[size], per_client[size][true]);
   }
   std::printf(
       "\n(after every wave gpumemd's stats showed the allocations and clients of before it)\n");
