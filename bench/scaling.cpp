@@ -497,13 +497,20 @@ void lock_curves(const settings& run, std::deque<curve>& out) {
 // ---- idle clients -------------------------------------------------------------------------------
 
 constexpr std::uint32_t kConnect = 1;
-constexpr std::uint32_t kBusy = 2;
+constexpr std::uint32_t kDisconnect = 2;
+constexpr std::uint32_t kBusy = 1;
+constexpr std::uint32_t kWaitForClients = 2;
 
-/// Keeps connections open, each holding one allocation, that send nothing more.
+/// Keeps connections open, each holding one allocation, that send nothing more; closes the
+/// last ones made when told.
 worker::handler idle_connections(const settings& run) {
   auto idle = std::make_shared<std::vector<std::pair<gpumem::Client, gpumem::Buffer>>>();
   return [&run, idle](const command& what) {
     for (std::uint64_t i = 0; i < what.count; ++i) {
+      if (what.op == kDisconnect) {
+        idle->pop_back();
+        continue;
+      }
       auto client = connect(run, "idle");
       auto buffer = client.allocate(4096);
       idle->emplace_back(std::move(client), std::move(buffer));
@@ -513,10 +520,19 @@ worker::handler idle_connections(const settings& run) {
 }
 
 /// Pings, then allocates and releases, as fast as it can: pings first, then allocate+release.
+/// Or waits until the daemon has no more than `count` clients (its hang-ups are handled).
 worker::handler busy_client(const settings& run) {
   auto client = std::make_shared<gpumem::Client>(connect(run, "busy"));
   return [client](const command& what) {
     std::vector<double> took;
+    if (what.op == kWaitForClients) {
+      const auto give_up = clock_type::now() + std::chrono::seconds(30);
+      while (client->stats().clients > what.count) {
+        if (clock_type::now() > give_up) throw std::runtime_error("idle clients did not go");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      return took;
+    }
     for (std::uint64_t i = 0; i < what.count; ++i) {
       const auto start = clock_type::now();
       client->ping();
@@ -531,28 +547,70 @@ worker::handler busy_client(const settings& run) {
   };
 }
 
+/// Processes holding idle connections, kConnectionsPerIdleProcess each but the last.
+class idle_crowd {
+ public:
+  explicit idle_crowd(const settings& run) : run_(run) {}
+
+  /// Connects or closes idle connections until @p wanted are open.
+  void resize(std::uint64_t wanted) {
+    while (connected_ < wanted) {
+      if (keepers_.empty() || held_.back() == kConnectionsPerIdleProcess) {
+        keepers_.push_back(std::make_unique<worker>([this] { return idle_connections(run_); }));
+        held_.push_back(0);
+      }
+      const std::uint64_t more =
+          std::min(wanted - connected_, kConnectionsPerIdleProcess - held_.back());
+      keepers_.back()->call({kConnect, more, 0});
+      held_.back() += more;
+      connected_ += more;
+    }
+    while (connected_ > wanted) {
+      const std::uint64_t fewer = std::min(connected_ - wanted, held_.back());
+      keepers_.back()->call({kDisconnect, fewer, 0});
+      held_.back() -= fewer;
+      connected_ -= fewer;
+      if (held_.back() == 0) {
+        keepers_.pop_back();
+        held_.pop_back();
+      }
+    }
+  }
+
+ private:
+  const settings& run_;
+  std::vector<std::unique_ptr<worker>> keepers_;
+  std::vector<std::uint64_t> held_;  ///< connections of each keeper
+  std::uint64_t connected_ = 0;
+};
+
 void idle_curves(const settings& run, std::deque<curve>& out) {
   curve& ping = out.emplace_back("busy client's ping (us)", "idle clients");
   curve& allocate = out.emplace_back("busy client's allocate+release 4 KiB (us)", "idle clients");
-  std::vector<std::unique_ptr<worker>> keepers;
   worker busy([&run] { return busy_client(run); });
   busy.call({kBusy, run.samples, 0});  // warm-up, as warm_up_samples() says
-  std::uint64_t connected = 0;
-  const std::uint64_t samples = run.samples * 5;
-  for (const std::uint64_t idle : decades(1, run.max_idle)) {
-    while (connected < idle) {
-      if (connected % kConnectionsPerIdleProcess == 0) {
-        keepers.push_back(std::make_unique<worker>([&run] { return idle_connections(run); }));
-      }
-      const std::uint64_t more = std::min(
-          idle - connected, kConnectionsPerIdleProcess - connected % kConnectionsPerIdleProcess);
-      keepers.back()->call({kConnect, more, 0});
-      connected += more;
+  idle_crowd crowd(run);
+  // Each size is visited on the way up and on the way down, twice: a slow stretch of the
+  // machine (a size's samples take a tenth of a second) then weighs on every size alike, where
+  // one pass up read 51-71 us for the same size in three runs.
+  constexpr int kPasses = 4;
+  const auto sizes = decades(1, run.max_idle);
+  std::vector<std::vector<double>> pings(sizes.size());
+  std::vector<std::vector<double>> allocations(sizes.size());
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (std::size_t step = 0; step < sizes.size(); ++step) {
+      const std::size_t size = pass % 2 == 0 ? step : sizes.size() - 1 - step;
+      crowd.resize(sizes[size]);
+      busy.call({kWaitForClients, sizes[size] + 1, 0});
+      const auto took = busy.call({kBusy, run.samples, 0});
+      const auto half = took.begin() + static_cast<std::ptrdiff_t>(run.samples);
+      pings[size].insert(pings[size].end(), took.begin(), half);
+      allocations[size].insert(allocations[size].end(), half, took.end());
     }
-    const auto took = busy.call({kBusy, samples, 0});
-    const auto half = static_cast<std::ptrdiff_t>(samples);
-    ping.add(idle, {took.begin(), took.begin() + half});
-    allocate.add(idle, {took.begin() + half, took.end()});
+  }
+  for (std::size_t size = 0; size < sizes.size(); ++size) {
+    ping.add(sizes[size], pings[size]);
+    allocate.add(sizes[size], allocations[size]);
   }
 }
 
