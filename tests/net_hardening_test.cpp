@@ -209,6 +209,35 @@ TEST(NetHardening, AtTheDescriptorLimitAcceptingPausesInsteadOfSpinning) {
   }
 }
 
+// open_sync's page only spares the client a request: where the daemon cannot copy it, the open
+// stands without it, and the client that then cannot get the page closes what it opened instead
+// of being told of a failure while the daemon holds the lock for it.
+TEST(NetHardening, AtTheDescriptorLimitAnOpenThatFailsLeavesNothingOpen) {
+  shell_daemon daemon("ulimit -n 64");
+  auto steady = daemon.connect();
+  auto own = steady.lock("own");  // its slot and own page, while descriptors are free
+  auto other = daemon.connect();
+  auto on_the_page = other.lock("group.held", {.mode = 0660});  // the page exists
+  std::vector<unique_fd> crowd;
+  for (int i = 0; i < 120; ++i) crowd.push_back(raw_connect(daemon.socket));
+  const auto deadline = clock_type::now() + 5s;
+  while (count_of(daemon.log_text(), "accept failed") == 0) {
+    ASSERT_LT(clock_type::now(), deadline) << "the daemon never ran out of descriptors";
+    std::this_thread::sleep_for(10ms);
+  }
+  try {
+    steady.lock("group", {.mode = 0660});
+    FAIL() << "the page of a new lock went out with no descriptor left";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::internal) << error.what();
+    EXPECT_NE(std::string(error.what()).find("dup"), std::string::npos) << error.what();
+  }
+  crowd.clear();
+  for (const auto& each : steady.sync_objects()) {
+    EXPECT_NE(each.name, "group") << "the lock the client was told it did not get is still open";
+  }
+}
+
 TEST(NetHardening, AConnectionBeyondMaxConnectionsIsClosedAtOnce) {
   const auto config = write_config("max_connections: 8\n");
   daemon_process daemon({"--config", config.path()});

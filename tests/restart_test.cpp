@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/pattern.hpp"
+#include "support/raw_client.hpp"
 #include "support/systemd_supervisor.hpp"
 
 namespace gpumem::testing {
@@ -246,6 +248,102 @@ TEST(Restart, AClientsCallsSpanTheRestartAndItsSessionStaysItsOwn) {
   EXPECT_EQ(holders_of_before(), 2u);
   before = gpumem::Buffer();  // released through the resumed session
   EXPECT_EQ(holders_of_before(), 1u);
+}
+
+/// Resumes @p session on a new connection to @p daemon, and sends @p request again under
+/// @p request_id, as a client whose call was in flight does.
+template <class Reply, class Request>
+raw_answer<Reply> resend_after_resume(const systemd_supervisor& daemon,
+                                      const proto::hello_reply& session, std::uint32_t request_id,
+                                      proto::message_type type, const Request& request) {
+  raw_client raw(daemon.socket_path());
+  const auto resumed = raw.call<proto::hello_reply>(
+      proto::message_type::hello,
+      proto::hello_request{proto::kProtocolVersion, 0, {}, session.client_id, session.token});
+  EXPECT_EQ(resumed.code, proto::errc::ok) << resumed.text;
+  raw.number_next_request(request_id);
+  return raw.call<Reply>(type, request);
+}
+
+// The reply kept for a call in flight is sent again with the descriptors it announces: a
+// reservation's notice page, a lock page other than the client's own.
+TEST(Restart, AKeptReplyIsSentAgainWithItsDescriptors) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  raw_client raw(daemon.socket_path());
+  const auto hello = raw.hello();
+  ASSERT_EQ(hello.code, proto::errc::ok) << hello.text;
+
+  proto::reserve_request reserve{};
+  reserve.max_size = 4 << 20;
+  reserve.initial_size = 2 << 20;
+  reserve.device = proto::kHostDevice;
+  ASSERT_FALSE(proto::make_wire_name("kept.reservation", reserve.name));
+  const auto reserved = raw.call<proto::reservation_reply>(proto::message_type::reserve, reserve);
+  ASSERT_EQ(reserved.code, proto::errc::ok) << reserved.text;
+  ASSERT_EQ(reserved.fds.size(), 1u);
+  daemon.kill(SIGKILL);
+  daemon.start();
+  const auto reserved_again = resend_after_resume<proto::reservation_reply>(
+      daemon, hello.reply, raw.last_request_id(), proto::message_type::reserve, reserve);
+  ASSERT_EQ(reserved_again.code, proto::errc::ok) << reserved_again.text;
+  EXPECT_EQ(reserved_again.reply.reservation_id, reserved.reply.reservation_id);
+  EXPECT_EQ(reserved_again.fds.size(), 1u);
+
+  raw_client again(daemon.socket_path());
+  const auto resumed = again.call<proto::hello_reply>(
+      proto::message_type::hello,
+      proto::hello_request{
+          proto::kProtocolVersion, 0, {}, hello.reply.client_id, hello.reply.token});
+  ASSERT_EQ(resumed.code, proto::errc::ok) << resumed.text;
+  ASSERT_EQ(
+      again.call<proto::sync_attach_reply>(proto::message_type::attach_sync, proto::empty_payload{})
+          .code,
+      proto::errc::ok);
+  proto::sync_open_request lock{};
+  ASSERT_FALSE(proto::make_wire_name("kept.lock", lock.name));
+  lock.kind = proto::sync_kind::lock;
+  lock.flags = proto::mode_flags(0660) | proto::kFlagSendPage;
+  const auto opened = again.call<proto::sync_open_reply>(proto::message_type::open_sync, lock);
+  ASSERT_EQ(opened.code, proto::errc::ok) << opened.text;
+  ASSERT_EQ(opened.fds.size(), 1u);
+  daemon.kill(SIGKILL);
+  daemon.start();
+  const auto opened_again = resend_after_resume<proto::sync_open_reply>(
+      daemon, hello.reply, again.last_request_id(), proto::message_type::open_sync, lock);
+  ASSERT_EQ(opened_again.code, proto::errc::ok) << opened_again.text;
+  EXPECT_EQ(opened_again.reply.cell, opened.reply.cell);
+  EXPECT_EQ(opened_again.fds.size(), 1u);
+}
+
+std::size_t open_fds_of_this_process() {
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++count;
+  }
+  return count;
+}
+
+// A restarted daemon does not know which pages a client has mapped: it sends them again with
+// the next open there, and the client closes the copy.
+TEST(Restart, APageSentAgainAfterTheRestartIsNotKeptTwice) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto client = daemon.connect("pages");
+  auto first = client.lock("group.first", {.mode = 0660});
+  daemon.kill(SIGKILL);
+  daemon.start();
+  client.ping();  // resumed
+  const std::size_t fds_before = open_fds_of_this_process();
+  std::vector<gpumem::Lock> more;
+  for (int i = 0; i < 20; ++i) {
+    more.push_back(client.lock("group." + std::to_string(i), {.mode = 0660}));
+    more.back().lock();
+    more.back().unlock();
+  }
+  EXPECT_EQ(open_fds_of_this_process(), fds_before) << "copies of a mapped page were kept";
+  first.lock();  // the mapping made before the restart still works
+  first.unlock();
 }
 
 // A client allocating without pause while gpumemd is SIGKILLed and restarted ten times: every

@@ -252,11 +252,12 @@ std::size_t open_fds_of_this_process() {
 TEST(Lock, OneOnAnotherClassesPageOpensInOneRoundTripAndLeavesNoDescriptor) {
   daemon_process daemon;
   auto client = daemon.connect();
+  auto own = client.lock("own");  // attached: its own page mapped
+  const std::size_t fds_before = open_fds_of_this_process();
   auto first = client.lock("group.first", {.mode = 0660});  // the page comes with the reply
   first.lock();
   first.unlock();
-  const std::size_t fds_before = open_fds_of_this_process();
-  const std::size_t daemon_fds_before = daemon.open_fd_count();
+  const std::size_t daemon_fds_before = daemon.open_fd_count();  // the new page's memfd
   std::vector<Lock> more;
   for (int i = 0; i < 50; ++i) {
     more.push_back(client.lock("group." + std::to_string(i), {.mode = 0660}));
@@ -267,7 +268,7 @@ TEST(Lock, OneOnAnotherClassesPageOpensInOneRoundTripAndLeavesNoDescriptor) {
   // At most: the daemon may close a descriptor of its own meanwhile; a leak would be one an open.
   EXPECT_LE(daemon.open_fd_count(), daemon_fds_before);
   const std::string metrics = client.metrics();
-  EXPECT_NE(metrics.find("_count{type=\"open_sync\"} 51"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("_count{type=\"open_sync\"} 52"), std::string::npos) << metrics;
   EXPECT_EQ(metrics.find("{type=\"get_sync_page\"}"), std::string::npos)
       << "a page was asked for after open_sync";
 }
@@ -287,8 +288,9 @@ ino_t inode_of(int fd) {
   return ::fstat(fd, &status) == 0 ? status.st_ino : 0;
 }
 
-// What a libgpumem from before kFlagSendPage sends still gets the replies it expects (no
-// descriptor), so clients and daemons on either side of the change work together.
+// open_sync by hand: the page goes with the reply only when asked (so a libgpumem from before
+// kFlagSendPage gets the replies it expects), never for the client's own page or one it has an
+// object open on, and it is the page get_sync_page hands over; unknown flags are still refused.
 TEST(Lock, OpenSendsAPageOtherThanTheClientsOwnOnlyWhenAsked) {
   daemon_process daemon;
   raw_client raw(daemon.socket_path());

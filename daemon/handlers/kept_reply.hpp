@@ -6,8 +6,9 @@
 /// resumes its session and sends the request again, with the same id. For a request that
 /// changes the daemon's state, the reply it got is kept in the client's row (the restarted
 /// daemon reads the row back), and a resumed session's first request that repeats it is
-/// answered from there. Requests whose replies carry descriptors only fetch what exists
-/// (pools, chunks, pages): they are handled again.
+/// answered from there, with the descriptors the reply names found again
+/// (request_handler::reattach). Requests that only fetch what exists (pools, chunks, pages) are
+/// handled again.
 
 #include <vector>
 
@@ -16,8 +17,7 @@
 
 namespace gpumem::daemon {
 
-/// @brief True for the requests whose reply is kept: those that change the daemon's state and
-/// whose reply carries no descriptor.
+/// @brief True for the requests whose reply is kept: those that change the daemon's state.
 constexpr bool keeps_reply(proto::message_type type) noexcept {
   using enum proto::message_type;
   switch (type) {

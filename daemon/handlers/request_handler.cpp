@@ -67,8 +67,14 @@ reply_attachment request_handler::answer(client_state& client, const proto::fram
     if (const std::vector<std::byte>* kept = kept_reply(row->second.last_answered, frame.head)) {
       spdlog::debug("client {}: request {} was answered before the restart: sent again",
                     client.client, frame.head.request_id);
-      out.insert(out.end(), kept->begin(), kept->end());
-      return {};
+      try {
+        reply_attachment attach = reattach(*kept);
+        out.insert(out.end(), kept->begin(), kept->end());
+        return attach;
+      } catch (const request_error& error) {
+        append_error(out, frame.head.request_id, error.code(), error.what());
+        return {};
+      }
     }
   }
   const std::size_t start = out.size();
@@ -78,6 +84,32 @@ reply_attachment request_handler::answer(client_state& client, const proto::fram
                              std::span(out).subspan(start));
   }
   return attach;
+}
+
+reply_attachment request_handler::reattach(const std::vector<std::byte>& kept) const {
+  proto::frame_view frame;
+  std::error_code error;
+  const bool parsed = proto::parse_frame(kept, frame, error) == proto::parse_status::complete;
+  if (!parsed || frame.head.fd_count == 0) return {};
+  const auto type = static_cast<message_type>(frame.head.type & ~proto::kReplyBit);
+  if (type == message_type::reserve || type == message_type::open_reservation) {
+    proto::reservation_reply reply{};
+    if (!proto::decode_payload(frame.payload, reply) &&
+        books_.reservations.find(reply.reservation_id) != nullptr) {
+      return {{books_.reservations.notice_fd(reply.reservation_id)},
+              proto::handle_type::host_memfd};
+    }
+  } else if (type == message_type::open_sync) {
+    proto::sync_open_reply reply{};
+    if (!proto::decode_payload(frame.payload, reply)) {
+      if (const sync_page* page = books_.sync.page_by_id(reply.page)) {
+        return {{page->fd()}, proto::handle_type::host_memfd};
+      }
+    }
+  }
+  throw request_error(errc::internal, fmt::format("the kept reply to request {} announces {} "
+                                                  "descriptor(s) that are no longer there",
+                                                  frame.head.request_id, frame.head.fd_count));
 }
 
 reply_attachment request_handler::dispatch(client_state& client, const proto::frame_view& frame,

@@ -58,6 +58,10 @@ class request_handler {
                           std::vector<std::byte>& out);
   reply_attachment dispatch(client_state& client, const proto::frame_view& frame,
                             std::vector<std::byte>& out);
+  /// The descriptors a kept reply went with (reserve's and open_reservation's notice page,
+  /// open_sync's lock page), found again from what the reply names: the row keeps only bytes.
+  /// @throws request_error when the object it names is gone.
+  reply_attachment reattach(const std::vector<std::byte>& kept) const;
   /// Counts the request and the reply at @p reply (metrics/request_counters.hpp).
   void count(std::uint16_t type, std::span<const std::byte> reply,
              std::chrono::steady_clock::time_point received) noexcept;

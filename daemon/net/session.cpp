@@ -354,6 +354,18 @@ void session::queue_attachment(const reply_attachment& attach, std::size_t frame
   for (const int fd : attach.fds) {
     copies.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
     if (!copies.back()) {
+      proto::header head{};
+      std::memcpy(&head, out_.data() + frame_start, sizeof head);
+      const proto::message_info* request =
+          proto::find_request(static_cast<std::uint16_t>(head.type & ~proto::kReplyBit));
+      if (request != nullptr && request->reply_fds == proto::kFdAtMostOne) {
+        // The descriptor only spares the client a request (open_sync's page): what the
+        // request did stands, and the reply says so without it.
+        head.fd_count = 0;
+        head.handle = static_cast<std::uint16_t>(proto::handle_type::none);
+        std::memcpy(out_.data() + frame_start, &head, sizeof head);
+        return;
+      }
       out_.resize(frame_start);
       append_error(out_, request_id, errc::internal, std::string("dup: ") + std::strerror(errno));
       return;

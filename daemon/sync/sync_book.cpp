@@ -294,9 +294,15 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
     forget_if_unused(id);
     throw;
   }
-  const bool first_on_page = attached->second.opens_on_page[entry.page]++ == 0;
-  const bool send_page = (request.flags & proto::kFlagSendPage) != 0 && first_on_page &&
-                         entry.page != attached->second.own_page;
+  // Whether the client has the page mapped: its own, or one it has another object open on.
+  bool mapped = entry.page == attached->second.own_page;
+  if (!mapped) {
+    try {
+      mapped = attached->second.opens_on_page[entry.page]++ != 0;
+    } catch (const std::bad_alloc&) {  // the open stands; an uncounted page is sent again
+    }
+  }
+  const bool send_page = (request.flags & proto::kFlagSendPage) != 0 && !mapped;
   return {reply, send_page ? pages_.at(entry.page).get() : nullptr};
 }
 

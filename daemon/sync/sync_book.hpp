@@ -159,9 +159,9 @@ class sync_book {
   struct attached_client {
     std::uint16_t slot;
     std::uint32_t own_page;
-    /// Page -> how many opens of objects on it the client has not closed: whether it has the
-    /// page mapped. Starts empty when a restarted daemon adopts the client, which then gets
-    /// pages it has already (it closes the copy).
+    /// Page other than its own -> how many opens of objects on it the client has not closed:
+    /// whether it has the page mapped. Starts empty when a restarted daemon adopts the client,
+    /// which then gets pages it has already (it closes the copy).
     std::map<std::uint32_t, std::uint32_t> opens_on_page{};
   };
   struct pending_reclaim {

@@ -26,8 +26,8 @@ inline constexpr std::uint32_t kFeatureCuda = 1u << 0;
 inline constexpr std::uint32_t kFeatureMps = 1u << 1;
 /// The daemon keeps its state in systemd's fd store across restarts.
 inline constexpr std::uint32_t kFeatureStateKept = 1u << 2;
-/// The daemon honours kFlagSendPage in open_sync (hello_reply only): a client sets the flag
-/// only then, so that clients and daemons of either side of this change go on working together.
+/// The daemon honours kFlagSendPage in open_sync: a client sets the flag only when hello's
+/// reply says so, so that clients and daemons of either side of this change work together.
 inline constexpr std::uint32_t kFeatureSendsSyncPage = 1u << 3;
 
 enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
