@@ -12,9 +12,12 @@
 #include <filesystem>
 
 #include "gpumem/proto/wire.hpp"
+#include "support/open_fds.hpp"
 
 namespace gpumem {
 namespace {
+
+using testing::open_fds_of_this_process;
 
 struct socket_pair {
   socket_pair() {
@@ -25,14 +28,6 @@ struct socket_pair {
   }
   unique_fd a, b;
 };
-
-std::size_t open_fd_count() {
-  std::size_t count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++count;
-  }
-  return count;
-}
 
 std::vector<unique_fd> pipes(std::size_t count) {
   std::vector<unique_fd> ends;
@@ -114,14 +109,14 @@ TEST(FdPassing, TruncatedControlMessageIsAnErrorAndLeaksNothing) {
     std::vector<unique_fd> fillers;
     for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.emplace_back(fd);
     fillers.resize(fillers.size() - 2);
-    const std::size_t before = open_fd_count();
+    const std::size_t before = open_fds_of_this_process();
     std::byte buffer[4];
     std::vector<unique_fd> received;
     std::error_code child_error;
     recv_with_fds(pair.b.get(), buffer, received, child_error);
     if (child_error != std::errc::protocol_error) ::_exit(11);
     if (!received.empty()) ::_exit(12);
-    ::_exit(open_fd_count() == before ? 0 : 13);
+    ::_exit(open_fds_of_this_process() == before ? 0 : 13);
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);

@@ -157,19 +157,13 @@ held_session hold_a_barrier_party(const std::string& socket) {
   return {hello.reply, opened.reply, raw.last_request_id()};
 }
 
-raw_answer<proto::hello_reply> resume(raw_client& raw, const proto::hello_reply& session) {
-  return raw.call<proto::hello_reply>(
-      proto::message_type::hello,
-      proto::hello_request{proto::kProtocolVersion, 0, {}, session.client_id, session.token});
-}
-
 /// Resumes @p session on @p raw once the daemon has seen its last connection close (a refused
 /// hello leaves the connection free to say hello again).
 raw_answer<proto::hello_reply> resume_when_closed(raw_client& raw,
                                                   const proto::hello_reply& session) {
   const auto deadline = clock_type::now() + 5s;
   for (;;) {
-    auto answer = resume(raw, session);
+    auto answer = raw.resume(session);
     if (answer.code != errc::session_lost || clock_type::now() > deadline) return answer;
     std::this_thread::sleep_for(5ms);
   }
@@ -218,20 +212,20 @@ TEST(Resume, IsRefusedWithoutTheTokenWhileServedOrForAnUnknownSession) {
   proto::hello_reply guessed = session.hello;
   guessed.token.words[0] ^= 1;
   raw_client wrong_token(daemon.socket_path());
-  const auto refused = resume(wrong_token, guessed);
+  const auto refused = wrong_token.resume(guessed);
   EXPECT_EQ(refused.code, errc::session_lost);
 
   raw_client owner(daemon.socket_path());
   ASSERT_EQ(resume_when_closed(owner, session.hello).code, errc::ok);
   raw_client second(daemon.socket_path());
-  const auto served = resume(second, session.hello);
+  const auto served = second.resume(session.hello);
   EXPECT_EQ(served.code, errc::session_lost);
   EXPECT_TRUE(contains(served.text, "another connection serves it")) << served.text;
 
   proto::hello_reply unknown = session.hello;
   unknown.client_id += 1000;
   raw_client stranger(daemon.socket_path());
-  const auto missing = resume(stranger, unknown);
+  const auto missing = stranger.resume(unknown);
   EXPECT_EQ(missing.code, errc::session_lost);
   EXPECT_TRUE(contains(missing.text, "restarted without its state")) << missing.text;
   // A refused resume leaves the connection free to start a session of its own.

@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -14,6 +13,7 @@
 #include "gpumem/sync.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/open_fds.hpp"
 #include "support/pattern.hpp"
 #include "support/raw_client.hpp"
 #include "support/systemd_supervisor.hpp"
@@ -250,19 +250,30 @@ TEST(Restart, AClientsCallsSpanTheRestartAndItsSessionStaysItsOwn) {
   EXPECT_EQ(holders_of_before(), 1u);
 }
 
-/// Resumes @p session on a new connection to @p daemon, and sends @p request again under
-/// @p request_id, as a client whose call was in flight does.
+/// @p request's reply on @p raw, which must carry one descriptor.
 template <class Reply, class Request>
-raw_answer<Reply> resend_after_resume(const systemd_supervisor& daemon,
-                                      const proto::hello_reply& session, std::uint32_t request_id,
-                                      proto::message_type type, const Request& request) {
+Reply answered_with_one_descriptor(raw_client& raw, proto::message_type type,
+                                   const Request& request) {
+  const auto answer = raw.call<Reply>(type, request);
+  EXPECT_EQ(answer.code, proto::errc::ok) << answer.text;
+  EXPECT_EQ(answer.fds.size(), 1u) << "a reply went without its descriptor";
+  return answer.reply;
+}
+
+/// SIGKILLs and restarts @p daemon, then, as a client whose call was in flight, resumes
+/// @p session and sends @p request again under @p request_id: the kept reply must come with the
+/// one descriptor it announces.
+template <class Reply, class Request>
+Reply sent_again_after_a_sigkill(systemd_supervisor& daemon, const proto::hello_reply& session,
+                                 std::uint32_t request_id, proto::message_type type,
+                                 const Request& request) {
+  daemon.kill(SIGKILL);
+  daemon.start();
   raw_client raw(daemon.socket_path());
-  const auto resumed = raw.call<proto::hello_reply>(
-      proto::message_type::hello,
-      proto::hello_request{proto::kProtocolVersion, 0, {}, session.client_id, session.token});
+  const auto resumed = raw.resume(session);
   EXPECT_EQ(resumed.code, proto::errc::ok) << resumed.text;
   raw.number_next_request(request_id);
-  return raw.call<Reply>(type, request);
+  return answered_with_one_descriptor<Reply>(raw, type, request);
 }
 
 // The reply kept for a call in flight is sent again with the descriptors it announces: a
@@ -279,23 +290,15 @@ TEST(Restart, AKeptReplyIsSentAgainWithItsDescriptors) {
   reserve.initial_size = 2 << 20;
   reserve.device = proto::kHostDevice;
   ASSERT_FALSE(proto::make_wire_name("kept.reservation", reserve.name));
-  const auto reserved = raw.call<proto::reservation_reply>(proto::message_type::reserve, reserve);
-  ASSERT_EQ(reserved.code, proto::errc::ok) << reserved.text;
-  ASSERT_EQ(reserved.fds.size(), 1u);
-  daemon.kill(SIGKILL);
-  daemon.start();
-  const auto reserved_again = resend_after_resume<proto::reservation_reply>(
-      daemon, hello.reply, raw.last_request_id(), proto::message_type::reserve, reserve);
-  ASSERT_EQ(reserved_again.code, proto::errc::ok) << reserved_again.text;
-  EXPECT_EQ(reserved_again.reply.reservation_id, reserved.reply.reservation_id);
-  EXPECT_EQ(reserved_again.fds.size(), 1u);
+  const auto reserved = answered_with_one_descriptor<proto::reservation_reply>(
+      raw, proto::message_type::reserve, reserve);
+  EXPECT_EQ(sent_again_after_a_sigkill<proto::reservation_reply>(
+                daemon, hello.reply, raw.last_request_id(), proto::message_type::reserve, reserve)
+                .reservation_id,
+            reserved.reservation_id);
 
   raw_client again(daemon.socket_path());
-  const auto resumed = again.call<proto::hello_reply>(
-      proto::message_type::hello,
-      proto::hello_request{
-          proto::kProtocolVersion, 0, {}, hello.reply.client_id, hello.reply.token});
-  ASSERT_EQ(resumed.code, proto::errc::ok) << resumed.text;
+  ASSERT_EQ(again.resume(hello.reply).code, proto::errc::ok);
   ASSERT_EQ(
       again.call<proto::sync_attach_reply>(proto::message_type::attach_sync, proto::empty_payload{})
           .code,
@@ -304,24 +307,12 @@ TEST(Restart, AKeptReplyIsSentAgainWithItsDescriptors) {
   ASSERT_FALSE(proto::make_wire_name("kept.lock", lock.name));
   lock.kind = proto::sync_kind::lock;
   lock.flags = proto::mode_flags(0660) | proto::kFlagSendPage;
-  const auto opened = again.call<proto::sync_open_reply>(proto::message_type::open_sync, lock);
-  ASSERT_EQ(opened.code, proto::errc::ok) << opened.text;
-  ASSERT_EQ(opened.fds.size(), 1u);
-  daemon.kill(SIGKILL);
-  daemon.start();
-  const auto opened_again = resend_after_resume<proto::sync_open_reply>(
-      daemon, hello.reply, again.last_request_id(), proto::message_type::open_sync, lock);
-  ASSERT_EQ(opened_again.code, proto::errc::ok) << opened_again.text;
-  EXPECT_EQ(opened_again.reply.cell, opened.reply.cell);
-  EXPECT_EQ(opened_again.fds.size(), 1u);
-}
-
-std::size_t open_fds_of_this_process() {
-  std::size_t count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++count;
-  }
-  return count;
+  const auto opened = answered_with_one_descriptor<proto::sync_open_reply>(
+      again, proto::message_type::open_sync, lock);
+  EXPECT_EQ(sent_again_after_a_sigkill<proto::sync_open_reply>(
+                daemon, hello.reply, again.last_request_id(), proto::message_type::open_sync, lock)
+                .cell,
+            opened.cell);
 }
 
 // A restarted daemon does not know which pages a client has mapped: it sends them again with

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -14,6 +13,7 @@
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/gpumemctl_process.hpp"
+#include "support/open_fds.hpp"
 #include "support/raw_client.hpp"
 
 namespace gpumem::testing {
@@ -237,14 +237,6 @@ TEST(Lock, LocksOfOtherModesLiveOnPagesThatComeAndGo) {
   }
   own.lock();
   own.unlock();
-}
-
-std::size_t open_fds_of_this_process() {
-  std::size_t count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++count;
-  }
-  return count;
 }
 
 // Issue 15: open_sync's reply carries the page of a class other than the client's own, so

@@ -47,6 +47,13 @@ class raw_client {
                                     proto::hello_request{proto::kProtocolVersion, 0, {}, 0, {}});
   }
 
+  /// @brief A hello that resumes the session @p session named.
+  raw_answer<proto::hello_reply> resume(const proto::hello_reply& session) {
+    return call<proto::hello_reply>(
+        proto::message_type::hello,
+        proto::hello_request{proto::kProtocolVersion, 0, {}, session.client_id, session.token});
+  }
+
   /// @brief @p bytes as they are: what no client library sends (a broken frame header, say).
   void send_bytes(std::span<const std::byte> bytes) {
     std::error_code error;
