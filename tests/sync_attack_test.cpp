@@ -265,13 +265,16 @@ TEST(SyncAttack, ABarrierCellOfGarbageIsReportedCorruptWhenItsWriterDies) {
 constexpr const char* kOtherUsersVerdicts =
     "k: all held; u: could not become uid 65534; o: its own lock is not on its own page; "
     "p: a page other than its own and the shared lock's was given (or one of those refused); "
-    "s: another user's signal page was not refused as not_found; m: mmap failed";
+    "s: another user's signal page was not refused as not_found; m: mmap failed; "
+    "f: open_sync with kFlagSendPage sent a page with its own lock or a refused open, or none "
+    "with the shared lock";
 
 /// A client of uid 65534 (nobody), forked from root: attaches, opens a private lock and
-/// @p shared_lock, asks for every page id it may guess and their signal pages, then writes ones
-/// into every word of its own page, reports its verdict and waits to be killed.
+/// @p shared_lock asking for their pages, tries to open @p private_lock of the owner, asks for
+/// every page id it may guess and their signal pages, then writes ones into every word of its
+/// own page, reports its verdict and waits to be killed.
 [[noreturn]] void other_user(const std::string& socket_path, const std::string& shared_lock,
-                             int report) {
+                             const std::string& private_lock_of_owner, int report) {
   const auto say = [report](char verdict) { say_and_wait(report, verdict); };
   constexpr uid_t kNobody = 65534;
   if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) say('u');
@@ -282,12 +285,19 @@ constexpr const char* kOtherUsersVerdicts =
   const unique_fd own_page = std::move(attach.fds.at(0));
   proto::sync_open_request open{};
   open.kind = proto::sync_kind::lock;
+  open.flags = proto::kFlagSendPage;
   (void)proto::make_wire_name("others.private", open.name);
-  const auto private_lock =
-      must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open).reply;
+  const auto private_open = must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open);
+  const auto& private_lock = private_open.reply;
   if (private_lock.page != attached.page) say('o');
+  if (!private_open.fds.empty()) say('f');
+  (void)proto::make_wire_name(private_lock_of_owner, open.name);
+  const auto refused = raw.call<proto::sync_open_reply>(proto::message_type::open_sync, open);
+  if (refused.code == proto::errc::ok || !refused.fds.empty()) say('f');
   (void)proto::make_wire_name(shared_lock, open.name);
-  const auto shared = must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open).reply;
+  const auto shared_open = must<proto::sync_open_reply>(raw, proto::message_type::open_sync, open);
+  const auto& shared = shared_open.reply;
+  if (shared_open.fds.size() != 1) say('f');
   constexpr std::uint32_t kGuessedPages = 64;
   for (std::uint32_t page = 0; page < kGuessedPages; ++page) {
     const bool may_use = page == attached.page || page == shared.page;
@@ -319,7 +329,9 @@ TEST(SyncPages, AnotherUserGetsNoPageOfAPrivateLockAndCorruptsOnlyItsOwn) {
   auto owner = daemon.connect("owner");
   auto mine = owner.lock("owners.private");
   auto shared = owner.lock("both.shared", {.mode = 0666u});
-  forked_child other([&](int report) { other_user(daemon.socket_path(), "both.shared", report); });
+  forked_child other([&](int report) {
+    other_user(daemon.socket_path(), "both.shared", "owners.private", report);
+  });
   ASSERT_TRUE(other.done(10s)) << "the other user's client stopped before its verdict";
   EXPECT_EQ(other.reported(), 'k') << kOtherUsersVerdicts;
 
