@@ -34,6 +34,11 @@ class transport {
   transport(const transport&) = delete;
   transport& operator=(const transport&) = delete;
 
+  /// @brief The kFeature* bits of the last hello's answer (connect or resume).
+  std::uint32_t daemon_features() const noexcept {
+    return daemon_features_.load(std::memory_order_relaxed);
+  }
+
   /// @brief One round trip. Throws Error with the daemon's code and text when it refuses,
   /// Error(bad_message) or Error(unexpected_handle) when its reply breaks the protocol, and
   /// Error(timed_out) when it does not answer within the timeout (and on every later call: the
@@ -42,11 +47,6 @@ class transport {
   /// with its id (the daemon answers a request it already carried out from its records):
   /// Error(io_error) naming the socket when the daemon stays away, Error(session_lost) when
   /// the daemon that answers no longer has the session (and on every later call).
-  /// @brief The kFeature* bits of the last hello's answer (connect or resume).
-  std::uint32_t daemon_features() const noexcept {
-    return daemon_features_.load(std::memory_order_relaxed);
-  }
-
   template <class Reply, class Request>
   Reply call(proto::message_type type, const Request& request,
              std::vector<unique_fd>* fds = nullptr) {

@@ -52,10 +52,13 @@ proto::hello_reply request_handler::on_hello(client_state& client,
   ++books_.activity.connections;
   books_.events.publish(
       event_hub::about(proto::event_kind::connected, client.client, row.who, row.label));
-  return {client.client,          static_cast<std::uint32_t>(books_.memory.pool_count()),
-          proto::kMaxPayloadSize, static_cast<std::uint32_t>(::getpid()),
-          books_.features(),      books_.rows.client(client.client).token,
-          books_.instance};
+  return {.client_id = client.client,
+          .pool_count = static_cast<std::uint32_t>(books_.memory.pool_count()),
+          .max_payload_size = proto::kMaxPayloadSize,
+          .daemon_pid = static_cast<std::uint32_t>(::getpid()),
+          .features = books_.features(),
+          .token = books_.rows.client(client.client).token,
+          .daemon_instance = books_.instance};
 }
 
 proto::empty_payload request_handler::on_ping(client_state&, const proto::empty_payload&,

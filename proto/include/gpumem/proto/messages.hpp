@@ -44,9 +44,9 @@ constexpr bool valid_creation_flags(std::uint32_t flags) noexcept {
   return (flags & ~(kFlagModeGiven | kFlagModeBits)) == 0 &&
          ((flags & kFlagModeGiven) != 0 || flags == 0);
 }
-/// open_sync only, beside the creation flags: send the object's page with the reply when it is
-/// not the client's own page (attach_sync's), so that a client that has not mapped the page yet
-/// needs no get_sync_page round trip.
+/// open_sync only, beside the creation flags: send the object's page with the reply unless the
+/// client has it mapped (its own page, attach_sync's, or one it has another object open on), so
+/// that it needs no get_sync_page round trip.
 inline constexpr std::uint32_t kFlagSendPage = 1u << 30;
 
 struct empty_payload {};
@@ -411,8 +411,8 @@ struct sync_open_request {
 };
 static_assert(sizeof(sync_open_request) == 80);
 
-/// Sent with the page's fd when the request has kFlagSendPage and the page is not the client's
-/// own; without one otherwise.
+/// Sent with the page's fd when the request has kFlagSendPage and the client has not mapped the
+/// page (see kFlagSendPage); without one otherwise.
 struct sync_open_reply {
   std::uint32_t cell;   ///< the cell's id: page * cell_count + its index on the page
   std::uint32_t party;  ///< this opener's counter (barriers, channels)
