@@ -1,7 +1,8 @@
 // Reservation benchmark: what sleep, wake and versions cost through gpumemd, against the raw
 // mechanisms measured in the same run.
-//   1. sleep and wake of 1, 8 and 32 GiB against raw cudaMemcpy device-to-host and host-to-device
-//      with pinned memory (cudaMallocHost, allocated before the clock starts);
+//   1. sleep and wake of 1, 8 and 32 GiB, twice each (the second sleep reuses the host pages the
+//      wake kept), against raw cudaMemcpy device-to-host and host-to-device with pinned memory
+//      (cudaMallocHost, allocated before the clock starts);
 //   2. version commit latency as seen by N readers: from the writer's commit() to the moment each
 //      reader's wait_version() returns with the new version mapped (the worst reader counts),
 //      for a one-chunk version and a 256 MiB one (their difference is mapping time);
@@ -82,26 +83,31 @@ std::vector<double> raw_copies(std::size_t bytes) {
   return {pin_s, down, up};
 }
 
-/// [sleep seconds, wake seconds] of a reservation of @p bytes, its bytes checked after wake.
+/// [sleep seconds, wake seconds] of a reservation of @p bytes, twice over: the first sleep
+/// makes its host pages, the second reuses those the wake kept (sleep_memory_kept). The bytes
+/// are checked after each wake, and changed in between.
 std::vector<double> sleep_and_wake(const gpumem::ConnectOptions& connect, std::size_t bytes) {
   need_gpu();
   auto client = gpumem::Client::connect(connect);
   stream_t stream = make_stream();
   auto weights = gpumem::Reservation::create(client, bytes, {.device = 0, .initial = bytes});
-  fill_on_device(weights.data(), bytes, 3, stream);
-  synchronize(stream);
-  auto start = clock_type::now();
-  weights.sleep();
-  const double sleep_s = seconds_since(start);
-  start = clock_type::now();
-  weights.wake();
-  const double wake_s = seconds_since(start);
-  if (mismatches_on_device(weights.data(), bytes, 3, stream) != 0) {
-    throw std::runtime_error("the woken bytes differ");
+  std::vector<double> seconds;
+  for (const unsigned char value : {3, 5}) {
+    fill_on_device(weights.data(), bytes, value, stream);
+    synchronize(stream);
+    auto start = clock_type::now();
+    weights.sleep();
+    seconds.push_back(seconds_since(start));
+    start = clock_type::now();
+    weights.wake();
+    seconds.push_back(seconds_since(start));
+    if (mismatches_on_device(weights.data(), bytes, value, stream) != 0) {
+      throw std::runtime_error("the woken bytes differ");
+    }
   }
   weights.release();
   destroy_stream(stream);
-  return {sleep_s, wake_s};
+  return seconds;
 }
 
 /// Waits until @p holders hold the reservation named @p name (the readers have opened it) and,
@@ -268,21 +274,28 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "gpumemd's log level (its log goes to stderr)");
   CLI11_PARSE(app, argc, argv);
 
-  const bench_daemon gpumemd(daemon, "gpumem-reservation-bench", log_level);
+  // Enough for the largest size: the second sleep of each reuses the pages of the first.
+  const std::size_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+  const bench_daemon gpumemd(daemon, "gpumem-reservation-bench", log_level,
+                             "sleep_memory_kept: " + std::to_string(largest) + "GiB\n");
   const gpumem::ConnectOptions connect{.socket_path = gpumemd.socket(), .label = "bench"};
   try {
     std::printf("sleep and wake against raw pinned cudaMemcpy (GB/s; ratio = gpumemd / raw)\n");
     std::printf("  %5s  %8s  %8s  %6s   %8s  %8s  %6s   %s\n", "GiB", "raw D2H", "sleep", "ratio",
-                "raw H2D", "wake", "ratio", "raw pinning");
+                "raw H2D", "wake", "ratio", "cycle");
     for (const std::size_t gib : sizes) {
       const std::size_t bytes = gib * kGiB;
       const auto raw = in_child([&] { return raw_copies(bytes); });
       const auto ours = in_child([&] { return sleep_and_wake(connect, bytes); });
-      const double sleep_rate = static_cast<double>(bytes) / ours.at(0) / 1e9;
-      const double wake_rate = static_cast<double>(bytes) / ours.at(1) / 1e9;
-      std::printf("  %5zu  %8.1f  %8.1f  %6.2f   %8.1f  %8.1f  %6.2f   %.2f s for %zu GiB\n", gib,
-                  raw.at(1), sleep_rate, sleep_rate / raw.at(1), raw.at(2), wake_rate,
-                  wake_rate / raw.at(2), raw.at(0), std::min(bytes, kLargestPinned) / kGiB);
+      for (const std::size_t cycle : {0, 1}) {
+        const double sleep_rate = static_cast<double>(bytes) / ours.at(2 * cycle) / 1e9;
+        const double wake_rate = static_cast<double>(bytes) / ours.at(2 * cycle + 1) / 1e9;
+        std::printf("  %5zu  %8.1f  %8.1f  %6.2f   %8.1f  %8.1f  %6.2f   %s\n", gib, raw.at(1),
+                    sleep_rate, sleep_rate / raw.at(1), raw.at(2), wake_rate, wake_rate / raw.at(2),
+                    cycle == 0 ? "first sleep: host pages made" : "again: the kept pages");
+      }
+      std::printf("  raw pinning: %.2f s for %zu GiB\n", raw.at(0),
+                  std::min(bytes, kLargestPinned) / kGiB);
     }
     std::printf(
         "\nversion commit seen by %d readers (commit() to the last reader's "

@@ -408,8 +408,10 @@ class fake_reservation final : public reservation {
             chunks_.at(index).second.get()};
   }
   // Sleep and wake are tested on the host backend (reservation_book_test.cpp).
-  void copy_out(std::byte*) const override { throw std::logic_error("not used here"); }
-  void copy_in(const std::byte*) override { throw std::logic_error("not used here"); }
+  void copy_out(gpumem::daemon::sleep_copy&) const override {
+    throw std::logic_error("not used here");
+  }
+  void copy_in(gpumem::daemon::sleep_copy&) override { throw std::logic_error("not used here"); }
   void clear() override { throw std::logic_error("not used here"); }
   void resize(std::size_t chunks) override {
     if (chunks * chunk_size() > (std::uint64_t{1} << 30)) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <deque>
@@ -304,6 +305,124 @@ TEST_F(ReservationBook, ADiscardingSleepWakesZeroed) {
   std::vector<int> woken;
   map(owner, woken);
   EXPECT_EQ(bytes_of(woken[0], kChunk), std::vector<std::byte>(kChunk, std::byte{0}));
+}
+
+/// The inode of a sleeping reservation's host copy: the same copy reused keeps it.
+ino_t host_copy_inode(const reservation_book& book, object_id id) {
+  struct stat about {};
+  EXPECT_EQ(::fstat(book.find(id)->host_copy()->memory.get(), &about), 0);
+  return about.st_ino;
+}
+
+TEST_F(ReservationBook, AWokenCopyIsKeptWithinTheLimitAndTheNextSleepReusesIt) {
+  book.reservations.keep_sleep_memory(2 * kChunk);
+  book.reservations.quiesce(reader, id);
+  std::vector<int> v1;
+  map(owner, v1);
+  fill(v1[0], 7);
+  book.reservations.quiesce(owner, id);
+  book.reservations.sleep(owner, sleep_of());
+  worker.finish_jobs();
+  const ino_t first_copy = host_copy_inode(book.reservations, id);
+  book.reservations.wake(owner, {id, {}});
+  worker.finish_jobs();
+  EXPECT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk);
+  EXPECT_EQ(book.reservations.status(owner, {id, {}}).host_bytes, 0u)
+      << "a kept copy holds no bytes of the reservation";
+
+  std::vector<int> woken;
+  map(owner, woken);
+  fill(woken[0], 11);
+  book.reservations.quiesce(owner, id);
+  book.reservations.sleep(owner, sleep_of());
+  EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u) << "the sleep took the kept copy";
+  worker.finish_jobs();
+  EXPECT_EQ(host_copy_inode(book.reservations, id), first_copy) << "the pages were made again";
+  book.reservations.wake(owner, {id, {}});
+  worker.finish_jobs();
+  std::vector<int> again;
+  map(owner, again);
+  EXPECT_EQ(bytes_of(again[0], kChunk), std::vector<std::byte>(kChunk, std::byte{11}))
+      << "the second sleep's bytes, not the first's";
+  EXPECT_EQ(bytes_of(again[1], kChunk), std::vector<std::byte>(kChunk, std::byte{0}));
+}
+
+TEST_F(ReservationBook, NoCopyIsKeptBeyondTheLimitOrByDefault) {
+  book.reservations.quiesce(reader, id);
+  book.reservations.quiesce(owner, id);
+  for (const std::uint64_t limit : {std::uint64_t{0}, 2 * kChunk - 1}) {
+    book.reservations.keep_sleep_memory(limit);
+    book.reservations.sleep(owner, sleep_of());
+    worker.finish_jobs();
+    const ino_t slept = host_copy_inode(book.reservations, id);
+    book.reservations.wake(owner, {id, {}});
+    worker.finish_jobs();
+    EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u) << "limit " << limit;
+    book.reservations.quiesce(owner, id);
+    book.reservations.sleep(owner, sleep_of());
+    worker.finish_jobs();
+    EXPECT_NE(host_copy_inode(book.reservations, id), slept) << "limit " << limit;
+    book.reservations.wake(owner, {id, {}});
+    worker.finish_jobs();
+    book.reservations.quiesce(owner, id);
+  }
+}
+
+TEST_F(ReservationBook, ASleepOfAnotherSizeMakesANewCopyAndTheKeptOneGoes) {
+  book.reservations.keep_sleep_memory(8 * kChunk);
+  book.reservations.quiesce(reader, id);
+  book.reservations.quiesce(owner, id);
+  book.reservations.sleep(owner, sleep_of());
+  worker.finish_jobs();
+  const ino_t two_chunks = host_copy_inode(book.reservations, id);
+  book.reservations.wake(owner, {id, {}});
+  worker.finish_jobs();
+  book.reservations.resize(owner, {id, 3 * kChunk});
+  std::vector<int> grown;
+  map(owner, grown);
+  ASSERT_EQ(grown.size(), 3u);
+  fill(grown[2], 5);
+  book.reservations.quiesce(owner, id);
+  book.reservations.sleep(owner, sleep_of());
+  worker.finish_jobs();
+  EXPECT_NE(host_copy_inode(book.reservations, id), two_chunks);
+  EXPECT_EQ(book.reservations.status(owner, {id, {}}).host_bytes, 3 * kChunk);
+  EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u);
+  book.reservations.wake(owner, {id, {}});
+  worker.finish_jobs();
+  std::vector<int> woken;
+  map(owner, woken);
+  EXPECT_EQ(bytes_of(woken[2], kChunk), std::vector<std::byte>(kChunk, std::byte{5}));
+  EXPECT_EQ(book.reservations.sleep_memory_kept(), 3 * kChunk);
+}
+
+TEST_F(ReservationBook, KeptCopiesGoWhenTheLimitIsLoweredOrTheReservationIsReleased) {
+  book.reservations.keep_sleep_memory(2 * kChunk);
+  book.reservations.quiesce(reader, id);
+  book.reservations.quiesce(owner, id);
+  book.reservations.sleep(owner, sleep_of());
+  worker.finish_jobs();
+  book.reservations.wake(owner, {id, {}});
+  worker.finish_jobs();
+  ASSERT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk);
+  book.reservations.keep_sleep_memory(kChunk);
+  EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u);
+  EXPECT_EQ(worker.pending_jobs(), 1u) << "the worker lets the pages go, not the loop";
+  worker.finish_jobs();
+
+  book.reservations.keep_sleep_memory(2 * kChunk);
+  book.reservations.quiesce(owner, id);
+  book.reservations.sleep(owner, sleep_of());
+  worker.finish_jobs();
+  book.reservations.wake(owner, {id, {}});
+  worker.finish_jobs();
+  ASSERT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk);
+  book.remove_client(reader);
+  book.remove_client(owner);
+  EXPECT_EQ(book.reservations.find(id), nullptr);
+  EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u);
+  EXPECT_EQ(worker.pending_jobs(), 1u);
+  worker.finish_jobs();
 }
 
 TEST_F(ReservationBook, OperatorsActByNameOnlyOnWhatTheyMayOperate) {

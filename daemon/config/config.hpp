@@ -86,6 +86,8 @@ struct daemon_config {
   std::chrono::milliseconds frame_deadline{0};
   /// "HOST:PORT" of the HTTP endpoint for Prometheus; empty: none.
   std::string metrics_listen;
+  /// Host memory woken reservations may keep for their next sleep (reservation_book).
+  std::uint64_t sleep_memory_kept = 0;
 
   friend bool operator==(const daemon_config&, const daemon_config&) = default;
 };

@@ -240,6 +240,12 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .description = "HOST:PORT where Prometheus scrapes /metrics over HTTP (127.0.0.1:9464); "
                     "\"\": none. Needs a gpumemd built with prometheus-cpp",
      .lands_in = &set_metrics_listen},
+    {.key = "sleep_memory_kept",
+     .type = value_type::size,
+     .default_value = "0",
+     .description = "Host memory a woken reservation may keep, made and pinned, so that its next "
+                    "sleep copies at once (all reservations together; 0: none is kept)",
+     .lands_in = &daemon_config::sleep_memory_kept},
 };
 
 }  // namespace gpumem::daemon

@@ -94,6 +94,10 @@ reload_plan plan_reload(const daemon_config& running, const daemon_config& wante
                                        running.frame_deadline.count(),
                                        wanted.frame_deadline.count()));
   }
+  if (wanted.sleep_memory_kept != running.sleep_memory_kept) {
+    plan.changes.push_back(fmt::format("sleep_memory_kept {} -> {}", running.sleep_memory_kept,
+                                       wanted.sleep_memory_kept));
+  }
   plan_pools(running, wanted, plan);
   return plan;
 }

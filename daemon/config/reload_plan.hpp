@@ -4,12 +4,13 @@
 /// key by key, split into what gpumemd applies live and what waits for a restart.
 ///
 /// Live: log_level, socket_mode, access (and open_across_users), quotas, max_output_bytes,
-/// max_connections, frame_deadline, and pools with new names. New requests see the new values;
-/// nothing that exists is taken back (a client over a lowered quota keeps what it owns and is
-/// refused more). For a restart: the socket path (clients find the daemon by it), an existing
-/// pool's device, size, release_threshold and peer_access (its memory is laid out and its
-/// descriptor is in clients' hands under them), and a pool's removal (clients may hold its
-/// memory and its descriptor; a restarted daemon lets it go once nothing lives in it).
+/// max_connections, frame_deadline, sleep_memory_kept, and pools with new names. New requests
+/// see the new values; nothing that exists is taken back (a client over a lowered quota keeps
+/// what it owns and is refused more) but host copies kept beyond a lowered sleep_memory_kept. For a
+/// restart: the socket path (clients find the daemon by it), an existing pool's device, size,
+/// release_threshold and peer_access (its memory is laid out and its descriptor is in clients'
+/// hands under them), and a pool's removal (clients may hold its memory and its descriptor; a
+/// restarted daemon lets it go once nothing lives in it).
 
 #include <string>
 #include <vector>

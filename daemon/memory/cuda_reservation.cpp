@@ -112,38 +112,64 @@ cuda_reservation::daemon_view cuda_reservation::map_here() const {
   return view;
 }
 
-// The host side is registered for the copy: pageable copies run at a fifth of the rate
-// (CUDA-FACTS: 10 against 55 GB/s), and the caller has already populated its pages.
-void cuda_reservation::copy_out(std::byte* host) const {
+namespace {
+/// Pages pinned in a device's primary context, retained here while they are pinned: the
+/// registration belongs to that context, which must still be there to undo it.
+class cuda_pinning final : public host_pinning {
+ public:
+  cuda_pinning(const cuda::driver_api& cu, std::int32_t device)
+      : cu_(cu), context_(retain_device(cu, device)) {}
+  ~cuda_pinning() override { cu_.cuCtxSetCurrent(context_.get()); }  // before the unregistering
+  cuda::host_registration& registration() noexcept { return registration_; }
+
+ private:
+  const cuda::driver_api& cu_;
+  cuda::primary_context context_;
+  cuda::host_registration registration_;  ///< last: undone first, in the context set above
+};
+}  // namespace
+
+// Pageable copies run at a fifth of the rate (CUDA-FACTS: 10 against 55 GB/s). The pinning
+// stays with the copy, so that the wake, and the next sleep that reuses the copy, skip it.
+void cuda_reservation::pin(sleep_copy& host) const {
+  if (host.pinned != nullptr || host.bytes == 0) return;
+  auto pinning = std::make_unique<cuda_pinning>(cu_, device_);
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+  check(cuda::host_registration::register_range(cu_, host.data(), host.bytes, 0,
+                                                pinning->registration()),
+        "cuMemHostRegister");
+  host.pinned = std::move(pinning);
+}
+
+void cuda_reservation::copy_out(sleep_copy& host) const {
+  transfer(host, direction::to_host);
+}
+
+void cuda_reservation::copy_in(sleep_copy& host) {
+  transfer(host, direction::to_device);
+}
+
+void cuda_reservation::transfer(sleep_copy& host, direction way) const {
   const std::size_t bytes = committed();
   if (bytes == 0) return;
   const auto started = std::chrono::steady_clock::now();
   const daemon_view view = map_here();
   const auto mapped = std::chrono::steady_clock::now();
-  cuda::host_registration registered;
-  check(cuda::host_registration::register_range(cu_, host, bytes, 0, registered),
-        "cuMemHostRegister");
+  pin(host);
   const auto pinned = std::chrono::steady_clock::now();
-  check(cu_.cuMemcpyDtoH(host, view.range.get(), bytes), "cuMemcpyDtoH");
+  if (way == direction::to_host) {
+    check(cu_.cuMemcpyDtoH(host.data(), view.range.get(), bytes), "cuMemcpyDtoH");
+  } else {
+    check(cu_.cuMemcpyHtoD(view.range.get(), host.data(), bytes), "cuMemcpyHtoD");
+    check(cu_.cuCtxSynchronize(), "cuCtxSynchronize");
+  }
   const auto copied = std::chrono::steady_clock::now();
   using ms = std::chrono::duration<double, std::milli>;
   spdlog::debug(
-      "copy out of {} bytes: mapped in {:.1f} ms, registered in {:.1f} ms, copied in "
+      "copy {} of {} bytes: mapped in {:.1f} ms, pinned in {:.1f} ms, copied in "
       "{:.1f} ms",
-      bytes, ms(mapped - started).count(), ms(pinned - mapped).count(),
-      ms(copied - pinned).count());
-}
-
-void cuda_reservation::copy_in(const std::byte* host) {
-  const std::size_t bytes = committed();
-  if (bytes == 0) return;
-  const daemon_view view = map_here();
-  cuda::host_registration registered;
-  check(cuda::host_registration::register_range(cu_, const_cast<std::byte*>(host), bytes, 0,
-                                                registered),
-        "cuMemHostRegister");
-  check(cu_.cuMemcpyHtoD(view.range.get(), host, bytes), "cuMemcpyHtoD");
-  check(cu_.cuCtxSynchronize(), "cuCtxSynchronize");
+      way == direction::to_host ? "out" : "in", bytes, ms(mapped - started).count(),
+      ms(pinned - mapped).count(), ms(copied - pinned).count());
 }
 
 void cuda_reservation::clear() {

@@ -29,8 +29,8 @@ class cuda_reservation final : public reservation {
   std::size_t chunk_count() const noexcept override { return chunks_.size(); }
   chunk chunk_at(std::size_t index) const override;
   void resize(std::size_t chunks) override;
-  void copy_out(std::byte* host) const override;
-  void copy_in(const std::byte* host) override;
+  void copy_out(sleep_copy& host) const override;
+  void copy_in(sleep_copy& host) override;
   void clear() override;
 
  private:
@@ -42,6 +42,10 @@ class cuda_reservation final : public reservation {
     std::vector<cuda::mapped_range> mappings;
   };
   daemon_view map_here() const;
+  /// Pins @p host for this device unless a copy already did.
+  void pin(sleep_copy& host) const;
+  enum class direction { to_host, to_device };
+  void transfer(sleep_copy& host, direction way) const;
   struct physical {
     std::uint64_t id = 0;
     cuda::allocation_handle handle;  ///< empty for an adopted chunk

@@ -83,9 +83,9 @@ void host_reservation::resize(std::size_t chunks) {
                 chunks_.end());
 }
 
-void host_reservation::copy_out(std::byte* host) const {
+void host_reservation::copy_out(sleep_copy& host) const {
   for (std::size_t index = 0; index < chunks_.size(); ++index) {
-    std::byte* into = host + index * kChunkSize;
+    std::byte* into = host.data() + index * kChunkSize;
     whole_transfer(
         [&](std::size_t done, std::size_t left) {
           return ::pread(chunks_[index].memory.get(), into + done, left, static_cast<off_t>(done));
@@ -94,9 +94,9 @@ void host_reservation::copy_out(std::byte* host) const {
   }
 }
 
-void host_reservation::copy_in(const std::byte* host) {
+void host_reservation::copy_in(sleep_copy& host) {
   for (std::size_t index = 0; index < chunks_.size(); ++index) {
-    const std::byte* from = host + index * kChunkSize;
+    const std::byte* from = host.data() + index * kChunkSize;
     whole_transfer(
         [&](std::size_t done, std::size_t left) {
           return ::pwrite(chunks_[index].memory.get(), from + done, left, static_cast<off_t>(done));

@@ -25,8 +25,8 @@ class host_reservation final : public reservation {
   std::size_t chunk_count() const noexcept override { return chunks_.size(); }
   chunk chunk_at(std::size_t index) const override;
   void resize(std::size_t chunks) override;
-  void copy_out(std::byte* host) const override;
-  void copy_in(const std::byte* host) override;
+  void copy_out(sleep_copy& host) const override;
+  void copy_in(sleep_copy& host) override;
   void clear() override;
   void seal() override;
 

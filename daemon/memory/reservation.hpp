@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpumem/shared/unique_fd.hpp"
+#include "memory/sleep_copy.hpp"
 
 namespace gpumem::daemon {
 
@@ -39,10 +40,11 @@ class reservation {
   virtual void resize(std::size_t chunks) = 0;
 
   /// @name Sleep and wake. They run on a worker thread while the loop leaves the reservation
-  /// alone; @p host holds committed() bytes. @throws request_error, cuda::cuda_error
+  /// and @p host alone; @p host holds committed() bytes. A device backend pins @p host the first
+  /// time and leaves it pinned (sleep_copy::pinned). @throws request_error, cuda::cuda_error
   /// @{
-  virtual void copy_out(std::byte* host) const = 0;
-  virtual void copy_in(const std::byte* host) = 0;
+  virtual void copy_out(sleep_copy& host) const = 0;
+  virtual void copy_in(sleep_copy& host) = 0;
   virtual void clear() = 0;  ///< every committed byte reads zero
   /// @}
   /// @brief Makes the chunks unchangeable where the backend can: the host seals its memfds

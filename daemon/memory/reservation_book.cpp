@@ -323,19 +323,25 @@ void reservation_book::copy_out_when_ready(object_id id) {
   const reservation* from = entry->begin_copy_out();
   rows_.touch(id);
   struct copy_out_job {
-    std::optional<sleep_copy> copy;
+    std::optional<sleep_copy> copy;  ///< starts as the copy a wake kept, if any
+    bool reused = false;
     double populate_ms = 0;
     double copy_ms = 0;
   };
   auto job = std::make_shared<copy_out_job>();
+  if (from != nullptr) job->copy = entry->take_kept_copy();
   const std::uint64_t bytes = entry->committed();
   background_->run(
       [from, job, bytes] {
         if (from == nullptr) return;  // discarding
         const auto started = std::chrono::steady_clock::now();
-        job->copy.emplace(sleep_copy::make(bytes));
+        job->reused = job->copy && job->copy->bytes == bytes;
+        if (!job->reused) {
+          job->copy.reset();  // another size: its pages go here, off the loop
+          job->copy.emplace(sleep_copy::make(bytes));
+        }
         const auto populated = std::chrono::steady_clock::now();
-        from->copy_out(static_cast<std::byte*>(job->copy->mapped.get()));
+        from->copy_out(*job->copy);
         job->populate_ms = milliseconds_between(started, populated);
         job->copy_ms = milliseconds_between(populated, std::chrono::steady_clock::now());
       },
@@ -348,14 +354,20 @@ void reservation_book::copy_out_when_ready(object_id id) {
           entry->fail(
               code, fmt::format("reservation {} stays awake: copying it out failed: {}", id, why));
           spdlog::error("reservation {}: sleep failed: {}", id, why);
+          let_go_off_loop(std::move(job->copy));
           return;
         }
         entry->finish_sleep(std::move(job->copy));
-        spdlog::info(
-            "reservation {}: asleep, {} bytes {} (host pages made in {:.1f} ms, copied in "
-            "{:.1f} ms)",
-            id, bytes, entry->discards() ? "dropped" : "copied to the host", job->populate_ms,
-            job->copy_ms);
+        if (entry->discards()) {
+          spdlog::info("reservation {}: asleep, {} bytes dropped", id, bytes);
+        } else {
+          spdlog::info(
+              "reservation {}: asleep, {} bytes copied to the host ({}, copied in {:.1f} ms)", id,
+              bytes,
+              job->reused ? std::string("into the copy its last wake kept")
+                          : fmt::format("host pages made in {:.1f} ms", job->populate_ms),
+              job->copy_ms);
+        }
         lose_if_owner_left(id, *entry);
       });
 }
@@ -368,12 +380,14 @@ proto::reservation_status reservation_book::wake(client_id client,
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
+  const auto making = std::chrono::steady_clock::now();
   std::unique_ptr<reservation> fresh = make(entry->device(), entry->max_size());
   fresh->resize(whole_chunks(entry->committed(), fresh->chunk_size()));
+  const double making_ms = milliseconds_between(making, std::chrono::steady_clock::now());
   reservation& into = entry->begin_copy_in(std::move(fresh));
   rows_.touch(id);
   std::shared_ptr<versioned_reservation> kept = entries_.at(id);
-  const sleep_copy* from = entry->host_copy();
+  sleep_copy* from = entry->host_copy_to_wake_from();
   const bool sealed = entry->version() > 1;
   const auto started = std::chrono::steady_clock::now();
   background_->run(
@@ -381,11 +395,11 @@ proto::reservation_status reservation_book::wake(client_id client,
         if (from == nullptr) {
           into.clear();
         } else {
-          into.copy_in(static_cast<const std::byte*>(from->mapped.get()));
+          into.copy_in(*from);
         }
         if (sealed) into.seal();
       },
-      [this, id, kept, started](std::exception_ptr failure) {
+      [this, id, kept, started, making_ms](std::exception_ptr failure) {
         if (!still_held(id, kept.get())) return;
         rows_.touch(id);
         if (failure) {
@@ -397,9 +411,18 @@ proto::reservation_status reservation_book::wake(client_id client,
           lose_if_owner_left(id, *kept);
           return;
         }
-        kept->finish_wake();
-        spdlog::info("reservation {}: awake in {:.1f} ms", id,
-                     milliseconds_between(started, std::chrono::steady_clock::now()));
+        std::optional<sleep_copy> used = kept->finish_wake();
+        let_go_off_loop(kept->take_kept_copy());  // left by a discarding sleep
+        const bool keep = used && sleep_memory_kept() + used->bytes <= keep_at_most_;
+        spdlog::info(
+            "reservation {}: awake in {:.1f} ms (its chunks made in {:.1f} ms before){}", id,
+            milliseconds_between(started, std::chrono::steady_clock::now()), making_ms,
+            keep ? fmt::format("; its {} host bytes kept for the next sleep", used->bytes) : "");
+        if (keep) {
+          kept->keep_copy(std::move(*used));
+        } else {
+          let_go_off_loop(std::move(used));
+        }
       });
   return entry->status(id);
 }
@@ -425,9 +448,37 @@ void reservation_book::lose_if_owner_left(object_id id, versioned_reservation& e
       entry.current_phase() != versioned_reservation::phase::asleep) {
     return;
   }
-  entry.lose();
+  let_go_off_loop(entry.lose());
+  let_go_off_loop(entry.take_kept_copy());
   rows_.touch(id);
   spdlog::info("reservation {}: lost, its owner let go of it while it slept", id);
+}
+
+void reservation_book::keep_sleep_memory(std::uint64_t most_bytes) {
+  keep_at_most_ = most_bytes;
+  for (auto& [id, entry] : entries_) {
+    if (sleep_memory_kept() <= keep_at_most_) return;
+    if (entry->kept_bytes() == 0) continue;
+    spdlog::info("reservation {}: its kept host copy goes (sleep_memory_kept {})", id, most_bytes);
+    let_go_off_loop(entry->take_kept_copy());
+  }
+}
+
+std::uint64_t reservation_book::sleep_memory_kept() const noexcept {
+  std::uint64_t bytes = 0;
+  for (const auto& [id, entry] : entries_) bytes += entry->kept_bytes();
+  return bytes;
+}
+
+void reservation_book::let_go_off_loop(std::optional<sleep_copy> copy) noexcept {
+  if (!copy || background_ == nullptr) return;  // without a worker the copy goes here and now
+  // Unpinning, unmapping and freeing 32 GiB take seconds: the worker does it.
+  auto going = std::make_shared<std::optional<sleep_copy>>(std::move(copy));
+  try {
+    background_->run([going] { going->reset(); }, [](std::exception_ptr) {});
+  } catch (...) {
+    // Out of memory for the job: the copy goes here after all, when `going` does.
+  }
 }
 
 void reservation_book::let_go(object_id id, const object_row& row) noexcept {
@@ -451,6 +502,9 @@ void reservation_book::let_go(object_id id, const object_row& row) noexcept {
   }
   if (!row.holders.empty()) return;
   // A copy under way keeps its own reference: the entry goes when the copy is done.
+  if (const auto going = entries_.find(id); going != entries_.end()) {
+    let_go_off_loop(going->second->take_kept_copy());
+  }
   entries_.erase(id);
   rows_.erase(id);
 }

@@ -32,6 +32,12 @@ class reservation_book {
 
   /// @brief Where sleep and wake run their copies; without one they are not_supported.
   void set_background(background* worker) noexcept { background_ = worker; }
+  /// @brief Host memory that woken reservations may keep, pages made and pinned, for their next
+  /// sleep of as many bytes (sleep_memory_kept): such a sleep copies at once instead of making
+  /// and pinning its pages first. Lowering it lets kept copies go until the rest fits.
+  void keep_sleep_memory(std::uint64_t most_bytes);
+  /// Bytes kept that way now, all reservations together.
+  std::uint64_t sleep_memory_kept() const noexcept;
 
   /// @name Requests. The replies of reserve and open go with the notice page's read-only fd.
   /// @{
@@ -85,12 +91,15 @@ class reservation_book {
   /// Whether @p entry is still what the book holds under @p id (a copy may outlive it).
   bool still_held(object_id id, const versioned_reservation* entry) const noexcept;
   std::string describe_holder(client_id holder) const;
+  /// Hands @p copy to the worker to be let go of: freeing many GiB must not hold the loop up.
+  void let_go_off_loop(std::optional<sleep_copy> copy) noexcept;
 
   ledger& rows_;
   const access_policy& access_;
   const quota_policy& quotas_;
   reservation_maker make_device_reservation_;
   background* background_ = nullptr;
+  std::uint64_t keep_at_most_ = 0;
   /// Shared with a copy under way, which must not lose what it copies when the book lets go.
   std::unordered_map<object_id, std::shared_ptr<versioned_reservation>> entries_;
 };

@@ -18,32 +18,17 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpumem/proto/errc.hpp"
 #include "gpumem/proto/messages.hpp"
-#include "gpumem/shared/os/mapping.hpp"
-#include "gpumem/shared/unique_fd.hpp"
 #include "ledger/ledger.hpp"
 #include "memory/notice_page.hpp"
 #include "memory/reservation.hpp"
+#include "memory/sleep_copy.hpp"
 
 namespace gpumem::daemon {
-
-/// Host memory the daemon owns that holds a sleeping reservation's bytes: a memfd, so that it
-/// can be kept in systemd's fd store across a restart.
-struct sleep_copy {
-  unique_fd memory;
-  os::mapping mapped;
-  std::uint64_t bytes = 0;
-
-  /// @brief A memfd of @p bytes, mapped, its pages made resident by several threads at once:
-  /// a copy into fresh pages runs at the speed the kernel can hand them out.
-  /// @throws std::system_error
-  static sleep_copy make(std::uint64_t bytes);
-  /// @throws std::system_error
-  static sleep_copy adopt(unique_fd memory);
-};
 
 class versioned_reservation {
  public:
@@ -117,12 +102,24 @@ class versioned_reservation {
   void check_may_wake() const;
   /// @return the new chunks, for the worker to fill from host_copy() (or clear).
   reservation& begin_copy_in(std::unique_ptr<reservation> fresh);
-  void finish_wake();
+  /// @return the host copy the bytes came back from (none after a discarding sleep), for the
+  /// book to keep for the next sleep or to let go of.
+  std::optional<sleep_copy> finish_wake();
   /// The step under way failed: back to awake (sleep) or asleep (wake), nothing lost.
   void fail(proto::errc code, std::string reason);
-  /// Its owner let go while it slept: the bytes go, and holders learn it is gone.
-  void lose();
+  /// @brief Its owner let go while it slept: holders learn it is gone.
+  /// @return the host copy of its bytes, for the caller to let go of.
+  std::optional<sleep_copy> lose();
   const sleep_copy* host_copy() const noexcept { return host_copy_ ? &*host_copy_ : nullptr; }
+  /// For the wake's worker, which pins the copy the first time (a copy adopted at a restart).
+  sleep_copy* host_copy_to_wake_from() noexcept { return host_copy_ ? &*host_copy_ : nullptr; }
+  /// @brief Keeps a woken copy, pages made and pinned, for the next sleep of as many bytes: it
+  /// replaces any kept before, which the caller took.
+  void keep_copy(sleep_copy copy) noexcept { kept_copy_ = std::move(copy); }
+  /// Bytes of the copy kept for the next sleep; 0 for none.
+  std::uint64_t kept_bytes() const noexcept { return kept_copy_ ? kept_copy_->bytes : 0; }
+  /// @brief Hands the kept copy over, to reuse or to let go of off the loop; none is kept after.
+  std::optional<sleep_copy> take_kept_copy() noexcept { return std::exchange(kept_copy_, {}); }
   /// Counts sleeps and wakes begun: a deadline set for one attempt ignores later ones.
   std::uint64_t attempt() const noexcept { return attempt_; }
   proto::reservation_status status(object_id id) const;
@@ -180,6 +177,8 @@ class versioned_reservation {
   std::map<client_id, std::uint64_t> mapped_;
   std::set<client_id> writers_;
   std::optional<sleep_copy> host_copy_;
+  /// Awake: the copy of the last sleep, kept for the next (reservation_book decides).
+  std::optional<sleep_copy> kept_copy_;
   bool discard_ = false;
   std::uint64_t attempt_ = 0;
   proto::errc failure_ = proto::errc::ok;

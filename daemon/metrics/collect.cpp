@@ -120,6 +120,10 @@ void pools(builder& out, const books& state) {
     reserved.samples.push_back({labels, pool.bytes_reserved});
     allocations.samples.push_back({labels, pool.allocations});
   }
+  out.one("gpumemd_sleep_memory_kept_bytes",
+          "Host memory woken reservations keep, pages made and pinned, for their next sleep "
+          "(at most sleep_memory_kept)",
+          state.reservations.sleep_memory_kept());
 }
 
 void clients_and_objects(builder& out, const books& state, const audience& who) {

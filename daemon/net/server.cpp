@@ -91,6 +91,7 @@ server::server(asio::io_context& io, daemon_config& config, books& state, unique
       adopted_(io, state, [this] { settle_pending(); }),
       worker_(io, [this] { books_.write_changes(); }) {
   books_.reservations.set_background(&worker_);
+  books_.reservations.keep_sleep_memory(config.sleep_memory_kept);
   signals_.add(SIGHUP);
   signals_.add(SIGUSR1);
   if (passed_listener) {
@@ -246,6 +247,7 @@ void server::reload() {
     // what it owns and is refused more). The socket is made by this process: its group is ours.
     books_.access = access_policy(plan.next.access, ::geteuid(), ::getegid());
     books_.quotas = quota_policy(plan.next.quotas);
+    books_.reservations.keep_sleep_memory(plan.next.sleep_memory_kept);
     config_ = std::move(plan.next);
     for (const std::string& each : plan.not_applied) spdlog::warn("reload: {}", each);
     spdlog::info("SIGHUP: configuration reloaded: {}",

@@ -12,6 +12,7 @@
 #include "kernels.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -121,6 +122,44 @@ TEST_F(GpuReservation, ASleepingGigabyteFreesTheDeviceAndWakesWithItsBytes) {
   auto checker = peer({"reservation-verify", "sleeper", std::to_string(kGiB), "7"});
   EXPECT_EQ(checker.read_line(60s), "ok") << "another process reads the woken bytes";
   EXPECT_EQ(mismatches_on_device(weights.data(), kGiB, 7, stream), 0u);
+}
+
+/// The value of the metric line that starts with @p name in @p metrics; -1 when there is none.
+double metric(const std::string& metrics, const std::string& name) {
+  const std::size_t at = metrics.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + name.size() + 2));
+}
+
+// The wake keeps the host copy, pinned, within sleep_memory_kept; the next sleep copies into it
+// without making or pinning pages, and the wake after it brings the new bytes, not the old.
+TEST_F(GpuReservation, AKeptHostCopyTakesTheNextSleepsNewBytes) {
+  const temporary_file config("gpu-sleep-kept", "sleep_memory_kept: 1GiB\n");
+  daemon_process keeping({"--config", config.path()}, true);
+  auto owner = keeping.connect("gpu-sleep-kept");
+  constexpr std::size_t kBytes = 256 * kMiB;
+  auto weights =
+      Reservation::create(owner, kBytes, {.device = 0, .name = "cycled", .initial = kBytes});
+  for (const std::uint32_t seed : {7u, 8u}) {
+    fill_on_device(weights.data(), kBytes, seed, stream);
+    synchronize(stream);
+    weights.sleep();
+    weights.wake();
+    EXPECT_EQ(mismatches_on_device(weights.data(), kBytes, seed, stream), 0u) << "seed " << seed;
+    EXPECT_EQ(metric(owner.metrics(), "gpumemd_sleep_memory_kept_bytes"), kBytes);
+  }
+  std::string log;
+  bool reused = false;
+  while (const auto line = keeping.read_log_line(5s)) {
+    log += *line + "\n";
+    if (line->find("into the copy its last wake kept") != std::string::npos) {
+      reused = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(reused) << log;
+  weights.release();
+  EXPECT_EQ(metric(owner.metrics(), "gpumemd_sleep_memory_kept_bytes"), 0)
+      << "the kept copy goes with the reservation";
 }
 
 TEST_F(GpuReservation, AHolderThatNeverLetsGoIsNamedAndKeepsItsMapping) {
