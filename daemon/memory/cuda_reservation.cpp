@@ -43,7 +43,8 @@ cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t 
                                           CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
         "cuMemGetAllocationGranularity");
   chunk_size_ = granularity;
-  max_size_ = (max_size + granularity - 1) / granularity * granularity;
+  while ((max_size + chunk_size_ - 1) / chunk_size_ > kMostChunks) chunk_size_ *= 2;
+  max_size_ = (max_size + chunk_size_ - 1) / chunk_size_ * chunk_size_;
 }
 
 reservation::chunk cuda_reservation::chunk_at(std::size_t index) const {

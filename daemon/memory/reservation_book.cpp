@@ -357,16 +357,20 @@ void reservation_book::copy_out_when_ready(object_id id) {
           let_go_off_loop(std::move(job->copy));
           return;
         }
+        const auto freeing = std::chrono::steady_clock::now();
         entry->finish_sleep(std::move(job->copy));
+        const double freeing_ms = milliseconds_between(freeing, std::chrono::steady_clock::now());
         if (entry->discards()) {
-          spdlog::info("reservation {}: asleep, {} bytes dropped", id, bytes);
+          spdlog::info("reservation {}: asleep, {} bytes dropped (chunks freed in {:.1f} ms)", id,
+                       bytes, freeing_ms);
         } else {
           spdlog::info(
-              "reservation {}: asleep, {} bytes copied to the host ({}, copied in {:.1f} ms)", id,
-              bytes,
+              "reservation {}: asleep, {} bytes copied to the host ({}, copied in {:.1f} ms, "
+              "chunks freed in {:.1f} ms)",
+              id, bytes,
               job->reused ? std::string("into the copy its last wake kept")
                           : fmt::format("host pages made in {:.1f} ms", job->populate_ms),
-              job->copy_ms);
+              job->copy_ms, freeing_ms);
         }
         lose_if_owner_left(id, *entry);
       });

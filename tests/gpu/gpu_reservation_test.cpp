@@ -124,6 +124,31 @@ TEST_F(GpuReservation, ASleepingGigabyteFreesTheDeviceAndWakesWithItsBytes) {
   EXPECT_EQ(mismatches_on_device(weights.data(), kGiB, 7, stream), 0u);
 }
 
+// A large reservation is cut into fewer, larger chunks (at most 256 when full), so that a
+// holder's mapping, a sleep and a wake cost a few hundred driver calls, not thousands.
+TEST_F(GpuReservation, ALargeReservationHasAtMost256ChunksAndGrowsByWholeOnes) {
+  auto big =
+      Reservation::create(*client, 16 * kGiB, {.device = 0, .name = "big", .initial = 100 * kMiB});
+  EXPECT_EQ(big.chunk_size(), 64 * kMiB) << "16 GiB in 256 chunks of the 2 MiB granularity x 32";
+  EXPECT_EQ(big.max_size(), 16 * kGiB);
+  EXPECT_EQ(big.size(), 128 * kMiB) << "rounded up to whole chunks";
+  fill_on_device(big.data(), big.size(), 4, stream);
+  synchronize(stream);
+  auto reader_client = daemon->connect("big-reader");
+  auto reader = Reservation::open(reader_client, "big", {.access = Access::read_only});
+  EXPECT_EQ(reader.chunk_size(), 64 * kMiB);
+  EXPECT_EQ(mismatches_on_device(reader.data(), 128 * kMiB, 4, stream), 0u);
+  big.resize(129 * kMiB);
+  EXPECT_EQ(big.size(), 192 * kMiB);
+  reader.quiesce();
+  big.sleep();
+  big.wake();
+  EXPECT_EQ(mismatches_on_device(big.data(), 128 * kMiB, 4, stream), 0u);
+  auto odd = Reservation::create(*client, kGiB + kMiB, {.device = 0, .initial = 0});
+  EXPECT_EQ(odd.chunk_size(), 8 * kMiB) << "257 chunks of 4 MiB would be one too many";
+  EXPECT_EQ(odd.max_size(), kGiB + 8 * kMiB);
+}
+
 /// The value of the metric line that starts with @p name in @p metrics; -1 when there is none.
 double metric(const std::string& metrics, const std::string& name) {
   const std::size_t at = metrics.find("\n" + name + " ");
