@@ -13,6 +13,7 @@
 
 #include "gpumem/reservation.hpp"
 #include "support/daemon_process.hpp"
+#include "support/metric_value.hpp"
 #include "support/systemd_supervisor.hpp"
 
 namespace gpumem::testing {
@@ -101,12 +102,6 @@ TEST_F(Reload, ANewPoolAppearsInStatsAndServesAllocations) {
   EXPECT_NE(log().find("pool 'staging' added"), std::string::npos) << log();
 }
 
-/// The value of the metric line that starts with @p name in @p metrics; -1 when there is none.
-double metric(const std::string& metrics, const std::string& name) {
-  const std::size_t at = metrics.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + name.size() + 2));
-}
-
 TEST_F(Reload, ALoweredSleepMemoryKeptLetsTheKeptCopiesGo) {
   start("log_level: info\nsleep_memory_kept: 64MiB\n");
   auto client = systemd->connect();
@@ -114,17 +109,17 @@ TEST_F(Reload, ALoweredSleepMemoryKeptLetsTheKeptCopiesGo) {
   std::memset(weights.data(), 7, 4 << 20);
   weights.sleep();
   weights.wake();
-  EXPECT_EQ(metric(client.metrics(), "gpumemd_sleep_memory_kept_bytes"), 4 << 20) << log();
+  EXPECT_EQ(metric_value(client.metrics(), "gpumemd_sleep_memory_kept_bytes"), 4 << 20) << log();
   EXPECT_EQ(static_cast<const char*>(weights.data())[(4 << 20) - 1], 7);
   write("log_level: info\nsleep_memory_kept: 1MiB\n");
   reload();
-  EXPECT_EQ(metric(client.metrics(), "gpumemd_sleep_memory_kept_bytes"), 0) << log();
+  EXPECT_EQ(metric_value(client.metrics(), "gpumemd_sleep_memory_kept_bytes"), 0) << log();
   EXPECT_NE(log().find("sleep_memory_kept 67108864 -> 1048576"), std::string::npos) << log();
   EXPECT_NE(log().find("its kept host copy goes"), std::string::npos) << log();
   weights.sleep();
   weights.wake();
   EXPECT_EQ(static_cast<const char*>(weights.data())[0], 7);
-  EXPECT_EQ(metric(client.metrics(), "gpumemd_sleep_memory_kept_bytes"), 0)
+  EXPECT_EQ(metric_value(client.metrics(), "gpumemd_sleep_memory_kept_bytes"), 0)
       << "4 MiB are over the lowered limit";
 }
 

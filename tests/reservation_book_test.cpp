@@ -112,6 +112,15 @@ class ReservationBook : public ::testing::Test {
     ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(kChunk));
   }
   proto::sleep_request sleep_of(std::uint32_t flags = 0) { return {{id, {}}, flags, 0}; }
+  /// The owner's sleep and wake, their copies run to the end.
+  void sleep_now() {
+    book.reservations.sleep(owner, sleep_of());
+    worker.finish_jobs();
+  }
+  void wake_now() {
+    book.reservations.wake(owner, {id, {}});
+    worker.finish_jobs();
+  }
   const proto::reservation_record& listed() {
     listing = book.reservations.list(reader, 0);
     return listing.records.at(0);
@@ -321,11 +330,9 @@ TEST_F(ReservationBook, AWokenCopyIsKeptWithinTheLimitAndTheNextSleepReusesIt) {
   map(owner, v1);
   fill(v1[0], 7);
   book.reservations.quiesce(owner, id);
-  book.reservations.sleep(owner, sleep_of());
-  worker.finish_jobs();
+  sleep_now();
   const ino_t first_copy = host_copy_inode(book.reservations, id);
-  book.reservations.wake(owner, {id, {}});
-  worker.finish_jobs();
+  wake_now();
   EXPECT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk);
   EXPECT_EQ(book.reservations.status(owner, {id, {}}).host_bytes, 0u)
       << "a kept copy holds no bytes of the reservation";
@@ -338,8 +345,7 @@ TEST_F(ReservationBook, AWokenCopyIsKeptWithinTheLimitAndTheNextSleepReusesIt) {
   EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u) << "the sleep took the kept copy";
   worker.finish_jobs();
   EXPECT_EQ(host_copy_inode(book.reservations, id), first_copy) << "the pages were made again";
-  book.reservations.wake(owner, {id, {}});
-  worker.finish_jobs();
+  wake_now();
   std::vector<int> again;
   map(owner, again);
   EXPECT_EQ(bytes_of(again[0], kChunk), std::vector<std::byte>(kChunk, std::byte{11}))
@@ -352,18 +358,14 @@ TEST_F(ReservationBook, NoCopyIsKeptBeyondTheLimitOrByDefault) {
   book.reservations.quiesce(owner, id);
   for (const std::uint64_t limit : {std::uint64_t{0}, 2 * kChunk - 1}) {
     book.reservations.keep_sleep_memory(limit);
-    book.reservations.sleep(owner, sleep_of());
-    worker.finish_jobs();
+    sleep_now();
     const ino_t slept = host_copy_inode(book.reservations, id);
-    book.reservations.wake(owner, {id, {}});
-    worker.finish_jobs();
+    wake_now();
     EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u) << "limit " << limit;
     book.reservations.quiesce(owner, id);
-    book.reservations.sleep(owner, sleep_of());
-    worker.finish_jobs();
+    sleep_now();
     EXPECT_NE(host_copy_inode(book.reservations, id), slept) << "limit " << limit;
-    book.reservations.wake(owner, {id, {}});
-    worker.finish_jobs();
+    wake_now();
     book.reservations.quiesce(owner, id);
   }
 }
@@ -372,24 +374,20 @@ TEST_F(ReservationBook, ASleepOfAnotherSizeMakesANewCopyAndTheKeptOneGoes) {
   book.reservations.keep_sleep_memory(8 * kChunk);
   book.reservations.quiesce(reader, id);
   book.reservations.quiesce(owner, id);
-  book.reservations.sleep(owner, sleep_of());
-  worker.finish_jobs();
+  sleep_now();
   const ino_t two_chunks = host_copy_inode(book.reservations, id);
-  book.reservations.wake(owner, {id, {}});
-  worker.finish_jobs();
+  wake_now();
   book.reservations.resize(owner, {id, 3 * kChunk});
   std::vector<int> grown;
   map(owner, grown);
   ASSERT_EQ(grown.size(), 3u);
   fill(grown[2], 5);
   book.reservations.quiesce(owner, id);
-  book.reservations.sleep(owner, sleep_of());
-  worker.finish_jobs();
+  sleep_now();
   EXPECT_NE(host_copy_inode(book.reservations, id), two_chunks);
   EXPECT_EQ(book.reservations.status(owner, {id, {}}).host_bytes, 3 * kChunk);
   EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u);
-  book.reservations.wake(owner, {id, {}});
-  worker.finish_jobs();
+  wake_now();
   std::vector<int> woken;
   map(owner, woken);
   EXPECT_EQ(bytes_of(woken[2], kChunk), std::vector<std::byte>(kChunk, std::byte{5}));
@@ -400,10 +398,8 @@ TEST_F(ReservationBook, KeptCopiesGoWhenTheLimitIsLoweredOrTheReservationIsRelea
   book.reservations.keep_sleep_memory(2 * kChunk);
   book.reservations.quiesce(reader, id);
   book.reservations.quiesce(owner, id);
-  book.reservations.sleep(owner, sleep_of());
-  worker.finish_jobs();
-  book.reservations.wake(owner, {id, {}});
-  worker.finish_jobs();
+  sleep_now();
+  wake_now();
   ASSERT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk);
   book.reservations.keep_sleep_memory(kChunk);
   EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u);
@@ -412,10 +408,8 @@ TEST_F(ReservationBook, KeptCopiesGoWhenTheLimitIsLoweredOrTheReservationIsRelea
 
   book.reservations.keep_sleep_memory(2 * kChunk);
   book.reservations.quiesce(owner, id);
-  book.reservations.sleep(owner, sleep_of());
-  worker.finish_jobs();
-  book.reservations.wake(owner, {id, {}});
-  worker.finish_jobs();
+  sleep_now();
+  wake_now();
   ASSERT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk);
   book.remove_client(reader);
   book.remove_client(owner);

@@ -12,6 +12,7 @@
 #include "kernels.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/metric_value.hpp"
 #include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
@@ -149,12 +150,6 @@ TEST_F(GpuReservation, ALargeReservationHasAtMost256ChunksAndGrowsByWholeOnes) {
   EXPECT_EQ(odd.max_size(), kGiB + 8 * kMiB);
 }
 
-/// The value of the metric line that starts with @p name in @p metrics; -1 when there is none.
-double metric(const std::string& metrics, const std::string& name) {
-  const std::size_t at = metrics.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + name.size() + 2));
-}
-
 // The wake keeps the host copy, pinned, within sleep_memory_kept; the next sleep copies into it
 // without making or pinning pages, and the wake after it brings the new bytes, not the old.
 TEST_F(GpuReservation, AKeptHostCopyTakesTheNextSleepsNewBytes) {
@@ -170,7 +165,7 @@ TEST_F(GpuReservation, AKeptHostCopyTakesTheNextSleepsNewBytes) {
     weights.sleep();
     weights.wake();
     EXPECT_EQ(mismatches_on_device(weights.data(), kBytes, seed, stream), 0u) << "seed " << seed;
-    EXPECT_EQ(metric(owner.metrics(), "gpumemd_sleep_memory_kept_bytes"), kBytes);
+    EXPECT_EQ(metric_value(owner.metrics(), "gpumemd_sleep_memory_kept_bytes"), kBytes);
   }
   std::string log;
   bool reused = false;
@@ -183,7 +178,7 @@ TEST_F(GpuReservation, AKeptHostCopyTakesTheNextSleepsNewBytes) {
   }
   EXPECT_TRUE(reused) << log;
   weights.release();
-  EXPECT_EQ(metric(owner.metrics(), "gpumemd_sleep_memory_kept_bytes"), 0)
+  EXPECT_EQ(metric_value(owner.metrics(), "gpumemd_sleep_memory_kept_bytes"), 0)
       << "the kept copy goes with the reservation";
 }
 
