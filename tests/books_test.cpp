@@ -446,7 +446,9 @@ class Reservations : public ::testing::Test {
 
   int live = 0;
   daemon_config config = embedded_default_config();
-  books book{config, host_pools, [this](std::int32_t, std::uint64_t max) {
+  std::vector<std::uint64_t> asked_chunk_sizes;  ///< what the book asked the maker for
+  books book{config, host_pools, [this](std::int32_t, std::uint64_t max, std::uint64_t chunk) {
+               asked_chunk_sizes.push_back(chunk);
                return std::make_unique<fake_reservation>(max, live);
              }};
   std::uint64_t owner = book.add_client({100, 1000, 1000, {}});
@@ -477,6 +479,35 @@ TEST_F(Reservations, ASharedReservationGrowsShrinksAndGoesWithItsLastHolder) {
   book.reservations.release(reader, made.reservation_id);
   EXPECT_EQ(live, 0);
   EXPECT_EQ(code_of([&] { book.reservations.open(reader, open_request("kv")); }), errc::not_found);
+}
+
+// A restarted daemon of a later release may cut new reservations into other chunks; holders map
+// a reservation's chunks at multiples of the size it started with.
+TEST_F(Reservations, ANewVersionIsMadeOfChunksOfTheFirstVersionsSize) {
+  const auto made = book.reservations.reserve(owner, request(64 << 20, 2 << 20, "kv"));
+  book.reservations.begin_version(owner, {made.reservation_id, 4 << 20});
+  EXPECT_EQ(asked_chunk_sizes, (std::vector<std::uint64_t>{0, 2 << 20}));
+}
+
+TEST_F(Reservations, QuotasChargeTheWholeChunksThatAreCommitted) {
+  quota_config limited;
+  limited.per_uid.bytes = 5 << 20;
+  book.quotas = quota_policy(limited);
+  const auto made = book.reservations.reserve(owner, request(64 << 20, 1, "kv"));
+  EXPECT_EQ(made.committed, 2u << 20);
+  // 4 MiB and a byte are three chunks: 6 MiB against 5.
+  const auto resized = [&] {
+    book.reservations.resize(owner, {made.reservation_id, (4 << 20) + 1});
+  };
+  EXPECT_EQ(code_of(resized), errc::quota_exceeded);
+  EXPECT_EQ(code_of([&] {
+              book.reservations.begin_version(owner, {made.reservation_id, (2 << 20) + 1});
+            }),
+            errc::quota_exceeded)
+      << "a 4 MiB draft beside the 2 MiB version";
+  EXPECT_EQ(
+      code_of([&] { book.reservations.reserve(owner, request(64 << 20, (2 << 20) + 1, "more")); }),
+      errc::quota_exceeded);
 }
 
 TEST_F(Reservations, OnlyTheOwnerResizesAndBadRequestsChangeNothing) {

@@ -50,10 +50,12 @@ class manual_background final : public background {
     deadlines_.push_back(std::move(then));
   }
   std::size_t pending_jobs() const { return jobs_.size(); }
+  std::size_t jobs_run() const { return jobs_run_; }
   void finish_jobs() {
     while (!jobs_.empty()) {
       auto [work, done] = std::move(jobs_.front());
       jobs_.pop_front();
+      ++jobs_run_;
       std::exception_ptr failure;
       try {
         work();
@@ -72,6 +74,7 @@ class manual_background final : public background {
  private:
   std::deque<std::pair<std::function<void()>, std::function<void(std::exception_ptr)>>> jobs_;
   std::vector<std::function<void()>> deadlines_;
+  std::size_t jobs_run_ = 0;
 };
 
 std::unique_ptr<pool> host_pools(std::uint32_t id, const pool_config& config) {
@@ -417,6 +420,36 @@ TEST_F(ReservationBook, KeptCopiesGoWhenTheLimitIsLoweredOrTheReservationIsRelea
   EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u);
   EXPECT_EQ(worker.pending_jobs(), 1u);
   worker.finish_jobs();
+}
+
+TEST_F(ReservationBook, ADiscardingSleepLeavesTheKeptCopyForTheNextSleep) {
+  book.reservations.keep_sleep_memory(2 * kChunk);
+  book.reservations.quiesce(reader, id);
+  book.reservations.quiesce(owner, id);
+  sleep_now();
+  const ino_t kept = host_copy_inode(book.reservations, id);
+  wake_now();
+  book.reservations.quiesce(owner, id);
+  book.reservations.sleep(owner, sleep_of(proto::kSleepDiscard));
+  worker.finish_jobs();
+  EXPECT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk);
+  wake_now();
+  EXPECT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk) << "nothing came back to keep";
+  book.reservations.quiesce(owner, id);
+  sleep_now();
+  EXPECT_EQ(host_copy_inode(book.reservations, id), kept);
+}
+
+TEST_F(ReservationBook, ACopyForAReservationReleasedMeanwhileGoesOnTheWorker) {
+  book.reservations.quiesce(reader, id);
+  book.reservations.quiesce(owner, id);
+  book.reservations.sleep(owner, sleep_of());
+  ASSERT_EQ(worker.pending_jobs(), 1u);
+  book.remove_client(reader);
+  book.remove_client(owner);
+  EXPECT_EQ(book.reservations.find(id), nullptr);
+  worker.finish_jobs();
+  EXPECT_EQ(worker.jobs_run(), 2u) << "the copy, then letting its pages go";
 }
 
 TEST_F(ReservationBook, OperatorsActByNameOnlyOnWhatTheyMayOperate) {

@@ -35,16 +35,29 @@ cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t 
 }
 
 cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t device,
-                                   std::uint64_t max_size)
+                                   std::uint64_t max_size, std::uint64_t chunk_size)
     : cu_(driver), device_(device) {
   enter_device();
   std::size_t granularity = 0;
   check(cu_.cuMemGetAllocationGranularity(&granularity, &properties_,
                                           CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
         "cuMemGetAllocationGranularity");
-  chunk_size_ = granularity;
-  while ((max_size + chunk_size_ - 1) / chunk_size_ > kMostChunks) chunk_size_ *= 2;
-  max_size_ = (max_size + chunk_size_ - 1) / chunk_size_ * chunk_size_;
+  const auto whole = [](std::uint64_t bytes, std::uint64_t each) {
+    return bytes / each + (bytes % each != 0);  // no overflow near 2^64
+  };
+  if (chunk_size != 0) {
+    if (chunk_size % granularity != 0) {
+      throw request_error(
+          proto::errc::internal,
+          fmt::format("chunks of {} bytes are not whole {}-byte granules of device {}", chunk_size,
+                      granularity, device));
+    }
+    chunk_size_ = chunk_size;
+  } else {
+    chunk_size_ = granularity;
+    while (whole(max_size, chunk_size_) > kMostChunks) chunk_size_ *= 2;
+  }
+  max_size_ = whole(max_size, chunk_size_) * chunk_size_;
 }
 
 reservation::chunk cuda_reservation::chunk_at(std::size_t index) const {
@@ -182,8 +195,9 @@ void cuda_reservation::clear() {
 }
 
 reservation_maker cuda_reservation_maker(const cuda::driver_api& driver) {
-  return [&driver](std::int32_t device, std::uint64_t max_size) -> std::unique_ptr<reservation> {
-    return std::make_unique<cuda_reservation>(driver, device, max_size);
+  return [&driver](std::int32_t device, std::uint64_t max_size,
+                   std::uint64_t chunk_size) -> std::unique_ptr<reservation> {
+    return std::make_unique<cuda_reservation>(driver, device, max_size, chunk_size);
   };
 }
 

@@ -22,11 +22,14 @@ class cuda_reservation final : public reservation {
   /// holder an import and a mapping, and the daemon a mapping and a release per sleep or wake,
   /// tens of microseconds each: in 2 MiB chunks, mapping 8 GiB took the daemon 130 ms, as long
   /// as copying them. Growth and shrinking go a chunk at a time, so a larger reservation grows in
-  /// larger steps (at most 1/256 of its size, rounded to a power of two).
+  /// larger steps: at least 1/256 of its size, less than 2/256 (or the granularity).
   static constexpr std::uint64_t kMostChunks = 256;
 
+  /// @param chunk_size 0: chosen by the rule of kMostChunks; else a multiple of the device's
+  /// granularity (reservation_maker).
   /// @throws request_error for a bad device; cuda_error for driver failures.
-  cuda_reservation(const cuda::driver_api& driver, std::int32_t device, std::uint64_t max_size);
+  cuda_reservation(const cuda::driver_api& driver, std::int32_t device, std::uint64_t max_size,
+                   std::uint64_t chunk_size = 0);
   /// @brief Re-adoption: a previous daemon's chunks, held by their fds only. The driver lets
   /// no process but the maker export a chunk again, and none needs to: clients import the fd.
   cuda_reservation(const cuda::driver_api& driver, std::int32_t device, std::uint64_t max_size,

@@ -66,9 +66,12 @@ void chunk_ids_from(std::uint64_t next) noexcept;
 /// @}
 
 /// Makes the reservation of @p max_size bytes on @p device (never kHostDevice: the host
-/// backend is always there, daemon/memory/host_reservation.hpp); throws request_error.
-using reservation_maker =
-    std::function<std::unique_ptr<reservation>(std::int32_t device, std::uint64_t max_size)>;
+/// backend is always there, daemon/memory/host_reservation.hpp) in chunks of @p chunk_size:
+/// 0 for a new reservation (the backend chooses), else the size of its earlier versions' chunks,
+/// which holders map at multiples of it (a restarted daemon of a later release may choose
+/// another). Throws request_error.
+using reservation_maker = std::function<std::unique_ptr<reservation>(
+    std::int32_t device, std::uint64_t max_size, std::uint64_t chunk_size)>;
 
 /// A chunk that a previous daemon made, kept by its shareable fd (daemon/restart/).
 struct adopted_chunk {

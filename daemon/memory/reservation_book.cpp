@@ -17,7 +17,7 @@ using proto::errc;
 namespace {
 
 std::uint64_t whole_chunks(std::uint64_t bytes, std::uint64_t chunk) {
-  return (bytes + chunk - 1) / chunk;
+  return bytes / chunk + (bytes % chunk != 0);  // no overflow near 2^64
 }
 
 double milliseconds_between(std::chrono::steady_clock::time_point from,
@@ -46,16 +46,16 @@ reservation_book::reservation_book(ledger& rows, const access_policy& access,
       quotas_(quotas),
       make_device_reservation_(std::move(make_device_reservation)) {}
 
-std::unique_ptr<reservation> reservation_book::make(std::int32_t device,
-                                                    std::uint64_t max_size) const {
-  if (device == proto::kHostDevice) return make_host_reservation(max_size);
+std::unique_ptr<reservation> reservation_book::make(std::int32_t device, std::uint64_t max_size,
+                                                    std::uint64_t chunk_size) const {
+  if (device == proto::kHostDevice) return make_host_reservation(max_size);  // one chunk size
   if (!make_device_reservation_) {
     throw request_error(errc::not_supported,
                         fmt::format("reservations on cuda:{} need the CUDA backend, unavailable "
                                     "here (device -1, the host, is)",
                                     device));
   }
-  return make_device_reservation_(device, max_size);
+  return make_device_reservation_(device, max_size, chunk_size);
 }
 
 proto::reservation_reply reservation_book::grant(object_id id, const versioned_reservation& entry,
@@ -88,9 +88,11 @@ proto::reservation_reply reservation_book::reserve(client_id client,
     throw request_error(errc::already_exists,
                         fmt::format("a reservation named '{}' already exists", name));
   }
-  quotas_.check(rows_, client, charge::memory(request.device, request.initial_size));
+  // Charged for whole chunks, which a large reservation's are: 64 MiB for 16 GiB.
   std::unique_ptr<reservation> first = make(request.device, request.max_size);
-  first->resize(whole_chunks(request.initial_size, first->chunk_size()));
+  const std::uint64_t chunks = whole_chunks(request.initial_size, first->chunk_size());
+  quotas_.check(rows_, client, charge::memory(request.device, chunks * first->chunk_size()));
+  first->resize(chunks);
   auto entry = std::make_shared<versioned_reservation>(std::move(first), notice_page());
   const object_id id =
       rows_.add(client, {object_kind::reservation, std::move(name), entry->committed(),
@@ -138,11 +140,13 @@ proto::reservation_reply reservation_book::resize(client_id client,
                         fmt::format("{} bytes exceed reservation {}'s {}", request.committed,
                                     request.reservation_id, backing.max_size()));
   }
-  if (request.committed > backing.committed()) {
-    quotas_.check(rows_, client,
-                  charge::memory(backing.device(), request.committed - backing.committed(), 0));
+  const std::uint64_t chunks = whole_chunks(request.committed, backing.chunk_size());
+  if (chunks * backing.chunk_size() > backing.committed()) {
+    quotas_.check(
+        rows_, client,
+        charge::memory(backing.device(), chunks * backing.chunk_size() - backing.committed(), 0));
   }
-  backing.resize(whole_chunks(request.committed, backing.chunk_size()));
+  backing.resize(chunks);
   entry.resized();
   rows_.set_bytes(request.reservation_id, backing.committed());
   return grant(request.reservation_id, entry, proto::access_mode::read_write);
@@ -218,9 +222,10 @@ proto::reservation_reply reservation_book::begin_version(
                         fmt::format("{} bytes exceed reservation {}'s {}", request.size,
                                     request.reservation_id, entry.max_size()));
   }
-  quotas_.check(rows_, client, charge::memory(entry.device(), request.size, 0));
-  std::unique_ptr<reservation> chunks = make(entry.device(), entry.max_size());
-  chunks->resize(whole_chunks(request.size, chunks->chunk_size()));
+  const std::uint64_t count = whole_chunks(request.size, entry.chunk_size());
+  quotas_.check(rows_, client, charge::memory(entry.device(), count * entry.chunk_size(), 0));
+  std::unique_ptr<reservation> chunks = make(entry.device(), entry.max_size(), entry.chunk_size());
+  chunks->resize(count);
   const std::uint64_t bytes = chunks->committed();
   const std::uint64_t version = entry.begin_draft(client, std::move(chunks));
   rows_.touch(request.reservation_id);
@@ -346,7 +351,10 @@ void reservation_book::copy_out_when_ready(object_id id) {
         job->copy_ms = milliseconds_between(populated, std::chrono::steady_clock::now());
       },
       [this, id, entry, job, bytes](std::exception_ptr failure) {
-        if (!still_held(id, entry.get())) return;
+        if (!still_held(id, entry.get())) {  // released meanwhile: the copy has no one to serve
+          let_go_off_loop(std::move(job->copy));
+          return;
+        }
         rows_.touch(id);
         if (failure) {
           errc code = errc::internal;
@@ -385,7 +393,8 @@ proto::reservation_status reservation_book::wake(client_id client,
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
   const auto making = std::chrono::steady_clock::now();
-  std::unique_ptr<reservation> fresh = make(entry->device(), entry->max_size());
+  std::unique_ptr<reservation> fresh =
+      make(entry->device(), entry->max_size(), entry->chunk_size());
   fresh->resize(whole_chunks(entry->committed(), fresh->chunk_size()));
   const double making_ms = milliseconds_between(making, std::chrono::steady_clock::now());
   reservation& into = entry->begin_copy_in(std::move(fresh));
@@ -404,7 +413,11 @@ proto::reservation_status reservation_book::wake(client_id client,
         if (sealed) into.seal();
       },
       [this, id, kept, started, making_ms](std::exception_ptr failure) {
-        if (!still_held(id, kept.get())) return;
+        if (!still_held(id, kept.get())) {  // released meanwhile: its bytes have no one to serve
+          let_go_off_loop(kept->lose());
+          let_go_off_loop(kept->take_kept_copy());
+          return;
+        }
         rows_.touch(id);
         if (failure) {
           errc code = errc::internal;
@@ -416,7 +429,8 @@ proto::reservation_status reservation_book::wake(client_id client,
           return;
         }
         std::optional<sleep_copy> used = kept->finish_wake();
-        let_go_off_loop(kept->take_kept_copy());  // left by a discarding sleep
+        // After a discarding sleep nothing came back: a copy kept before stays for the next.
+        if (used) let_go_off_loop(kept->take_kept_copy());
         const bool keep = used && sleep_memory_kept() + used->bytes <= keep_at_most_;
         spdlog::info(
             "reservation {}: awake in {:.1f} ms (its chunks made in {:.1f} ms before){}", id,
@@ -460,10 +474,12 @@ void reservation_book::lose_if_owner_left(object_id id, versioned_reservation& e
 
 void reservation_book::keep_sleep_memory(std::uint64_t most_bytes) {
   keep_at_most_ = most_bytes;
+  std::uint64_t kept = sleep_memory_kept();
   for (auto& [id, entry] : entries_) {
-    if (sleep_memory_kept() <= keep_at_most_) return;
+    if (kept <= keep_at_most_) return;
     if (entry->kept_bytes() == 0) continue;
     spdlog::info("reservation {}: its kept host copy goes (sleep_memory_kept {})", id, most_bytes);
+    kept -= entry->kept_bytes();
     let_go_off_loop(entry->take_kept_copy());
   }
 }
@@ -477,11 +493,11 @@ std::uint64_t reservation_book::sleep_memory_kept() const noexcept {
 void reservation_book::let_go_off_loop(std::optional<sleep_copy> copy) noexcept {
   if (!copy || background_ == nullptr) return;  // without a worker the copy goes here and now
   // Unpinning, unmapping and freeing 32 GiB take seconds: the worker does it.
-  auto going = std::make_shared<std::optional<sleep_copy>>(std::move(copy));
   try {
+    auto going = std::make_shared<std::optional<sleep_copy>>(std::move(copy));
     background_->run([going] { going->reset(); }, [](std::exception_ptr) {});
   } catch (...) {
-    // Out of memory for the job: the copy goes here after all, when `going` does.
+    // Out of memory for the job: the copy goes here after all.
   }
 }
 

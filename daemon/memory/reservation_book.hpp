@@ -80,7 +80,9 @@ class reservation_book {
   /// The reservation a target names, with the rights to put it to sleep, wake it or see it.
   std::pair<object_id, versioned_reservation*> targeted(client_id client,
                                                         const proto::reservation_target& target);
-  std::unique_ptr<reservation> make(std::int32_t device, std::uint64_t max_size) const;
+  /// @param chunk_size 0 for a new reservation, else its chunks' size (reservation_maker).
+  std::unique_ptr<reservation> make(std::int32_t device, std::uint64_t max_size,
+                                    std::uint64_t chunk_size = 0) const;
   proto::reservation_reply grant(object_id id, const versioned_reservation& entry,
                                  proto::access_mode access) const;
   /// Starts the copy of a draining sleep once no holder maps anything.

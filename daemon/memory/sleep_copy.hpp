@@ -28,6 +28,19 @@ struct sleep_copy {
   /// long as copying 2.5 GiB. Declared after `mapped`, so that it is undone before the unmapping.
   std::unique_ptr<host_pinning> pinned;
 
+  sleep_copy() = default;
+  sleep_copy(sleep_copy&&) noexcept = default;
+  /// Unpins what it held before unmapping it: member by member, `mapped` would go first.
+  sleep_copy& operator=(sleep_copy&& other) noexcept {
+    pinned.reset();
+    memory = std::move(other.memory);
+    mapped = std::move(other.mapped);
+    bytes = other.bytes;
+    pinned = std::move(other.pinned);
+    return *this;
+  }
+  ~sleep_copy() = default;  // members in reverse: unpinned, unmapped, closed
+
   std::byte* data() const noexcept { return static_cast<std::byte*>(mapped.get()); }
 
   /// @brief A memfd of @p bytes, mapped, its pages made resident by several threads at once:

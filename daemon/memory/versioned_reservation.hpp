@@ -113,8 +113,8 @@ class versioned_reservation {
   const sleep_copy* host_copy() const noexcept { return host_copy_ ? &*host_copy_ : nullptr; }
   /// For the wake's worker, which pins the copy the first time (a copy adopted at a restart).
   sleep_copy* host_copy_to_wake_from() noexcept { return host_copy_ ? &*host_copy_ : nullptr; }
-  /// @brief Keeps a woken copy, pages made and pinned, for the next sleep of as many bytes: it
-  /// replaces any kept before, which the caller took.
+  /// @brief Keeps a woken copy, pages made and pinned, for the next sleep of as many bytes. The
+  /// caller took any kept before (take_kept_copy()).
   void keep_copy(sleep_copy copy) noexcept { kept_copy_ = std::move(copy); }
   /// Bytes of the copy kept for the next sleep; 0 for none.
   std::uint64_t kept_bytes() const noexcept { return kept_copy_ ? kept_copy_->bytes : 0; }

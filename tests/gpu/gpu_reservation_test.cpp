@@ -141,17 +141,20 @@ TEST_F(GpuReservation, ALargeReservationHasAtMost256ChunksAndGrowsByWholeOnes) {
   EXPECT_EQ(mismatches_on_device(reader.data(), 128 * kMiB, 4, stream), 0u);
   big.resize(129 * kMiB);
   EXPECT_EQ(big.size(), 192 * kMiB);
+  fill_on_device(big.data(), big.size(), 5, stream);
+  synchronize(stream);
   reader.quiesce();
   big.sleep();
   big.wake();
-  EXPECT_EQ(mismatches_on_device(big.data(), 128 * kMiB, 4, stream), 0u);
+  EXPECT_EQ(mismatches_on_device(big.data(), 192 * kMiB, 5, stream), 0u);
   auto odd = Reservation::create(*client, kGiB + kMiB, {.device = 0, .initial = 0});
   EXPECT_EQ(odd.chunk_size(), 8 * kMiB) << "257 chunks of 4 MiB would be one too many";
   EXPECT_EQ(odd.max_size(), kGiB + 8 * kMiB);
 }
 
-// The wake keeps the host copy, pinned, within sleep_memory_kept; the next sleep copies into it
-// without making or pinning pages, and the wake after it brings the new bytes, not the old.
+// The wake keeps the host copy within sleep_memory_kept; the next sleep copies into it (the
+// daemon says so) instead of making new pages, and the wake after it brings the new bytes, not
+// the old.
 TEST_F(GpuReservation, AKeptHostCopyTakesTheNextSleepsNewBytes) {
   const temporary_file config("gpu-sleep-kept", "sleep_memory_kept: 1GiB\n");
   daemon_process keeping({"--config", config.path()}, true);
