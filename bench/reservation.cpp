@@ -136,14 +136,19 @@ std::vector<double> write_versions(const gpumem::ConnectOptions& connect, const 
       gpumem::Reservation::create(client, bytes, {.device = 0, .name = name, .initial = bytes});
   wait_for_holders(client, name, static_cast<std::uint32_t>(readers) + 1);
   std::vector<double> starts, calls;
-  for (int round = 0; round < rounds; ++round) {
+  // Round 0 is not timed: a reader counts as a holder once the daemon answers its open, while
+  // it may still be starting CUDA to map the chunks (0.9 s on an H200 host, which the first
+  // commit then waited for).
+  for (int round = 0; round <= rounds; ++round) {
     auto draft = weights.begin_version(bytes);
     fill_on_device(draft.data(), bytes, static_cast<std::uint32_t>(draft.version()), stream);
     synchronize(stream);
     const double began = now_us();
     draft.commit();
-    calls.push_back(now_us() - began);
-    starts.push_back(began);
+    if (round > 0) {
+      calls.push_back(now_us() - began);
+      starts.push_back(began);
+    }
     // The next version must not overtake this one: every reader switches first.
     wait_for_holders(client, name, static_cast<std::uint32_t>(readers) + 1, true);
   }
@@ -152,7 +157,8 @@ std::vector<double> write_versions(const gpumem::ConnectOptions& connect, const 
   return starts;
 }
 
-/// Per version after the first, when wait_version() returned with it mapped (µs, shared clock).
+/// Per timed version (after the first two), when wait_version() returned with it mapped (µs,
+/// shared clock).
 std::vector<double> read_versions(const gpumem::ConnectOptions& connect, const std::string& name,
                                   int rounds) {
   need_gpu();
@@ -167,17 +173,18 @@ std::vector<double> read_versions(const gpumem::ConnectOptions& connect, const s
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
-  std::vector<double> seen;
-  while (seen.size() < static_cast<std::size_t>(rounds)) {
+  std::vector<double> seen;  // versions 2 (round 0, untimed), 3, ...
+  while (seen.size() < static_cast<std::size_t>(rounds) + 1) {
     if (!weights->wait_version(weights->version() + 1, std::chrono::seconds(60))) {
       throw std::runtime_error("no new version within 60 s");
     }
     // A version this reader never mapped (the next came first) counts as seen with the next.
     const double now = now_us();
-    while (seen.size() < std::min<std::size_t>(rounds, weights->version() - 1)) {
+    while (seen.size() < std::min<std::size_t>(rounds + 1, weights->version() - 1)) {
       seen.push_back(now);
     }
   }
+  seen.erase(seen.begin());
   return seen;
 }
 
