@@ -87,6 +87,13 @@ std::vector<std::byte> bytes_of(int fd, std::size_t size) {
   return read;
 }
 
+/// The inode of a sleeping reservation's host copy: the same copy reused keeps it.
+ino_t host_copy_inode(const reservation_book& book, object_id id) {
+  struct stat about {};
+  EXPECT_EQ(::fstat(book.find(id)->host_copy()->memory.get(), &about), 0);
+  return about.st_ino;
+}
+
 class ReservationBook : public ::testing::Test {
  protected:
   ReservationBook() {
@@ -123,6 +130,16 @@ class ReservationBook : public ::testing::Test {
   void wake_now() {
     book.reservations.wake(owner, {id, {}});
     worker.finish_jobs();
+  }
+  /// Sets the limit, lets both holders go, sleeps and wakes: the inode of that sleep's copy.
+  ino_t cycle_keeping(std::uint64_t limit) {
+    book.reservations.keep_sleep_memory(limit);
+    book.reservations.quiesce(reader, id);
+    book.reservations.quiesce(owner, id);
+    sleep_now();
+    const ino_t slept = host_copy_inode(book.reservations, id);
+    wake_now();
+    return slept;
   }
   const proto::reservation_record& listed() {
     listing = book.reservations.list(reader, 0);
@@ -319,13 +336,6 @@ TEST_F(ReservationBook, ADiscardingSleepWakesZeroed) {
   EXPECT_EQ(bytes_of(woken[0], kChunk), std::vector<std::byte>(kChunk, std::byte{0}));
 }
 
-/// The inode of a sleeping reservation's host copy: the same copy reused keeps it.
-ino_t host_copy_inode(const reservation_book& book, object_id id) {
-  struct stat about {};
-  EXPECT_EQ(::fstat(book.find(id)->host_copy()->memory.get(), &about), 0);
-  return about.st_ino;
-}
-
 TEST_F(ReservationBook, AWokenCopyIsKeptWithinTheLimitAndTheNextSleepReusesIt) {
   book.reservations.keep_sleep_memory(2 * kChunk);
   book.reservations.quiesce(reader, id);
@@ -374,12 +384,7 @@ TEST_F(ReservationBook, NoCopyIsKeptBeyondTheLimitOrByDefault) {
 }
 
 TEST_F(ReservationBook, ASleepOfAnotherSizeMakesANewCopyAndTheKeptOneGoes) {
-  book.reservations.keep_sleep_memory(8 * kChunk);
-  book.reservations.quiesce(reader, id);
-  book.reservations.quiesce(owner, id);
-  sleep_now();
-  const ino_t two_chunks = host_copy_inode(book.reservations, id);
-  wake_now();
+  const ino_t two_chunks = cycle_keeping(8 * kChunk);
   book.reservations.resize(owner, {id, 3 * kChunk});
   std::vector<int> grown;
   map(owner, grown);
@@ -398,11 +403,7 @@ TEST_F(ReservationBook, ASleepOfAnotherSizeMakesANewCopyAndTheKeptOneGoes) {
 }
 
 TEST_F(ReservationBook, KeptCopiesGoWhenTheLimitIsLoweredOrTheReservationIsReleased) {
-  book.reservations.keep_sleep_memory(2 * kChunk);
-  book.reservations.quiesce(reader, id);
-  book.reservations.quiesce(owner, id);
-  sleep_now();
-  wake_now();
+  cycle_keeping(2 * kChunk);
   ASSERT_EQ(book.reservations.sleep_memory_kept(), 2 * kChunk);
   book.reservations.keep_sleep_memory(kChunk);
   EXPECT_EQ(book.reservations.sleep_memory_kept(), 0u);
@@ -423,12 +424,7 @@ TEST_F(ReservationBook, KeptCopiesGoWhenTheLimitIsLoweredOrTheReservationIsRelea
 }
 
 TEST_F(ReservationBook, ADiscardingSleepLeavesTheKeptCopyForTheNextSleep) {
-  book.reservations.keep_sleep_memory(2 * kChunk);
-  book.reservations.quiesce(reader, id);
-  book.reservations.quiesce(owner, id);
-  sleep_now();
-  const ino_t kept = host_copy_inode(book.reservations, id);
-  wake_now();
+  const ino_t kept = cycle_keeping(2 * kChunk);
   book.reservations.quiesce(owner, id);
   book.reservations.sleep(owner, sleep_of(proto::kSleepDiscard));
   worker.finish_jobs();
