@@ -448,6 +448,15 @@ TEST_F(ReservationBook, ACopyForAReservationReleasedMeanwhileGoesOnTheWorker) {
   EXPECT_EQ(worker.jobs_run(), 2u) << "the copy, then letting its pages go";
 }
 
+TEST_F(ReservationBook, ASizeThatCannotBeRoundedToWholeChunksIsRefusedByName) {
+  const auto huge = [&] { book.reservations.reserve(owner, request(UINT64_MAX, 0, "huge")); };
+  EXPECT_EQ(code_of(huge), errc::invalid_argument);
+  EXPECT_NE(text_of(huge).find("cannot be rounded up to whole"), std::string::npos)
+      << text_of(huge);
+  EXPECT_EQ(whole_chunk_bytes(UINT64_MAX - kChunk, kChunk), UINT64_MAX - kChunk + 1);
+  EXPECT_EQ(whole_chunks(UINT64_MAX, kChunk), UINT64_MAX / kChunk + 1);
+}
+
 TEST_F(ReservationBook, OperatorsActByNameOnlyOnWhatTheyMayOperate) {
   const client_id stranger = book.add_client({102, 2000, 2000, {}});
   const client_id admin = book.add_client({103, 0, 0, {}});

@@ -452,15 +452,7 @@ TEST(SyncLifetime, AClientStoppedForABrokenFrameThatHungUpIsNotKeptForItsLivePro
   ::kill(daemon_pid, SIGCONT);
   ASSERT_TRUE(sent);
   std::string log;
-  bool disconnected = false;
-  while (const auto line = daemon.read_log_line(5s)) {
-    log += *line + "\n";
-    if (line->find("disconnected: sent a bad frame header") != std::string::npos) {
-      disconnected = true;
-      break;
-    }
-  }
-  ASSERT_TRUE(disconnected) << log;
+  ASSERT_TRUE(daemon.read_log_until("disconnected: sent a bad frame header", 5s, log)) << log;
   EXPECT_EQ(log.find("the rest kept until its process exits"), std::string::npos) << log;
   auto watcher = daemon.connect("watcher");
   EXPECT_TRUE(watcher.sync_objects().empty()) << "a stopped client's lock was kept";

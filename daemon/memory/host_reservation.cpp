@@ -14,11 +14,6 @@
 namespace gpumem::daemon {
 
 namespace {
-std::uint64_t whole_chunks(std::uint64_t bytes) {
-  return (bytes + host_reservation::kChunkSize - 1) / host_reservation::kChunkSize *
-         host_reservation::kChunkSize;
-}
-
 // pread and pwrite move at most 2 GiB less a page per call; a chunk is far below that, but a
 // short count (a signal) is retried all the same.
 template <class Transfer>
@@ -33,7 +28,8 @@ void whole_transfer(Transfer&& transfer, std::size_t bytes, const char* what) {
 }
 }  // namespace
 
-host_reservation::host_reservation(std::uint64_t max_size) : max_size_(whole_chunks(max_size)) {}
+host_reservation::host_reservation(std::uint64_t max_size)
+    : max_size_(whole_chunk_bytes(max_size, kChunkSize)) {}
 
 host_reservation::host_reservation(std::uint64_t max_size, std::vector<adopted_chunk> chunks)
     : max_size_(max_size) {

@@ -55,6 +55,15 @@ class reservation {
   std::uint64_t committed() const noexcept { return chunk_count() * chunk_size(); }
 };
 
+/// @brief Chunks of @p chunk bytes that hold @p bytes, the last one maybe in part; no overflow
+/// near 2^64.
+constexpr std::uint64_t whole_chunks(std::uint64_t bytes, std::uint64_t chunk) noexcept {
+  return bytes / chunk + (bytes % chunk != 0);
+}
+/// @brief A reservation's @p max_size rounded up to whole chunks of @p chunk bytes.
+/// @throws request_error(invalid_argument) when that is beyond 64 bits.
+std::uint64_t whole_chunk_bytes(std::uint64_t max_size, std::uint64_t chunk);
+
 /// @name Chunk ids: unique over the daemon's life and across the restarts that keep its state,
 /// since clients know the chunks they mapped by id.
 /// @{

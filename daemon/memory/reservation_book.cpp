@@ -16,10 +16,6 @@ using proto::errc;
 
 namespace {
 
-std::uint64_t whole_chunks(std::uint64_t bytes, std::uint64_t chunk) {
-  return bytes / chunk + (bytes % chunk != 0);  // no overflow near 2^64
-}
-
 double milliseconds_between(std::chrono::steady_clock::time_point from,
                             std::chrono::steady_clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -428,9 +424,9 @@ proto::reservation_status reservation_book::wake(client_id client,
           lose_if_owner_left(id, *kept);
           return;
         }
+        // A sleep that copied took the kept copy, so none is kept now unless this one came
+        // back empty, from a discarding sleep: that kept copy stays for the next sleep.
         std::optional<sleep_copy> used = kept->finish_wake();
-        // After a discarding sleep nothing came back: a copy kept before stays for the next.
-        if (used) let_go_off_loop(kept->take_kept_copy());
         const bool keep = used && sleep_memory_kept() + used->bytes <= keep_at_most_;
         spdlog::info(
             "reservation {}: awake in {:.1f} ms (its chunks made in {:.1f} ms before){}", id,
@@ -522,9 +518,7 @@ void reservation_book::let_go(object_id id, const object_row& row) noexcept {
   }
   if (!row.holders.empty()) return;
   // A copy under way keeps its own reference: the entry goes when the copy is done.
-  if (const auto going = entries_.find(id); going != entries_.end()) {
-    let_go_off_loop(going->second->take_kept_copy());
-  }
+  if (found != entries_.end()) let_go_off_loop(found->second->take_kept_copy());
   entries_.erase(id);
   rows_.erase(id);
 }

@@ -171,15 +171,7 @@ TEST_F(GpuReservation, AKeptHostCopyTakesTheNextSleepsNewBytes) {
     EXPECT_EQ(metric_value(owner.metrics(), "gpumemd_sleep_memory_kept_bytes"), kBytes);
   }
   std::string log;
-  bool reused = false;
-  while (const auto line = keeping.read_log_line(5s)) {
-    log += *line + "\n";
-    if (line->find("into the copy its last wake kept") != std::string::npos) {
-      reused = true;
-      break;
-    }
-  }
-  EXPECT_TRUE(reused) << log;
+  EXPECT_TRUE(keeping.read_log_until("into the copy its last wake kept", 5s, log)) << log;
   weights.release();
   EXPECT_EQ(metric_value(owner.metrics(), "gpumemd_sleep_memory_kept_bytes"), 0)
       << "the kept copy goes with the reservation";

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "child_process.hpp"
@@ -32,6 +33,16 @@ class daemon_process {
   /// @brief The next line of its log (readable_log), nullopt when none came within @p timeout.
   std::optional<std::string> read_log_line(std::chrono::milliseconds timeout) {
     return process_.read_line(timeout);
+  }
+  /// @brief Reads its log (readable_log) until a line holds @p text, or none comes within
+  /// @p quiet. @p seen gets every line read, for the test's messages.
+  /// @return whether a line held @p text.
+  bool read_log_until(std::string_view text, std::chrono::milliseconds quiet, std::string& seen) {
+    while (const auto line = read_log_line(quiet)) {
+      seen += *line + "\n";
+      if (line->find(text) != std::string::npos) return true;
+    }
+    return false;
   }
   /// @brief Sends @p signal and waits; the exit status.
   int stop(int signal = SIGTERM);
