@@ -42,9 +42,6 @@ cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t 
   check(cu_.cuMemGetAllocationGranularity(&granularity, &properties_,
                                           CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
         "cuMemGetAllocationGranularity");
-  const auto whole = [](std::uint64_t bytes, std::uint64_t each) {
-    return bytes / each + (bytes % each != 0);  // no overflow near 2^64
-  };
   if (chunk_size != 0) {
     if (chunk_size % granularity != 0) {
       throw request_error(
@@ -55,9 +52,9 @@ cuda_reservation::cuda_reservation(const cuda::driver_api& driver, std::int32_t 
     chunk_size_ = chunk_size;
   } else {
     chunk_size_ = granularity;
-    while (whole(max_size, chunk_size_) > kMostChunks) chunk_size_ *= 2;
+    while (whole_chunks(max_size, chunk_size_) > kMostChunks) chunk_size_ *= 2;
   }
-  max_size_ = whole(max_size, chunk_size_) * chunk_size_;
+  max_size_ = whole_chunk_bytes(max_size, chunk_size_);
 }
 
 reservation::chunk cuda_reservation::chunk_at(std::size_t index) const {
