@@ -3,7 +3,7 @@
 // and a consumer's read bandwidth on shared memory against its own cudaMalloc memory.
 // Every CUDA user is a forked child: the parent never initialises CUDA.
 //
-//   cuda_share_bench [--iterations N] [--daemon PATH]
+//   cuda_share_bench [--iterations N] [--daemon PATH] [--log-level debug]
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -101,6 +102,33 @@ std::vector<double> legacy_share(int iterations) {
   return rounds;
 }
 
+// The daemon's own time for its requests of @p type (from arrival to the reply queued), from
+// its gpumemd_request_duration_seconds histogram: {requests, upper bound of the bucket holding
+// the median, the same for the 99th percentile}, bounds in us. Set against the client's round
+// trip, it says whether a tail is the daemon's handling or the way there and back.
+std::vector<double> daemon_handling(const std::string& metrics, const std::string& type) {
+  const std::string prefix = "gpumemd_request_duration_seconds_bucket{type=\"" + type + "\",le=\"";
+  constexpr double kBeyond = std::numeric_limits<double>::infinity();
+  std::vector<std::pair<double, double>> buckets;  // (bound in us, requests at or below it)
+  for (std::size_t at = metrics.find(prefix); at != std::string::npos;
+       at = metrics.find(prefix, at + 1)) {
+    const std::size_t bound_at = at + prefix.size();
+    const std::size_t line_end = metrics.find('\n', bound_at);
+    const std::string bound = metrics.substr(bound_at, metrics.find('"', bound_at) - bound_at);
+    const double count = std::stod(metrics.substr(metrics.rfind(' ', line_end) + 1));
+    buckets.emplace_back(bound == "+Inf" ? kBeyond : std::stod(bound) * 1e6, count);
+  }
+  if (buckets.empty()) return {0, 0, 0};
+  const double total = buckets.back().second;
+  const auto bound_holding = [&](double share) {
+    for (const auto& [bound, count] : buckets) {
+      if (count >= share * total) return bound;
+    }
+    return kBeyond;
+  };
+  return {total, bound_holding(0.5), bound_holding(0.99)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,9 +137,11 @@ int main(int argc, char** argv) {
   std::string daemon = GPUMEM_BENCH_DAEMON;
   app.add_option("--iterations", iterations, "samples per figure")->check(CLI::PositiveNumber);
   app.add_option("--daemon", daemon, "gpumemd binary")->check(CLI::ExistingFile);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "gpumemd's log level (its log goes to stderr)");
   CLI11_PARSE(app, argc, argv);
 
-  std::optional<bench_daemon> gpumemd(std::in_place, daemon, "gpumem-cuda-bench");
+  std::optional<bench_daemon> gpumemd(std::in_place, daemon, "gpumem-cuda-bench", log_level);
   const gpumem::ConnectOptions connect{.socket_path = gpumemd->socket(), .label = "bench"};
 
   // Figures that are compared are timed in the same position, since a request's round trip
@@ -171,6 +201,8 @@ int main(int argc, char** argv) {
     synchronize(stream);
     return flatten(t);
   });
+  const auto handled = in_child(
+      [&] { return daemon_handling(gpumem::Client::connect(connect).metrics(), "allocate"); });
   const auto legacy = series(1, [&] { return flatten({legacy_share(iterations)}); });
 
   // Bandwidth: the owner fills 1 GiB and holds it; a consumer process reads it.
@@ -246,6 +278,10 @@ int main(int argc, char** argv) {
   std::printf("ratio allocate p99 / ping p99, the two positions:      %.2f, %.2f\n",
               p99(allocate_after_cuda) / p99(ping_after_cuda),
               p99(allocate_after_request) / p99(ping_after_request));
+  std::printf(
+      "the daemon's own handling of those %.0f allocations (its histogram's 2^k us "
+      "buckets): median <= %.0f us, p99 <= %.0f us\n",
+      handled.at(0), handled.at(1), handled.at(2));
   std::printf("ratio allocate / legacy IPC share: %.2f (target <= 0.5)\n",
               median(allocate_after_cuda) / legacy[0].blockwise.median);
   std::printf("ratio allocate / cudaMalloc:       %.2f (target <= 1.0)\n",

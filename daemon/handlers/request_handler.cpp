@@ -22,6 +22,9 @@ using proto::errc;
 using proto::message_type;
 
 namespace {
+/// Requests that took longer are logged at debug level, one line each.
+constexpr std::chrono::microseconds kSlowRequest{50};
+
 /// Refusals name their client in the log; a client hammering at a refusal gets one line a second.
 rate_limited_log& refusal_log() {
   static rate_limited_log log(std::chrono::seconds(1));
@@ -46,7 +49,14 @@ reply_attachment request_handler::handle(client_state& client, const proto::fram
 
 void request_handler::count(std::uint16_t type, std::span<const std::byte> reply,
                             std::chrono::steady_clock::time_point received) noexcept {
-  books_.requests.record(type, std::chrono::steady_clock::now() - received);
+  const auto took = std::chrono::steady_clock::now() - received;
+  books_.requests.record(type, took);
+  // The histogram says how often a request of a type was slow; the log says which, and when.
+  if (took > kSlowRequest) {
+    const proto::message_info* known = proto::find_request(type);
+    spdlog::debug("a {} request took {} us to answer", known ? known->name : "unknown",
+                  std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+  }
   // Every reply starts with its header; an error's payload starts with its code.
   if (reply.size() < sizeof(proto::header) + sizeof(proto::error_reply)) return;
   proto::header head;

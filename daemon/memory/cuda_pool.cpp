@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "request_error.hpp"
@@ -135,12 +136,20 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
   if (!block) {
     if (size > largest_possible()) drop_spares();
     if (size > largest_possible()) return std::nullopt;
+    const auto start = std::chrono::steady_clock::now();
     block = allocate_exported(size);
     if (!block && spares_.bytes() > 0) {
       drop_spares();
       block = allocate_exported(size);
     }
     if (!block) return std::nullopt;
+    // A request that finds no block ready pays for the making; how often, and what it costs,
+    // is what decides whether the spares keep allocations off the driver.
+    spdlog::debug("pool '{}': no {}-byte block ready: made on the request path in {} us",
+                  config().name, size,
+                  std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count());
   }
   exports_.emplace(block->pointer, block->data);
   // Whatever this size's next request needs is made while this one's reply travels.

@@ -1,5 +1,7 @@
 #include "memory/cuda_spares.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -21,21 +23,28 @@ std::optional<exported_block> cuda_spares::take(std::uint64_t size) {
   std::lock_guard lock(mutex_);
   const auto found = ready_.find(size);
   if (found == ready_.end()) return std::nullopt;
-  const exported_block block = found->second;
-  ready_.erase(found);
+  const exported_block block = found->second.back();
+  found->second.pop_back();
+  if (found->second.empty()) ready_.erase(found);
   bytes_ -= size;
   return block;
 }
 
+std::size_t cuda_spares::sizes_kept() const {
+  std::vector<std::uint64_t> sizes = wanted_;
+  for (const auto& [size, blocks] : ready_) sizes.push_back(size);
+  std::sort(sizes.begin(), sizes.end());
+  return static_cast<std::size_t>(std::unique(sizes.begin(), sizes.end()) - sizes.begin());
+}
+
 void cuda_spares::want(std::uint64_t size, std::uint64_t room) {
-  {
-    std::lock_guard lock(mutex_);
-    const bool known =
-        ready_.contains(size) || std::find(wanted_.begin(), wanted_.end(), size) != wanted_.end();
-    if (known || size > kMaxBlockSize || ready_.size() + wanted_.size() >= kMaxSizes ||
-        bytes_ + size > room) {
-      return;
-    }
+  std::lock_guard lock(mutex_);
+  if (size > kMaxBlockSize) return;
+  const auto ready = ready_.find(size);
+  std::size_t kept = (ready == ready_.end() ? 0 : ready->second.size()) +
+                     static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
+  if (kept == 0 && sizes_kept() >= kMaxSizes) return;
+  for (; kept < kBlocksPerSize && bytes_ + size <= room; ++kept) {
     wanted_.push_back(size);
     bytes_ += size;
     unstarted_ = true;
@@ -46,13 +55,17 @@ void cuda_spares::start_wanted() noexcept {
   {
     std::lock_guard lock(mutex_);
     if (!std::exchange(unstarted_, false)) return;
+    asked_at_ = std::chrono::steady_clock::now();
   }
   wake_.notify_one();
 }
 
 std::vector<std::pair<std::uint64_t, exported_block>> cuda_spares::drain() {
   std::lock_guard lock(mutex_);
-  std::vector<std::pair<std::uint64_t, exported_block>> blocks(ready_.begin(), ready_.end());
+  std::vector<std::pair<std::uint64_t, exported_block>> blocks;
+  for (const auto& [size, kept] : ready_) {
+    for (const exported_block& block : kept) blocks.emplace_back(size, block);
+  }
   ready_.clear();
   wanted_.clear();
   bytes_ = 0;
@@ -72,14 +85,20 @@ void cuda_spares::work() {
     if (stopping_) return;
     const std::uint64_t size = wanted_.back();
     const std::uint64_t generation = generation_;
+    const auto asked_at = asked_at_;
     lock.unlock();
+    const auto woken = std::chrono::steady_clock::now();
     const std::optional<exported_block> block = make_(size);
+    const auto made = std::chrono::steady_clock::now();
+    spdlog::debug("spare {} bytes: started {} us after asked, made in {} us", size,
+                  std::chrono::duration_cast<std::chrono::microseconds>(woken - asked_at).count(),
+                  std::chrono::duration_cast<std::chrono::microseconds>(made - woken).count());
     lock.lock();
     const auto asked = std::find(wanted_.begin(), wanted_.end(), size);
     if (generation == generation_ && asked != wanted_.end()) {
       wanted_.erase(asked);
       if (block) {
-        ready_.emplace(size, *block);
+        ready_[size].push_back(*block);
       } else {
         bytes_ -= size;
       }

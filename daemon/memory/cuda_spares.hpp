@@ -5,7 +5,12 @@
 /// Exporting a pool pointer costs ~20 us, more than the rest of an allocation; a block of a
 /// size clients just asked for is prepared by a worker thread, so the next request of that
 /// size is answered from it and the daemon's loop never spends that time. At most a few
-/// sizes are kept, one block each; the owner drains them when it needs the room.
+/// sizes are kept, two blocks each; the owner drains them when it needs the room.
+///
+/// Two, because the worker is not always quick to start: it made a 1 MiB block in 24 us
+/// (median) but started up to 300 us after it was asked (p99 290 us, cuda_share_bench on an
+/// H200, `--log-level debug`), and with one block 7-16% of allocations came before it was
+/// back and paid for the making on the request path (17-94 us).
 ///
 /// The worker starts on what was wanted only when the owner says so (start_wanted()), once the
 /// reply that asked for it went out: woken at once, its driver calls ran beside the loop while
@@ -14,6 +19,7 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -38,6 +44,7 @@ class cuda_spares {
   using discarder = std::function<void(const exported_block&)>;
 
   static constexpr std::size_t kMaxSizes = 8;
+  static constexpr std::size_t kBlocksPerSize = 2;
   static constexpr std::uint64_t kMaxBlockSize = 64 << 20;
 
   cuda_spares(maker make, discarder discard);
@@ -50,8 +57,9 @@ class cuda_spares {
 
   /// @brief A prepared block of exactly @p size, if one is ready.
   std::optional<exported_block> take(std::uint64_t size);
-  /// @brief Asks for a block of @p size if one fits in @p room (bytes the pool can still
-  /// give) and the size is worth keeping; it is made after the next start_wanted().
+  /// @brief Asks for blocks of @p size, up to kBlocksPerSize ready or being made, as many as
+  /// fit in @p room (bytes the pool can still give), if the size is worth keeping; they are
+  /// made after the next start_wanted().
   void want(std::uint64_t size, std::uint64_t room);
   /// @brief Lets the worker make what was wanted since the last call.
   void start_wanted() noexcept;
@@ -62,17 +70,20 @@ class cuda_spares {
 
  private:
   void work();
+  /// Sizes kept, ready or wanted (at most kMaxSizes); the caller holds mutex_.
+  std::size_t sizes_kept() const;
 
   maker make_;
   discarder discard_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::unordered_map<std::uint64_t, exported_block> ready_;
-  std::vector<std::uint64_t> wanted_;
-  bool unstarted_ = false;        ///< wanted_ grew since the last start_wanted()
-  std::uint64_t bytes_ = 0;       ///< ready, wanted and in the making
-  std::uint64_t generation_ = 0;  ///< bumped by drain(): blocks made before it are unwanted
+  std::unordered_map<std::uint64_t, std::vector<exported_block>> ready_;  ///< none empty
+  std::vector<std::uint64_t> wanted_;  ///< a size once per block to make
+  bool unstarted_ = false;             ///< wanted_ grew since the last start_wanted()
+  std::uint64_t bytes_ = 0;            ///< ready, wanted and in the making
+  std::uint64_t generation_ = 0;       ///< bumped by drain(): blocks made before it are unwanted
   bool stopping_ = false;
+  std::chrono::steady_clock::time_point asked_at_;  ///< the last start_wanted(), for the log
   std::thread worker_;
 };
 
