@@ -14,6 +14,7 @@ using namespace std::chrono_literals;
 
 // Blocks whose pointer is their size, made by a worker the test can hold up.
 struct fake_pool {
+  std::atomic<int> started{0};  ///< makings that reached the gate
   std::atomic<int> made{0};
   std::atomic<int> discarded{0};
   std::promise<void> gate;
@@ -21,6 +22,7 @@ struct fake_pool {
   bool fail = false;
 
   cuda_spares spares{[this](std::uint64_t size) -> std::optional<exported_block> {
+                       ++started;
                        opened.wait();
                        ++made;
                        if (fail) return std::nullopt;
@@ -31,12 +33,20 @@ struct fake_pool {
                      [this](const exported_block&) { ++discarded; }};
 };
 
-std::optional<exported_block> take_within(cuda_spares& spares, std::uint64_t size) {
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(1ms)) {
-    if (auto block = spares.take(size)) return block;
+/// True once @p done holds, false after 5 s: for the tests that wait for the worker.
+template <class Condition>
+bool within_5s(Condition done) {
+  for (auto deadline = std::chrono::steady_clock::now() + 5s; !done();
+       std::this_thread::sleep_for(1ms)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
   }
-  return std::nullopt;
+  return true;
+}
+
+std::optional<exported_block> take_within(cuda_spares& spares, std::uint64_t size) {
+  std::optional<exported_block> block;
+  within_5s([&] { return (block = spares.take(size)).has_value(); });
+  return block;
 }
 
 TEST(CudaSpares, AWantedSizeIsMadeTwiceAndEachBlockTakenOnce) {
@@ -56,18 +66,18 @@ TEST(CudaSpares, AWantedSizeIsMadeTwiceAndEachBlockTakenOnce) {
   EXPECT_EQ(pool.spares.bytes(), 0u);
 }
 
-TEST(CudaSpares, ATakenBlockIsMadeAgainWhileTheOtherWaits) {
+TEST(CudaSpares, ATakenBlockIsMadeAgainSoThatTwoAreReadyOnceMore) {
   fake_pool pool;
   pool.gate.set_value();
   pool.spares.want(4096, 1 << 20);
   pool.spares.start_wanted();
-  ASSERT_TRUE(take_within(pool.spares, 4096));
+  ASSERT_TRUE(within_5s([&] { return pool.made == 2; }));
+  ASSERT_TRUE(pool.spares.take(4096));
+  EXPECT_EQ(pool.spares.bytes(), 4096u) << "the other block stays ready";
   pool.spares.want(4096, 1 << 20);  // what an allocation asks after taking one
+  EXPECT_EQ(pool.spares.bytes(), 2 * 4096u) << "one more wanted, not two";
   pool.spares.start_wanted();
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.made < 3;) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(within_5s([&] { return pool.made == 3; }));
   EXPECT_TRUE(take_within(pool.spares, 4096));
   EXPECT_TRUE(take_within(pool.spares, 4096));
   EXPECT_FALSE(pool.spares.take(4096));
@@ -89,8 +99,9 @@ TEST(CudaSpares, NothingIsMadeUntilTheOwnerStartsTheWorker) {
   EXPECT_EQ(pool.made.load(), 0);
   EXPECT_EQ(pool.spares.bytes(), 2 * 4096u) << "counted from the moment they are wanted";
   pool.spares.start_wanted();
+  ASSERT_TRUE(within_5s([&] { return pool.made == 2; }));
   EXPECT_TRUE(take_within(pool.spares, 4096));
-  EXPECT_GE(pool.made.load(), 1);
+  EXPECT_TRUE(take_within(pool.spares, 4096));
 }
 
 TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
@@ -108,7 +119,7 @@ TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
   pool.gate.set_value();
 }
 
-TEST(CudaSpares, DrainGivesBackReadyBlocksAndDiscardsOnesStillBeingMade) {
+TEST(CudaSpares, DrainGivesBackEveryReadyBlock) {
   fake_pool pool;
   pool.spares.want(512, 1 << 20);
   pool.spares.start_wanted();
@@ -116,29 +127,24 @@ TEST(CudaSpares, DrainGivesBackReadyBlocksAndDiscardsOnesStillBeingMade) {
   ASSERT_TRUE(take_within(pool.spares, 512));
   pool.spares.want(512, 1 << 20);
   pool.spares.start_wanted();
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.made < 3;) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(within_5s([&] { return pool.made == 3; }));
   std::this_thread::sleep_for(50ms);  // it is stored under the lock right after it is made
   const auto drained = pool.spares.drain();
   ASSERT_EQ(drained.size(), 2u);
   EXPECT_EQ(drained[0].first, 512u);
   EXPECT_EQ(drained[1].first, 512u);
   EXPECT_EQ(pool.spares.bytes(), 0u);
+  EXPECT_EQ(pool.discarded.load(), 0) << "ready blocks go back to the owner";
 }
 
 TEST(CudaSpares, ABlockFinishedAfterADrainIsDiscardedNotLeaked) {
   fake_pool pool;
   pool.spares.want(1024, 1 << 20);
   pool.spares.start_wanted();
-  std::this_thread::sleep_for(10ms);  // the worker is now waiting at the gate
+  ASSERT_TRUE(within_5s([&] { return pool.started == 1; }));  // the worker waits at the gate
   EXPECT_TRUE(pool.spares.drain().empty());
   pool.gate.set_value();
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.discarded < 1;) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(within_5s([&] { return pool.discarded >= 1; }));
   EXPECT_FALSE(pool.spares.take(1024));
   EXPECT_EQ(pool.spares.bytes(), 0u);
 }
@@ -149,10 +155,7 @@ TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
   pool.spares.want(2048, 1 << 20);
   pool.spares.start_wanted();
   pool.gate.set_value();
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; pool.spares.bytes() != 0;) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(within_5s([&] { return pool.spares.bytes() == 0; }));
   EXPECT_FALSE(pool.spares.take(2048));
 }
 

@@ -1,6 +1,5 @@
 #include "log/logger.hpp"
 
-#include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <sys/stat.h>
@@ -9,13 +8,15 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 namespace gpumem::daemon::log {
 
 namespace {
-/// Writes each line to stderr as "<PRIORITY>message". One loop thread logs, so no mutex.
-class journal_stream_sink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+/// Writes each line to stderr as "<PRIORITY>message". The loop and the worker threads (sleep
+/// and wake copies, spare CUDA blocks) log, so lines are written under a mutex.
+class journal_stream_sink final : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& message) override {
     spdlog::memory_buf_t formatted;

@@ -44,9 +44,10 @@ void cuda_spares::want(std::uint64_t size, std::uint64_t room) {
   std::size_t kept = (ready == ready_.end() ? 0 : ready->second.size()) +
                      static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
   if (kept == 0 && sizes_kept() >= kMaxSizes) return;
-  for (; kept < kBlocksPerSize && bytes_ + size <= room; ++kept) {
+  for (; kept < kBlocksPerSize && size <= room; ++kept) {
     wanted_.push_back(size);
     bytes_ += size;
+    room -= size;
     unstarted_ = true;
   }
 }
@@ -90,9 +91,11 @@ void cuda_spares::work() {
     const auto woken = std::chrono::steady_clock::now();
     const std::optional<exported_block> block = make_(size);
     const auto made = std::chrono::steady_clock::now();
-    spdlog::debug("spare {} bytes: started {} us after asked, made in {} us", size,
-                  std::chrono::duration_cast<std::chrono::microseconds>(woken - asked_at).count(),
-                  std::chrono::duration_cast<std::chrono::microseconds>(made - woken).count());
+    spdlog::debug(
+        "spare block of {} bytes: made in {} us, started {} us after the worker was "
+        "last asked",
+        size, std::chrono::duration_cast<std::chrono::microseconds>(made - woken).count(),
+        std::chrono::duration_cast<std::chrono::microseconds>(woken - asked_at).count());
     lock.lock();
     const auto asked = std::find(wanted_.begin(), wanted_.end(), size);
     if (generation == generation_ && asked != wanted_.end()) {

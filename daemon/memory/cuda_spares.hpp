@@ -7,10 +7,10 @@
 /// size is answered from it and the daemon's loop never spends that time. At most a few
 /// sizes are kept, two blocks each; the owner drains them when it needs the room.
 ///
-/// Two, because the worker is not always quick to start: it made a 1 MiB block in 24 us
-/// (median) but started up to 300 us after it was asked (p99 290 us, cuda_share_bench on an
-/// H200, `--log-level debug`), and with one block 7-16% of allocations came before it was
-/// back and paid for the making on the request path (17-94 us).
+/// Two, because the worker is not always quick to start: with one block per size it made a
+/// 1 MiB block in 24 us (median) but started up to 500 us after it was asked (p99 290 us,
+/// cuda_share_bench on an H200, `--log-level debug`), and 7-16% of allocations came before the
+/// block was back and paid for the making on the request path (17-94 us); with two, 1 in 2,022.
 ///
 /// The worker starts on what was wanted only when the owner says so (start_wanted()), once the
 /// reply that asked for it went out: woken at once, its driver calls ran beside the loop while
@@ -58,8 +58,9 @@ class cuda_spares {
   /// @brief A prepared block of exactly @p size, if one is ready.
   std::optional<exported_block> take(std::uint64_t size);
   /// @brief Asks for blocks of @p size, up to kBlocksPerSize ready or being made, as many as
-  /// fit in @p room (bytes the pool can still give), if the size is worth keeping; they are
-  /// made after the next start_wanted().
+  /// fit in @p room (bytes the pool can still give beside its allocations and the spares it
+  /// keeps already), if the size is worth keeping; they are made after the next
+  /// start_wanted().
   void want(std::uint64_t size, std::uint64_t room);
   /// @brief Lets the worker make what was wanted since the last call.
   void start_wanted() noexcept;
