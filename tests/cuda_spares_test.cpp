@@ -119,6 +119,17 @@ TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
   pool.gate.set_value();
 }
 
+TEST(CudaSpares, AllSparesTogetherHoldAtMostTheirByteLimit) {
+  fake_pool pool;
+  for (std::uint64_t i = 0; i < cuda_spares::kMaxSizes; ++i) {
+    pool.spares.want(cuda_spares::kMaxBlockSize - i * 4096, ~std::uint64_t{0});
+  }
+  EXPECT_LE(pool.spares.bytes(), cuda_spares::kMaxBytes);
+  EXPECT_GT(pool.spares.bytes(), cuda_spares::kMaxBytes - cuda_spares::kMaxBlockSize)
+      << "as many blocks as fit";
+  pool.gate.set_value();
+}
+
 TEST(CudaSpares, DrainGivesBackEveryReadyBlock) {
   fake_pool pool;
   pool.spares.want(512, 1 << 20);

@@ -44,7 +44,7 @@ void cuda_spares::want(std::uint64_t size, std::uint64_t room) {
   std::size_t kept = (ready == ready_.end() ? 0 : ready->second.size()) +
                      static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
   if (kept == 0 && sizes_kept() >= kMaxSizes) return;
-  for (; kept < kBlocksPerSize && size <= room; ++kept) {
+  for (; kept < kBlocksPerSize && size <= room && bytes_ + size <= kMaxBytes; ++kept) {
     wanted_.push_back(size);
     bytes_ += size;
     room -= size;

@@ -46,6 +46,10 @@ class cuda_spares {
   static constexpr std::size_t kMaxSizes = 8;
   static constexpr std::size_t kBlocksPerSize = 2;
   static constexpr std::uint64_t kMaxBlockSize = 64 << 20;
+  /// Device memory all spares of a pool may hold: what one block of each of 8 sizes of at most
+  /// 64 MiB held before a size got two. A CUDA pool serves one access class (a uid, a gid and a
+  /// mode), so each class of tenants may hold this much.
+  static constexpr std::uint64_t kMaxBytes = kMaxSizes * kMaxBlockSize;
 
   cuda_spares(maker make, discarder discard);
   cuda_spares(const cuda_spares&) = delete;
@@ -59,8 +63,8 @@ class cuda_spares {
   std::optional<exported_block> take(std::uint64_t size);
   /// @brief Asks for blocks of @p size, up to kBlocksPerSize ready or being made, as many as
   /// fit in @p room (bytes the pool can still give beside its allocations and the spares it
-  /// keeps already), if the size is worth keeping; they are made after the next
-  /// start_wanted().
+  /// keeps already) and in kMaxBytes, if the size is worth keeping; they are made after the
+  /// next start_wanted().
   void want(std::uint64_t size, std::uint64_t room);
   /// @brief Lets the worker make what was wanted since the last call.
   void start_wanted() noexcept;
