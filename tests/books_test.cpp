@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <utility>
+
 #include "gpumem/shared/sync/host_lock.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "memory/host_pool.hpp"
 #include "request_error.hpp"
+#include "support/host_pools.hpp"
 
 namespace gpumem::daemon {
 namespace {
@@ -22,10 +25,6 @@ errc code_of(const std::function<void()>& work) {
     return error.code();
   }
   return errc::ok;
-}
-
-std::unique_ptr<pool> host_pools(std::uint32_t id, const pool_config& config) {
-  return std::make_unique<host_pool>(id, config);
 }
 
 class Books : public ::testing::Test {
@@ -725,6 +724,66 @@ TEST_F(Tenants, ConnectionsNeedThePolicyAndFitTheirQuota) {
   EXPECT_EQ(code_of([&] { book.check_connection(stranger); }), errc::permission_denied)
       << "uid 3000 is neither root, the daemon's user, in its group nor listed";
   EXPECT_EQ(code_of([&] { book.check_connection(root); }), errc::ok);
+}
+
+// A host pool that keeps one 64 KiB spare block in its configured pool's room from the moment
+// it is made, as a CUDA pool's spares do after its allocations; never of a requested size.
+class pool_keeping_a_spare final : public pool {
+ public:
+  static constexpr std::uint64_t kSpare = 64 << 10;
+
+  pool_keeping_a_spare(std::uint32_t id, const pool_config& config, family_room& room)
+      : pool(id, config), backing_(id, config), room_(room) {
+    if (room_.hold_spare(kSpare)) kept_ = kSpare;
+  }
+  ~pool_keeping_a_spare() override { room_.release_spare(kept_); }
+
+  int shareable_fd() const noexcept override { return backing_.shareable_fd(); }
+  grant_details grant_of(const placement& where) const override { return backing_.grant_of(where); }
+  spare_use spares() const override { return {kept_, 0, 0}; }
+  void drop_spares() noexcept override { room_.release_spare(std::exchange(kept_, 0)); }
+
+ private:
+  std::optional<placement> do_allocate(std::uint64_t size) override {
+    return backing_.allocate(size);
+  }
+  void do_free(const placement& where, std::uint64_t size) noexcept override {
+    backing_.free(where, size);
+  }
+  bool do_adopt(const placement&, std::uint64_t, const grant_details&) override { return false; }
+  std::uint64_t largest_possible() const noexcept override { return 0; }
+
+  host_pool backing_;
+  family_room& room_;
+  std::uint64_t kept_ = 0;
+};
+
+TEST(PoolRoom, EveryTenantsSpareBlocksGiveWayToAnAllocationThatNeedsTheirRoom) {
+  daemon_config config = embedded_default_config();
+  config.pools[0].size = 1 << 20;
+  books book(config, [](std::uint32_t id, const pool_config& settings, family_room& room) {
+    return std::make_unique<pool_keeping_a_spare>(id, settings, room);
+  });
+  const auto spare_bytes = [&] { return book.memory.spares().at(0).second.bytes; };
+  const auto request = [](std::uint64_t size) {
+    proto::allocate_request r{};
+    r.size = size;
+    r.device = proto::kHostDevice;
+    return r;
+  };
+  const client_id first = book.add_client({100, 1000, 1000, {}});
+  const client_id second = book.add_client({101, 2000, 2000, {}});
+  const std::uint64_t daemons_spare = spare_bytes();
+  EXPECT_EQ(daemons_spare, pool_keeping_a_spare::kSpare) << "the daemon's own instance";
+
+  book.memory.allocate(first, request(512 << 10));
+  EXPECT_EQ(spare_bytes(), daemons_spare + pool_keeping_a_spare::kSpare)
+      << "an allocation that fits beside the spares leaves them";
+
+  // 448 KiB fit beside 512 KiB allocated only once the three instances' spares are gone.
+  book.memory.allocate(second, request(448 << 10));
+  EXPECT_EQ(spare_bytes(), 0u);
+  EXPECT_EQ(book.stats().records.at(0).bytes_in_use, 960u << 10);
 }
 
 }  // namespace

@@ -12,8 +12,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Blocks whose pointer is their size, made by a worker the test can hold up.
+constexpr std::uint64_t kLargeRoom = std::uint64_t{1} << 40;
+
+// Blocks whose pointer is their size, made by a worker the test can hold up, counted in the
+// configured pool's room that the test gives.
 struct fake_pool {
+  explicit fake_pool(family_room& shared) : room(shared) {}
+
+  family_room& room;
   std::atomic<int> started{0};  ///< makings that reached the gate
   std::atomic<int> made{0};
   std::atomic<int> discarded{0};
@@ -30,7 +36,7 @@ struct fake_pool {
                        block.pointer = size;
                        return block;
                      },
-                     [this](const exported_block&) { ++discarded; }};
+                     [this](const exported_block&) { ++discarded; }, room};
 };
 
 /// True once @p done holds, false after 5 s: for the tests that wait for the worker.
@@ -50,10 +56,11 @@ std::optional<exported_block> take_within(cuda_spares& spares, std::uint64_t siz
 }
 
 TEST(CudaSpares, AWantedSizeIsMadeTwiceAndEachBlockTakenOnce) {
-  fake_pool pool;
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
   pool.gate.set_value();
-  pool.spares.want(4096, 1 << 20);
-  pool.spares.want(4096, 1 << 20);  // already asked for, both blocks
+  pool.spares.want(4096);
+  pool.spares.want(4096);  // already asked for, both blocks
   EXPECT_EQ(pool.spares.bytes(), 2 * 4096u);
   pool.spares.start_wanted();
   for (std::size_t i = 0; i < cuda_spares::kBlocksPerSize; ++i) {
@@ -67,14 +74,15 @@ TEST(CudaSpares, AWantedSizeIsMadeTwiceAndEachBlockTakenOnce) {
 }
 
 TEST(CudaSpares, ATakenBlockIsMadeAgainSoThatTwoAreReadyOnceMore) {
-  fake_pool pool;
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
   pool.gate.set_value();
-  pool.spares.want(4096, 1 << 20);
+  pool.spares.want(4096);
   pool.spares.start_wanted();
   ASSERT_TRUE(within_5s([&] { return pool.made == 2; }));
   ASSERT_TRUE(pool.spares.take(4096));
   EXPECT_EQ(pool.spares.bytes(), 4096u) << "the other block stays ready";
-  pool.spares.want(4096, 1 << 20);  // what an allocation asks after taking one
+  pool.spares.want(4096);  // what an allocation asks after taking one
   EXPECT_EQ(pool.spares.bytes(), 2 * 4096u) << "one more wanted, not two";
   pool.spares.start_wanted();
   ASSERT_TRUE(within_5s([&] { return pool.made == 3; }));
@@ -85,16 +93,57 @@ TEST(CudaSpares, ATakenBlockIsMadeAgainSoThatTwoAreReadyOnceMore) {
 }
 
 TEST(CudaSpares, OnlyTheBlocksThatFitTheRoomAreWanted) {
-  fake_pool pool;
-  pool.spares.want(4096, 4096);  // room for one block of the two
+  family_room room(3 * 4096);
+  room.allocated(2 * 4096);
+  fake_pool pool(room);
+  pool.spares.want(4096);  // room for one block of the two
   EXPECT_EQ(pool.spares.bytes(), 4096u);
+  EXPECT_EQ(room.spare_bytes(), 4096u);
+  EXPECT_EQ(room.free(), 0u);
   pool.gate.set_value();
 }
 
-TEST(CudaSpares, NothingIsMadeUntilTheOwnerStartsTheWorker) {
-  fake_pool pool;
+TEST(CudaSpares, TheInstancesOfAPoolKeepSparesOnlyInTheRoomTheyShare) {
+  // Two tenants' instances of one 16 KiB pool: the second tenant's allocation leaves no room
+  // for its spares, since the first tenant's spares hold the rest.
+  family_room room(4 * 4096);
+  fake_pool first(room);
+  fake_pool second(room);
+  room.allocated(4096);
+  first.spares.want(4096);
+  EXPECT_EQ(first.spares.bytes(), 2 * 4096u);
+  room.allocated(4096);
+  second.spares.want(4096);
+  EXPECT_EQ(second.spares.bytes(), 0u);
+  EXPECT_EQ(room.bytes_in_use() + room.spare_bytes(), room.size());
+  first.spares.drain();
+  second.spares.want(4096);
+  EXPECT_EQ(second.spares.bytes(), 2 * 4096u) << "the room the first tenant's spares gave back";
+  first.gate.set_value();
+  second.gate.set_value();
+}
+
+TEST(CudaSpares, EachTakeIsCountedAsServedOrMissed) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
   pool.gate.set_value();
-  pool.spares.want(4096, 1 << 20);
+  EXPECT_FALSE(pool.spares.take(4096));
+  pool.spares.want(4096);
+  EXPECT_FALSE(pool.spares.ready(4096)) << "wanted, not yet made";
+  pool.spares.start_wanted();
+  ASSERT_TRUE(within_5s([&] { return pool.spares.ready(4096); }));
+  ASSERT_TRUE(pool.spares.take(4096)) << "ready: the owner's next take finds it";
+  const cuda_spares::counts taken = pool.spares.taken();
+  EXPECT_EQ(taken.served, 1u);
+  EXPECT_GE(taken.missed, 1u) << "the take before any block was wanted";
+  EXPECT_EQ(room.spare_bytes(), 4096u) << "the taken block left the room's spares";
+}
+
+TEST(CudaSpares, NothingIsMadeUntilTheOwnerStartsTheWorker) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.gate.set_value();
+  pool.spares.want(4096);
   std::this_thread::sleep_for(50ms);  // the reply that asked for it is still on its way
   EXPECT_EQ(pool.made.load(), 0);
   EXPECT_EQ(pool.spares.bytes(), 2 * 4096u) << "counted from the moment they are wanted";
@@ -105,12 +154,16 @@ TEST(CudaSpares, NothingIsMadeUntilTheOwnerStartsTheWorker) {
 }
 
 TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
-  fake_pool pool;
-  pool.spares.want(8192, 4096);  // no room
-  pool.spares.want(cuda_spares::kMaxBlockSize + 1, ~std::uint64_t{0});
+  family_room small_room(4096);
+  fake_pool small(small_room);
+  small.spares.want(8192);  // no room
+  EXPECT_EQ(small.spares.bytes(), 0u);
+  small.gate.set_value();
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.spares.want(cuda_spares::kMaxBlockSize + 1);
   EXPECT_EQ(pool.spares.bytes(), 0u);
-  for (std::uint64_t i = 1; i <= cuda_spares::kMaxSizes + 3; ++i)
-    pool.spares.want(i * 256, 1 << 30);
+  for (std::uint64_t i = 1; i <= cuda_spares::kMaxSizes + 3; ++i) pool.spares.want(i * 256);
   std::uint64_t expected = 0;
   for (std::uint64_t i = 1; i <= cuda_spares::kMaxSizes; ++i) {
     expected += cuda_spares::kBlocksPerSize * i * 256;
@@ -120,9 +173,10 @@ TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
 }
 
 TEST(CudaSpares, AllSparesTogetherHoldAtMostTheirByteLimit) {
-  fake_pool pool;
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
   for (std::uint64_t i = 0; i < cuda_spares::kMaxSizes; ++i) {
-    pool.spares.want(cuda_spares::kMaxBlockSize - i * 4096, ~std::uint64_t{0});
+    pool.spares.want(cuda_spares::kMaxBlockSize - i * 4096);
   }
   EXPECT_LE(pool.spares.bytes(), cuda_spares::kMaxBytes);
   EXPECT_GT(pool.spares.bytes(), cuda_spares::kMaxBytes - cuda_spares::kMaxBlockSize)
@@ -131,12 +185,13 @@ TEST(CudaSpares, AllSparesTogetherHoldAtMostTheirByteLimit) {
 }
 
 TEST(CudaSpares, DrainGivesBackEveryReadyBlock) {
-  fake_pool pool;
-  pool.spares.want(512, 1 << 20);
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.spares.want(512);
   pool.spares.start_wanted();
   pool.gate.set_value();
   ASSERT_TRUE(take_within(pool.spares, 512));
-  pool.spares.want(512, 1 << 20);
+  pool.spares.want(512);
   pool.spares.start_wanted();
   ASSERT_TRUE(within_5s([&] { return pool.made == 3; }));
   std::this_thread::sleep_for(50ms);  // it is stored under the lock right after it is made
@@ -145,12 +200,14 @@ TEST(CudaSpares, DrainGivesBackEveryReadyBlock) {
   EXPECT_EQ(drained[0].first, 512u);
   EXPECT_EQ(drained[1].first, 512u);
   EXPECT_EQ(pool.spares.bytes(), 0u);
+  EXPECT_EQ(room.spare_bytes(), 0u);
   EXPECT_EQ(pool.discarded.load(), 0) << "ready blocks go back to the owner";
 }
 
 TEST(CudaSpares, ABlockFinishedAfterADrainIsDiscardedNotLeaked) {
-  fake_pool pool;
-  pool.spares.want(1024, 1 << 20);
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.spares.want(1024);
   pool.spares.start_wanted();
   ASSERT_TRUE(within_5s([&] { return pool.started == 1; }));  // the worker waits at the gate
   EXPECT_TRUE(pool.spares.drain().empty());
@@ -161,12 +218,14 @@ TEST(CudaSpares, ABlockFinishedAfterADrainIsDiscardedNotLeaked) {
 }
 
 TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
-  fake_pool pool;
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
   pool.fail = true;
-  pool.spares.want(2048, 1 << 20);
+  pool.spares.want(2048);
   pool.spares.start_wanted();
   pool.gate.set_value();
   ASSERT_TRUE(within_5s([&] { return pool.spares.bytes() == 0; }));
+  EXPECT_EQ(room.spare_bytes(), 0u);
   EXPECT_FALSE(pool.spares.take(2048));
 }
 

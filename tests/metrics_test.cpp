@@ -3,18 +3,14 @@
 #include <string>
 
 #include "events/event_hub.hpp"
-#include "memory/host_pool.hpp"
 #include "metrics/collect.hpp"
 #include "metrics/family.hpp"
+#include "support/host_pools.hpp"
 
 namespace gpumem::daemon {
 namespace {
 
 using metrics::metric_type;
-
-std::unique_ptr<pool> host_pools(std::uint32_t id, const pool_config& config) {
-  return std::make_unique<host_pool>(id, config);
-}
 
 books make_books() {
   daemon_config config = embedded_default_config();

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "books.hpp"
-#include "memory/host_pool.hpp"
 #include "request_error.hpp"
+#include "support/host_pools.hpp"
 
 namespace gpumem::daemon {
 namespace {
@@ -76,10 +76,6 @@ class manual_background final : public background {
   std::vector<std::function<void()>> deadlines_;
   std::size_t jobs_run_ = 0;
 };
-
-std::unique_ptr<pool> host_pools(std::uint32_t id, const pool_config& config) {
-  return std::make_unique<host_pool>(id, config);
-}
 
 std::vector<std::byte> bytes_of(int fd, std::size_t size) {
   std::vector<std::byte> read(size);

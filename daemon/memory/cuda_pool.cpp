@@ -22,14 +22,16 @@ CUmemAccessDesc read_write_on(CUdevice device) {
 }
 }  // namespace
 
-cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_api& driver)
+cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_api& driver,
+                     family_room& room)
     : pool(id, std::move(config)),
       cu_(driver),
       spares_([this](std::uint64_t size) { return allocate_exported(size); },
               [this](const exported_block& block) {
                 cu_.cuCtxSetCurrent(context_.get());
                 cu_.cuMemFreeAsync(block.pointer, release_stream_.get());
-              }) {
+              },
+              room) {
   const auto& settings = this->config();
   int devices = 0;
   check(cu_.cuDeviceGetCount(&devices), "cuDeviceGetCount");
@@ -132,10 +134,10 @@ std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) c
 }
 
 std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
+  // The memory book has made room in the configured pool's size (dropping every instance's
+  // spares if they were in the way); the driver may still be out of device memory.
   std::optional<exported_block> block = spares_.take(size);
   if (!block) {
-    if (size > largest_possible()) drop_spares();
-    if (size > largest_possible()) return std::nullopt;
     const auto start = std::chrono::steady_clock::now();
     block = allocate_exported(size);
     if (!block && spares_.bytes() > 0) {
@@ -153,12 +155,17 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
   }
   exports_.emplace(block->pointer, block->data);
   // Whatever this size's next request needs is made while this one's reply travels.
-  spares_.want(size, largest_possible() > size ? largest_possible() - size : 0);
+  spares_.want(size);
   return placement{block->pointer, size};
 }
 
 void cuda_pool::start_deferred_work() noexcept {
   spares_.start_wanted();
+}
+
+spare_use cuda_pool::spares() const {
+  const cuda_spares::counts taken = spares_.taken();
+  return {spares_.bytes(), taken.served, taken.missed};
 }
 
 void cuda_pool::drop_spares() noexcept {

@@ -22,8 +22,10 @@ namespace gpumem::daemon {
 
 class cuda_pool final : public pool {
  public:
+  /// @param room the configured pool's, shared with its other instances; outlives this.
   /// @throws cuda_error or config_error (unknown device, bad peer) naming the pool.
-  cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_api& driver);
+  cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_api& driver,
+            family_room& room);
   ~cuda_pool() override;
 
   int shareable_fd() const noexcept override { return exported_.get(); }
@@ -36,6 +38,9 @@ class cuda_pool final : public pool {
   driver_usage driver_counters() const override;
   void start_deferred_work() noexcept override;
   std::uint32_t ipc_events_live() const noexcept override { return 1; }
+  spare_use spares() const override;
+  bool has_spare(std::uint64_t size) const override { return spares_.ready(size); }
+  void drop_spares() noexcept override;
 
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;
@@ -48,7 +53,6 @@ class cuda_pool final : public pool {
   void enter() const;
   /// Allocates on the allocation stream, exports, and records the ready event. Thread-safe.
   std::optional<exported_block> allocate_exported(std::uint64_t size) const;
-  void drop_spares() noexcept;
 
   const cuda::driver_api& cu_;
   // In the order they are made, so that they go in reverse and the context last.

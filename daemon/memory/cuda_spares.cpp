@@ -7,8 +7,11 @@
 
 namespace gpumem::daemon {
 
-cuda_spares::cuda_spares(maker make, discarder discard)
-    : make_(std::move(make)), discard_(std::move(discard)), worker_([this] { work(); }) {}
+cuda_spares::cuda_spares(maker make, discarder discard, family_room& room)
+    : make_(std::move(make)),
+      discard_(std::move(discard)),
+      room_(room),
+      worker_([this] { work(); }) {}
 
 void cuda_spares::stop() {
   {
@@ -19,15 +22,29 @@ void cuda_spares::stop() {
   if (worker_.joinable()) worker_.join();
 }
 
+bool cuda_spares::ready(std::uint64_t size) const {
+  std::lock_guard lock(mutex_);
+  return ready_.contains(size);
+}
+
 std::optional<exported_block> cuda_spares::take(std::uint64_t size) {
   std::lock_guard lock(mutex_);
   const auto found = ready_.find(size);
-  if (found == ready_.end()) return std::nullopt;
+  if (found == ready_.end()) {
+    ++taken_.missed;
+    return std::nullopt;
+  }
   const exported_block block = found->second.back();
   found->second.pop_back();
   if (found->second.empty()) ready_.erase(found);
-  bytes_ -= size;
+  uncount(size);
+  ++taken_.served;
   return block;
+}
+
+void cuda_spares::uncount(std::uint64_t size) noexcept {
+  bytes_ -= size;
+  room_.release_spare(size);
 }
 
 std::size_t cuda_spares::sizes_kept() const {
@@ -37,17 +54,16 @@ std::size_t cuda_spares::sizes_kept() const {
   return static_cast<std::size_t>(std::unique(sizes.begin(), sizes.end()) - sizes.begin());
 }
 
-void cuda_spares::want(std::uint64_t size, std::uint64_t room) {
+void cuda_spares::want(std::uint64_t size) {
   std::lock_guard lock(mutex_);
   if (size > kMaxBlockSize) return;
   const auto ready = ready_.find(size);
   std::size_t kept = (ready == ready_.end() ? 0 : ready->second.size()) +
                      static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
   if (kept == 0 && sizes_kept() >= kMaxSizes) return;
-  for (; kept < kBlocksPerSize && size <= room && bytes_ + size <= kMaxBytes; ++kept) {
+  for (; kept < kBlocksPerSize && bytes_ + size <= kMaxBytes && room_.hold_spare(size); ++kept) {
     wanted_.push_back(size);
     bytes_ += size;
-    room -= size;
     unstarted_ = true;
   }
 }
@@ -69,7 +85,7 @@ std::vector<std::pair<std::uint64_t, exported_block>> cuda_spares::drain() {
   }
   ready_.clear();
   wanted_.clear();
-  bytes_ = 0;
+  uncount(bytes_);
   ++generation_;
   return blocks;
 }
@@ -77,6 +93,11 @@ std::vector<std::pair<std::uint64_t, exported_block>> cuda_spares::drain() {
 std::uint64_t cuda_spares::bytes() const {
   std::lock_guard lock(mutex_);
   return bytes_;
+}
+
+cuda_spares::counts cuda_spares::taken() const {
+  std::lock_guard lock(mutex_);
+  return taken_;
 }
 
 void cuda_spares::work() {
@@ -103,7 +124,7 @@ void cuda_spares::work() {
       if (block) {
         ready_[size].push_back(*block);
       } else {
-        bytes_ -= size;
+        uncount(size);
       }
     } else if (block) {
       discard_(*block);  // drained while it was being made: nobody counts it any more

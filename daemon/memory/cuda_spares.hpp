@@ -16,6 +16,9 @@
 /// reply that asked for it went out: woken at once, its driver calls ran beside the loop while
 /// it answered and made a 1 MiB allocation's round trip 10 us slower than the daemon's
 /// handling of it explained (cuda_share_bench on an H100).
+///
+/// Spares are device memory within the configured pool's size: each block is counted in the
+/// family_room that the pool's instances share, and made only if it fits there.
 
 #include <cuda.h>
 
@@ -28,6 +31,8 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "memory/family_room.hpp"
 
 namespace gpumem::daemon {
 
@@ -51,7 +56,14 @@ class cuda_spares {
   /// mode), so each class of tenants may hold this much.
   static constexpr std::uint64_t kMaxBytes = kMaxSizes * kMaxBlockSize;
 
-  cuda_spares(maker make, discarder discard);
+  /// How allocations went: served from a spare block, or made on the request path.
+  struct counts {
+    std::uint64_t served = 0;
+    std::uint64_t missed = 0;
+  };
+
+  /// @param room the configured pool's, which the spare blocks are counted in; outlives this.
+  cuda_spares(maker make, discarder discard, family_room& room);
   cuda_spares(const cuda_spares&) = delete;
   cuda_spares& operator=(const cuda_spares&) = delete;
   ~cuda_spares() { stop(); }
@@ -59,27 +71,34 @@ class cuda_spares {
   /// @brief Ends the worker (idempotent); blocks still held are the owner's to drain().
   void stop();
 
-  /// @brief A prepared block of exactly @p size, if one is ready.
+  /// @brief Whether a block of exactly @p size is ready (then the owner's next take() of it
+  /// finds one: only the owner takes).
+  bool ready(std::uint64_t size) const;
+  /// @brief A prepared block of exactly @p size, if one is ready; counted as served or missed.
   std::optional<exported_block> take(std::uint64_t size);
   /// @brief Asks for blocks of @p size, up to kBlocksPerSize ready or being made, as many as
-  /// fit in @p room (bytes the pool can still give beside its allocations and the spares it
-  /// keeps already) and in kMaxBytes, if the size is worth keeping; they are made after the
-  /// next start_wanted().
-  void want(std::uint64_t size, std::uint64_t room);
+  /// the family_room holds (beside all instances' allocations and spares) and kMaxBytes allows,
+  /// if the size is worth keeping; they are made after the next start_wanted().
+  void want(std::uint64_t size);
   /// @brief Lets the worker make what was wanted since the last call.
   void start_wanted() noexcept;
   /// @brief Every prepared block, for the owner to free; what is being made is dropped too.
   std::vector<std::pair<std::uint64_t, exported_block>> drain();
   /// @brief Bytes held or being made.
   std::uint64_t bytes() const;
+  /// @brief The take()s so far.
+  counts taken() const;
 
  private:
   void work();
   /// Sizes kept, ready or wanted (at most kMaxSizes); the caller holds mutex_.
   std::size_t sizes_kept() const;
+  /// Stops counting @p size bytes, here and in the room; the caller holds mutex_.
+  void uncount(std::uint64_t size) noexcept;
 
   maker make_;
   discarder discard_;
+  family_room& room_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::unordered_map<std::uint64_t, std::vector<exported_block>> ready_;  ///< none empty
@@ -87,6 +106,7 @@ class cuda_spares {
   bool unstarted_ = false;             ///< wanted_ grew since the last start_wanted()
   std::uint64_t bytes_ = 0;            ///< ready, wanted and in the making
   std::uint64_t generation_ = 0;       ///< bumped by drain(): blocks made before it are unwanted
+  counts taken_;
   bool stopping_ = false;
   std::chrono::steady_clock::time_point asked_at_;  ///< the last start_wanted(), for the log
   std::thread worker_;

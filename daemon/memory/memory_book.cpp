@@ -28,7 +28,7 @@ memory_book::memory_book(ledger& rows, const access_policy& access, const quota_
   // Room for pools a previous daemon had that the configuration no longer names (adopt_pool):
   // instances point into families_, so it must never move.
   families_.reserve(config.pools.size() + kUnconfiguredPools);
-  for (const pool_config& each : config.pools) families_.push_back({each, {}, {}, 0});
+  for (const pool_config& each : config.pools) families_.emplace_back(each);
 }
 
 void memory_book::open_pools() {
@@ -51,7 +51,7 @@ void memory_book::add_pool(const pool_config& config) {
   if (families_.size() == families_.capacity()) {
     throw config_error("pool '" + config.name + "': no room for more pools until gpumemd restarts");
   }
-  families_.push_back({config, {}, {}, 0});
+  families_.emplace_back(config);
   try {
     open_family(families_.back());
   } catch (...) {
@@ -69,7 +69,7 @@ memory_book::pool_family& memory_book::family_named(const pool_config& config) {
   if (families_.size() == families_.capacity()) {
     throw request_error(errc::internal, "too many pools are no longer configured");
   }
-  families_.push_back({config, {}, {}, 0});
+  families_.emplace_back(config);
   return families_.back();
 }
 
@@ -100,7 +100,7 @@ void memory_book::adopt_allocation(object_id id, std::uint32_t pool_id, const pl
   }
   pool& home = *pools_[pool_id];
   home.adopt(where, row->bytes, grant);
-  families_[pool_owner_[pool_id].first].bytes_in_use += row->bytes;
+  families_[pool_owner_[pool_id].first].room->allocated(row->bytes);
   allocations_.emplace(id, placed{&home, where});
 }
 
@@ -153,12 +153,12 @@ memory_book::pool_family& memory_book::choose_family(const proto::allocate_reque
 }
 
 pool& memory_book::instance(pool_family& family, const access_class& tenant, std::uint64_t size) {
-  if (size > family.config.size - family.bytes_in_use) {
-    throw request_error(
-        errc::out_of_memory,
-        fmt::format("pool '{}' cannot fit {} bytes: {} of {} bytes in use by all "
-                    "its tenants",
-                    family.config.name, size, family.bytes_in_use, family.config.size));
+  family_room& room = *family.room;
+  if (size > room.size() - room.bytes_in_use()) {
+    throw request_error(errc::out_of_memory,
+                        fmt::format("pool '{}' cannot fit {} bytes: {} of {} bytes in use by all "
+                                    "its tenants",
+                                    family.config.name, size, room.bytes_in_use(), room.size()));
   }
   if (const auto found = family.instances.find(tenant); found != family.instances.end()) {
     return *found->second;
@@ -166,7 +166,7 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
   const auto id = static_cast<std::uint32_t>(pools_.size());
   std::unique_ptr<pool> made;
   try {
-    made = make_pool_(id, family.config);
+    made = make_pool_(id, family.config, *family.room);
   } catch (const request_error&) {
     throw;
   } catch (const std::exception& error) {
@@ -193,24 +193,39 @@ proto::allocation_reply memory_book::allocate(client_id client,
   const credentials& who = rows_.client(client).who;
   const mode_t mode = access_.mode_for(request.flags);
   pool& home = instance(family, access_class::for_memory(who.uid, who.gid, mode), request.size);
-  const placement where = home.allocate(request.size);
+  make_room(family, home, request.size);
+  // Counted before the pool allocates: the spare blocks it asks for then fit beside this one.
+  family.room->allocated(request.size);
+  std::optional<placement> where;
+  try {
+    where = home.allocate(request.size);
+  } catch (...) {
+    family.room->freed(request.size);
+    throw;
+  }
   if (std::find(deferred_work_.begin(), deferred_work_.end(), home.id()) == deferred_work_.end()) {
     deferred_work_.push_back(home.id());
   }
-  family.bytes_in_use += request.size;
   object_id id = 0;
   try {
     id = rows_.add(client,
                    {object_kind::allocation, std::move(name), request.size, request.device, mode});
-    allocations_.emplace(id, placed{&home, where});
+    allocations_.emplace(id, placed{&home, *where});
     return grant(client, id, *rows_.find(id), proto::access_mode::read_write);
   } catch (...) {
     allocations_.erase(id);
     rows_.erase(id);
-    home.free(where, request.size);
-    family.bytes_in_use -= request.size;
+    home.free(*where, request.size);
+    family.room->freed(request.size);
     throw;
   }
+}
+
+void memory_book::make_room(pool_family& family, const pool& home, std::uint64_t size) {
+  // A block home keeps of this size turns from spare into allocation, and needs no more room.
+  if (size <= family.room->free() || home.has_spare(size)) return;
+  // Spare blocks give way to allocations, whichever tenant's instance keeps them.
+  for (const auto& [tenant, each] : family.instances) each->drop_spares();
 }
 
 void memory_book::start_deferred_work() noexcept {
@@ -245,7 +260,7 @@ void memory_book::let_go(object_id id, const object_row& row) noexcept {
   if (const auto found = allocations_.find(id); found != allocations_.end()) {
     pool& home = *found->second.home;
     home.free(found->second.where, row.bytes);
-    families_[pool_owner_[home.id()].first].bytes_in_use -= row.bytes;
+    families_[pool_owner_[home.id()].first].room->freed(row.bytes);
     allocations_.erase(found);
     release_if_retired_and_empty(home);
   }
@@ -339,6 +354,20 @@ proto::stats_reply memory_book::stats() const {
     reply.records.push_back(record);
   }
   return reply;
+}
+
+std::vector<std::pair<const pool_config*, spare_use>> memory_book::spares() const {
+  std::vector<std::pair<const pool_config*, spare_use>> found;
+  for (const pool_family& family : families_) {
+    spare_use sum{.bytes = family.room->spare_bytes()};
+    for (const auto& [tenant, each] : family.instances) {
+      const spare_use use = each->spares();
+      sum.served += use.served;
+      sum.missed += use.missed;
+    }
+    found.emplace_back(&family.config, sum);
+  }
+  return found;
 }
 
 proto::allocation_list_reply memory_book::list_allocations(client_id asker, object_id after) const {

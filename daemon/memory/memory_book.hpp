@@ -118,6 +118,8 @@ class memory_book {
 
   /// @brief The pools' usage; the caller fills in the client count.
   proto::stats_reply stats() const;
+  /// @brief Each configured pool's spare blocks (CUDA pools keep them), its instances summed.
+  std::vector<std::pair<const pool_config*, spare_use>> spares() const;
   /// @brief Pages of what @p asker may see (access_policy::may_see).
   proto::allocation_list_reply list_allocations(client_id asker, object_id after) const;
 
@@ -132,11 +134,15 @@ class memory_book {
   };
   /// A configured pool, its instances and their total use (bounded by the configured size).
   struct pool_family {
+    explicit pool_family(pool_config settings)
+        : config(std::move(settings)), room(std::make_unique<family_room>(config.size)) {}
+
     pool_config config;
     std::map<access_class, pool*> instances;
     /// Instances adopted from a previous daemon that serve what they hold and take nothing new.
     std::vector<pool*> retired;
-    std::uint64_t bytes_in_use = 0;
+    /// Allocations and spare blocks of all instances; on the heap, where instances find it.
+    std::unique_ptr<family_room> room;
   };
 
   pool_family& choose_family(const proto::allocate_request& request);
@@ -147,6 +153,9 @@ class memory_book {
   void release_if_retired_and_empty(pool& instance) noexcept;
   /// @throws request_error(out_of_memory) when the family has no room for @p size.
   pool& instance(pool_family& family, const access_class& tenant, std::uint64_t size);
+  /// @brief Drops the spare blocks of every instance of @p family when an allocation of @p size
+  /// from @p home would not fit beside them.
+  static void make_room(pool_family& family, const pool& home, std::uint64_t size);
   /// @brief What @p client needs to import allocation @p id (for a client that shares no
   /// events with the daemon, once the allocation is done).
   proto::allocation_reply grant(client_id client, object_id id, const object_row& row,

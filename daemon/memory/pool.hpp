@@ -43,6 +43,13 @@ struct driver_usage {
   std::uint64_t used_high = 0;
 };
 
+/// Blocks a CUDA pool makes ahead of demand (cuda_spares), and how allocations used them.
+struct spare_use {
+  std::uint64_t bytes = 0;   ///< held or being made
+  std::uint64_t served = 0;  ///< allocations given a block made ahead
+  std::uint64_t missed = 0;  ///< allocations that found none and were made on the request path
+};
+
 class pool {
  public:
   pool(std::uint32_t id, pool_config config) : id_(id), config_(std::move(config)) {}
@@ -88,6 +95,13 @@ class pool {
   /// @brief Starts what allocations left to be done in the background (a CUDA pool's next
   /// spare block); called once their replies went out, so that it never delays them.
   virtual void start_deferred_work() noexcept {}
+  /// @brief Spare blocks, for the metrics; none for host pools.
+  virtual spare_use spares() const { return {}; }
+  /// @brief Whether a spare block of exactly @p size is ready: an allocation it serves needs no
+  /// more room.
+  virtual bool has_spare(std::uint64_t) const { return false; }
+  /// @brief Frees the spare blocks, to make room in the configured pool's size.
+  virtual void drop_spares() noexcept {}
 
  protected:
   virtual std::optional<placement> do_allocate(std::uint64_t size) = 0;

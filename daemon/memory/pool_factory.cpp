@@ -63,11 +63,12 @@ std::vector<pool_config> resolve_pools(const daemon_config& config) {
 }
 
 pool_maker make_pool_maker() {
-  return [](std::uint32_t id, const pool_config& config) -> std::unique_ptr<pool> {
+  return [](std::uint32_t id, const pool_config& config,
+            [[maybe_unused]] family_room& room) -> std::unique_ptr<pool> {
     if (config.device == proto::kHostDevice) return std::make_unique<host_pool>(id, config);
 #ifdef GPUMEM_WITH_CUDA
     if (const cuda::driver_api* driver = cuda::driver()) {
-      return std::make_unique<cuda_pool>(id, config, *driver);
+      return std::make_unique<cuda_pool>(id, config, *driver, room);
     }
 #endif
     throw std::runtime_error("CUDA is unavailable for pool '" + config.name + "'");

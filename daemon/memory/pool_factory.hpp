@@ -9,15 +9,19 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "memory/family_room.hpp"
 #include "memory/pool.hpp"
 #include "memory/reservation.hpp"
 #include "sync/signal_page.hpp"
 
 namespace gpumem::daemon {
 
-/// @brief Makes one instance of a configured pool under the id given.
+/// @brief Makes one instance of a configured pool under the id given, counting what it keeps
+/// beside its allocations (a CUDA pool's spare blocks) in the configured pool's room, which
+/// outlives the instance.
 /// @throws what the backend throws (std::system_error, cuda::cuda_error).
-using pool_maker = std::function<std::unique_ptr<pool>(std::uint32_t id, const pool_config&)>;
+using pool_maker =
+    std::function<std::unique_ptr<pool>(std::uint32_t id, const pool_config&, family_room&)>;
 
 /// @brief The configured pools, with one CUDA pool per visible device added when the
 /// configuration names none. @throws config_error when a CUDA pool is named without CUDA.

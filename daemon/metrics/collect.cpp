@@ -120,6 +120,25 @@ void pools(builder& out, const books& state) {
     reserved.samples.push_back({labels, pool.bytes_reserved});
     allocations.samples.push_back({labels, pool.allocations});
   }
+  family& spare_bytes = out.add("gpumemd_pool_spare_bytes",
+                                "Device memory a CUDA pool's instances hold in blocks made ahead "
+                                "of demand (within its size)");
+  family& spare_allocations =
+      out.add("gpumemd_pool_cuda_allocations_total",
+              "CUDA allocations given a block made ahead of demand (from=\"spare\") or made on "
+              "the request path (from=\"request\")",
+              metric_type::counter);
+  for (const auto& [config, use] : state.memory.spares()) {
+    if (config->device == proto::kHostDevice) continue;
+    const label_set labels{{"pool", config->name}, {"device", device_label(config->device)}};
+    spare_bytes.samples.push_back({labels, use.bytes});
+    label_set spare = labels;
+    spare.push_back({"from", "spare"});
+    spare_allocations.samples.push_back({spare, use.served});
+    label_set made = labels;
+    made.push_back({"from", "request"});
+    spare_allocations.samples.push_back({made, use.missed});
+  }
   out.one("gpumemd_sleep_memory_kept_bytes",
           "Host memory woken reservations keep, pages made and pinned, for their next sleep "
           "(at most sleep_memory_kept)",

@@ -21,10 +21,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../support/host_pools.hpp"
 #include "books.hpp"
 #include "gpumem/shared/fd_passing.hpp"
 #include "handlers/request_handler.hpp"
-#include "memory/host_pool.hpp"
 #include "net/client_poller.hpp"
 #include "net/session.hpp"
 #include "payload_types.hpp"
@@ -94,10 +94,6 @@ const daemon_config& small_config() {
     return made;
   }();
   return config;
-}
-
-std::unique_ptr<pool> host_pools(std::uint32_t id, const pool_config& config) {
-  return std::make_unique<host_pool>(id, config);
 }
 
 /// One simulated client process: its current connection, and every session it opened (a

@@ -16,6 +16,8 @@
 #include "kernels.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/metric_value.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -334,6 +336,67 @@ TEST_F(GpuPool, BadRequestsAreClearErrorsAndOthersCarryOn) {
   auto reader = peer({"consume", "kept", std::to_string(1 << 20), "0"});
   reader.read_line(30s);
   EXPECT_EQ(cuda_pool().bytes_in_use, 1u << 20);
+}
+
+// Each access class has an instance (a CUDA pool) of its own, whose driver limit is the whole
+// configured size; the spare blocks of all instances must fit in that size beside the
+// allocations. Modes 0600 and 0640 of one uid are two classes.
+TEST(GpuSpares, EveryInstancesSpareBlocksStayWithinThePoolsSizeAndGiveWayToAllocations) {
+  if (const auto why = why_no_gpu(); !why.empty()) GTEST_SKIP() << why;
+  constexpr std::uint64_t kMiB = 1 << 20;
+  const temporary_file config("gpu-spares",
+                              "pools:\n  - name: small\n    device: 0\n    size: 16MiB\n");
+  daemon_process daemon({"--config", config.path()});
+  gpumem::Client client = daemon.connect("spares");
+  const stream_t stream = make_stream();
+  const auto allocate = [&](std::uint64_t size, unsigned mode) {
+    return client.allocate(size, {.device = 0, .pool = "small", .stream = stream, .mode = mode});
+  };
+  const auto small = [&] {
+    for (const auto& pool : client.stats().pools) {
+      if (pool.name == "small") return pool;
+    }
+    ADD_FAILURE() << "no pool 'small'";
+    return PoolStats{};
+  };
+  const auto metric = [&](const std::string& sample) {
+    return metric_value(client.metrics(), sample);
+  };
+  const std::string labels = "pool=\"small\",device=\"cuda0\"";
+  const std::string spare_bytes = "gpumemd_pool_spare_bytes{" + labels + "}";
+  // The driver's count of what the instances hold, allocations and spares, once their frees ran.
+  const auto device_bytes_become = [&](std::uint64_t bytes) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (small().driver_used_current != bytes) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(2ms);
+    }
+    return true;
+  };
+
+  auto first = allocate(4 * kMiB, 0600);  // two 4 MiB spares follow, in the room left
+  ASSERT_TRUE(device_bytes_become(12 * kMiB)) << small().driver_used_current;
+  auto second = allocate(4 * kMiB, 0640);  // the other instance: no room left for its spares
+  EXPECT_EQ(metric(spare_bytes), static_cast<double>(8 * kMiB));
+  ASSERT_TRUE(device_bytes_become(16 * kMiB)) << small().driver_used_current;
+  std::this_thread::sleep_for(100ms);  // what a second instance's spares would have added
+  EXPECT_EQ(small().driver_used_current, 16 * kMiB) << "the configured size, not more";
+
+  auto third = allocate(8 * kMiB, 0640);  // fits only once the first instance's spares go
+  EXPECT_EQ(metric(spare_bytes), 0);
+  ASSERT_TRUE(device_bytes_become(16 * kMiB)) << small().driver_used_current;
+  EXPECT_EQ(small().bytes_in_use, 16 * kMiB);
+
+  third.release();
+  auto fourth = allocate(4 * kMiB, 0600);  // 4 MiB left: room for one spare
+  ASSERT_TRUE(device_bytes_become(16 * kMiB)) << small().driver_used_current;
+  std::this_thread::sleep_for(100ms);  // the worker files the block just after the driver counts it
+  auto fifth = allocate(4 * kMiB, 0600);  // served by that spare
+  EXPECT_EQ(metric("gpumemd_pool_cuda_allocations_total{" + labels + ",from=\"spare\"}"), 1);
+  EXPECT_EQ(metric("gpumemd_pool_cuda_allocations_total{" + labels + ",from=\"request\"}"), 4);
+  EXPECT_EQ(small().bytes_in_use, 16 * kMiB);
+  for (Buffer* each : {&first, &second, &fourth, &fifth}) each->release();
+  destroy_stream(stream);
 }
 
 }  // namespace
