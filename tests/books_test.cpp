@@ -727,7 +727,7 @@ TEST_F(Tenants, ConnectionsNeedThePolicyAndFitTheirQuota) {
 }
 
 // A host pool that keeps one 64 KiB spare block in its configured pool's room from the moment
-// it is made, as a CUDA pool's spares do after its allocations; never of a requested size.
+// it is made, as a CUDA pool's spares do after its allocations; a 64 KiB allocation takes it.
 class pool_keeping_a_spare final : public pool {
  public:
   static constexpr std::uint64_t kSpare = 64 << 10;
@@ -740,11 +740,16 @@ class pool_keeping_a_spare final : public pool {
 
   int shareable_fd() const noexcept override { return backing_.shareable_fd(); }
   grant_details grant_of(const placement& where) const override { return backing_.grant_of(where); }
-  spare_use spares() const override { return {kept_, 0, 0}; }
+  spare_use spares() const override { return {kept_, served_, 0}; }
+  bool has_spare(std::uint64_t size) const override { return size == kept_; }
   void drop_spares() noexcept override { room_.release_spare(std::exchange(kept_, 0)); }
 
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override {
+    if (size == kept_) {  // the spare turns into the allocation
+      drop_spares();
+      ++served_;
+    }
     return backing_.allocate(size);
   }
   void do_free(const placement& where, std::uint64_t size) noexcept override {
@@ -756,9 +761,10 @@ class pool_keeping_a_spare final : public pool {
   host_pool backing_;
   family_room& room_;
   std::uint64_t kept_ = 0;
+  std::uint64_t served_ = 0;
 };
 
-TEST(PoolRoom, EveryTenantsSpareBlocksGiveWayToAnAllocationThatNeedsTheirRoom) {
+TEST(PoolRoom, SparesGiveWayToAnAllocationTheAskersOwnFirstAndServeTheirOwnTenantWhenFull) {
   daemon_config config = embedded_default_config();
   config.pools[0].size = 1 << 20;
   books book(config, [](std::uint32_t id, const pool_config& settings, family_room& room) {
@@ -771,19 +777,27 @@ TEST(PoolRoom, EveryTenantsSpareBlocksGiveWayToAnAllocationThatNeedsTheirRoom) {
     r.device = proto::kHostDevice;
     return r;
   };
+  const auto in_use = [&] { return book.stats().records.at(0).bytes_in_use; };
+  constexpr std::uint64_t kSpare = pool_keeping_a_spare::kSpare;
   const client_id first = book.add_client({100, 1000, 1000, {}});
   const client_id second = book.add_client({101, 2000, 2000, {}});
-  const std::uint64_t daemons_spare = spare_bytes();
-  EXPECT_EQ(daemons_spare, pool_keeping_a_spare::kSpare) << "the daemon's own instance";
+  ASSERT_EQ(spare_bytes(), kSpare) << "the daemon's own instance keeps one";
 
   book.memory.allocate(first, request(512 << 10));
-  EXPECT_EQ(spare_bytes(), daemons_spare + pool_keeping_a_spare::kSpare)
-      << "an allocation that fits beside the spares leaves them";
+  EXPECT_EQ(spare_bytes(), 2 * kSpare) << "an allocation that fits beside the spares leaves them";
 
-  // 448 KiB fit beside 512 KiB allocated only once the three instances' spares are gone.
+  // 1 MiB - 512 KiB allocated - 3 spares = 320 KiB: 448 KiB fit once the second tenant's own
+  // spare and the daemon's instance's are gone; the first tenant's stays.
   book.memory.allocate(second, request(448 << 10));
+  EXPECT_EQ(in_use(), 960u << 10);
+  EXPECT_EQ(spare_bytes(), kSpare);
+
+  // The pool is full with it, but the first tenant's spare serves its own 64 KiB allocation:
+  // taken, not dropped and made again.
+  book.memory.allocate(first, request(kSpare));
+  EXPECT_EQ(in_use(), 1u << 20);
   EXPECT_EQ(spare_bytes(), 0u);
-  EXPECT_EQ(book.stats().records.at(0).bytes_in_use, 960u << 10);
+  EXPECT_EQ(book.memory.spares().at(0).second.served, 1u);
 }
 
 }  // namespace

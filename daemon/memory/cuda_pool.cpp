@@ -29,7 +29,7 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
       spares_([this](std::uint64_t size) { return allocate_exported(size); },
               [this](const exported_block& block) {
                 cu_.cuCtxSetCurrent(context_.get());
-                cu_.cuMemFreeAsync(block.pointer, release_stream_.get());
+                cu_.cuMemFreeAsync(block.pointer, allocation_stream_.get());
               },
               room) {
   const auto& settings = this->config();
@@ -93,8 +93,9 @@ cuda_pool::~cuda_pool() {
   // Best effort, no throwing: the process is going away and the driver reclaims the rest.
   // The frees queued here finish before the members (streams, pool, context) are freed.
   spares_.stop();
-  if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
   drop_spares();
+  if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
+  cu_.cuStreamSynchronize(allocation_stream_.get());
   cu_.cuStreamSynchronize(release_stream_.get());
 }
 
@@ -134,10 +135,12 @@ std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) c
 }
 
 std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
-  // The memory book has made room in the configured pool's size (dropping every instance's
-  // spares if they were in the way); the driver may still be out of device memory.
+  // The memory book has made room in the configured pool's size (dropping spares that were in
+  // the way); the driver may still be out of device memory.
   std::optional<exported_block> block = spares_.take(size);
-  if (!block) {
+  if (block) {
+    ++served_;
+  } else {
     const auto start = std::chrono::steady_clock::now();
     block = allocate_exported(size);
     if (!block && spares_.bytes() > 0) {
@@ -145,6 +148,7 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
       block = allocate_exported(size);
     }
     if (!block) return std::nullopt;
+    ++made_on_request_;
     // A request that finds no block ready pays for the making; how often, and what it costs,
     // is what decides whether the spares keep allocations off the driver.
     spdlog::debug("pool '{}': no {}-byte block ready: made on the request path in {} us",
@@ -164,14 +168,17 @@ void cuda_pool::start_deferred_work() noexcept {
 }
 
 spare_use cuda_pool::spares() const {
-  const cuda_spares::counts taken = spares_.taken();
-  return {spares_.bytes(), taken.served, taken.missed};
+  return {spares_.bytes(), served_, made_on_request_};
 }
 
 void cuda_pool::drop_spares() noexcept {
+  // Uncounted whether or not they can be freed: the driver takes back what a dead context held.
+  const auto blocks = spares_.drain();
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
-  for (const auto& [size, block] : spares_.drain()) {
-    cu_.cuMemFreeAsync(block.pointer, release_stream_.get());
+  // No holder ever used a spare, so its free waits for nobody's release; on the allocation
+  // stream, the next allocation reuses the memory in stream order.
+  for (const auto& [size, block] : blocks) {
+    cu_.cuMemFreeAsync(block.pointer, allocation_stream_.get());
   }
 }
 

@@ -6,7 +6,8 @@
 /// holders' release events; keeping those waits off the allocation stream means a slow holder
 /// delays only the return of its own memory, never someone else's allocation. The pool is set
 /// to reuse freed memory only once its free has completed (no internal dependencies), for the
-/// same reason.
+/// same reason. Spare blocks (cuda_spares) were never handed out, so their frees wait for no
+/// holder: they go on the allocation stream, where the next allocation reuses the memory.
 
 #include <cuda.h>
 
@@ -66,6 +67,9 @@ class cuda_pool final : public pool {
   /// Export data of each live allocation, made once (cuMemPoolExportPointer costs ~20 us) and
   /// handed to the owner and to every opener.
   std::unordered_map<CUdeviceptr, CUmemPoolPtrExportData> exports_;
+  /// Allocations served from a spare block, and made on the request path (the loop's).
+  std::uint64_t served_ = 0;
+  std::uint64_t made_on_request_ = 0;
   /// Blocks prepared ahead of demand. Not in the books' bytes_in_use; the driver's counters
   /// show them. Declared last: its worker uses the members above.
   cuda_spares spares_;

@@ -30,15 +30,11 @@ bool cuda_spares::ready(std::uint64_t size) const {
 std::optional<exported_block> cuda_spares::take(std::uint64_t size) {
   std::lock_guard lock(mutex_);
   const auto found = ready_.find(size);
-  if (found == ready_.end()) {
-    ++taken_.missed;
-    return std::nullopt;
-  }
+  if (found == ready_.end()) return std::nullopt;
   const exported_block block = found->second.back();
   found->second.pop_back();
   if (found->second.empty()) ready_.erase(found);
   uncount(size);
-  ++taken_.served;
   return block;
 }
 
@@ -61,8 +57,12 @@ void cuda_spares::want(std::uint64_t size) {
   std::size_t kept = (ready == ready_.end() ? 0 : ready->second.size()) +
                      static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
   if (kept == 0 && sizes_kept() >= kMaxSizes) return;
-  for (; kept < kBlocksPerSize && bytes_ + size <= kMaxBytes && room_.hold_spare(size); ++kept) {
-    wanted_.push_back(size);
+  for (; kept < kBlocksPerSize && bytes_ + size <= kMaxBytes; ++kept) {
+    wanted_.push_back(size);  // first: if it throws, nothing is counted yet
+    if (!room_.hold_spare(size)) {
+      wanted_.pop_back();
+      return;
+    }
     bytes_ += size;
     unstarted_ = true;
   }
@@ -93,11 +93,6 @@ std::vector<std::pair<std::uint64_t, exported_block>> cuda_spares::drain() {
 std::uint64_t cuda_spares::bytes() const {
   std::lock_guard lock(mutex_);
   return bytes_;
-}
-
-cuda_spares::counts cuda_spares::taken() const {
-  std::lock_guard lock(mutex_);
-  return taken_;
 }
 
 void cuda_spares::work() {

@@ -56,12 +56,6 @@ class cuda_spares {
   /// mode), so each class of tenants may hold this much.
   static constexpr std::uint64_t kMaxBytes = kMaxSizes * kMaxBlockSize;
 
-  /// How allocations went: served from a spare block, or made on the request path.
-  struct counts {
-    std::uint64_t served = 0;
-    std::uint64_t missed = 0;
-  };
-
   /// @param room the configured pool's, which the spare blocks are counted in; outlives this.
   cuda_spares(maker make, discarder discard, family_room& room);
   cuda_spares(const cuda_spares&) = delete;
@@ -74,7 +68,7 @@ class cuda_spares {
   /// @brief Whether a block of exactly @p size is ready (then the owner's next take() of it
   /// finds one: only the owner takes).
   bool ready(std::uint64_t size) const;
-  /// @brief A prepared block of exactly @p size, if one is ready; counted as served or missed.
+  /// @brief A prepared block of exactly @p size, if one is ready.
   std::optional<exported_block> take(std::uint64_t size);
   /// @brief Asks for blocks of @p size, up to kBlocksPerSize ready or being made, as many as
   /// the family_room holds (beside all instances' allocations and spares) and kMaxBytes allows,
@@ -86,8 +80,6 @@ class cuda_spares {
   std::vector<std::pair<std::uint64_t, exported_block>> drain();
   /// @brief Bytes held or being made.
   std::uint64_t bytes() const;
-  /// @brief The take()s so far.
-  counts taken() const;
 
  private:
   void work();
@@ -106,7 +98,6 @@ class cuda_spares {
   bool unstarted_ = false;             ///< wanted_ grew since the last start_wanted()
   std::uint64_t bytes_ = 0;            ///< ready, wanted and in the making
   std::uint64_t generation_ = 0;       ///< bumped by drain(): blocks made before it are unwanted
-  counts taken_;
   bool stopping_ = false;
   std::chrono::steady_clock::time_point asked_at_;  ///< the last start_wanted(), for the log
   std::thread worker_;

@@ -28,6 +28,9 @@ class family_room {
   std::uint64_t bytes_in_use() const noexcept { return in_use_; }
   /// @brief Bytes the instances hold, or are making, in spare blocks.
   std::uint64_t spare_bytes() const noexcept { return spares_.load(std::memory_order_relaxed); }
+  /// @brief Bytes left beside the allocations; none when a restarted daemon adopted more than a
+  /// smaller size now allows.
+  std::uint64_t unallocated() const noexcept { return size_ - std::min(size_, in_use_); }
   /// @brief Bytes left beside the allocations and the spares.
   std::uint64_t free() const noexcept { return size_ - std::min(size_, in_use_ + spare_bytes()); }
 

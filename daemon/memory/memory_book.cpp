@@ -153,8 +153,8 @@ memory_book::pool_family& memory_book::choose_family(const proto::allocate_reque
 }
 
 pool& memory_book::instance(pool_family& family, const access_class& tenant, std::uint64_t size) {
-  family_room& room = *family.room;
-  if (size > room.size() - room.bytes_in_use()) {
+  const family_room& room = *family.room;
+  if (size > room.unallocated()) {
     throw request_error(errc::out_of_memory,
                         fmt::format("pool '{}' cannot fit {} bytes: {} of {} bytes in use by all "
                                     "its tenants",
@@ -221,11 +221,16 @@ proto::allocation_reply memory_book::allocate(client_id client,
   }
 }
 
-void memory_book::make_room(pool_family& family, const pool& home, std::uint64_t size) {
+void memory_book::make_room(pool_family& family, pool& home, std::uint64_t size) {
   // A block home keeps of this size turns from spare into allocation, and needs no more room.
-  if (size <= family.room->free() || home.has_spare(size)) return;
-  // Spare blocks give way to allocations, whichever tenant's instance keeps them.
-  for (const auto& [tenant, each] : family.instances) each->drop_spares();
+  if (home.has_spare(size)) return;
+  // Spare blocks give way to allocations: the asker's own first, then other tenants' until the
+  // allocation fits, so that a tenant near the size churns its own spares, not theirs.
+  if (size > family.room->free()) home.drop_spares();
+  for (const auto& [tenant, each] : family.instances) {
+    if (size <= family.room->free()) return;
+    each->drop_spares();
+  }
 }
 
 void memory_book::start_deferred_work() noexcept {

@@ -121,8 +121,8 @@ void pools(builder& out, const books& state) {
     allocations.samples.push_back({labels, pool.allocations});
   }
   family& spare_bytes = out.add("gpumemd_pool_spare_bytes",
-                                "Device memory a CUDA pool's instances hold in blocks made ahead "
-                                "of demand (within its size)");
+                                "Device memory a CUDA pool's instances hold, or are making, in "
+                                "blocks made ahead of demand (within its size)");
   family& spare_allocations =
       out.add("gpumemd_pool_cuda_allocations_total",
               "CUDA allocations given a block made ahead of demand (from=\"spare\") or made on "
