@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -764,7 +765,7 @@ class pool_keeping_a_spare final : public pool {
   std::uint64_t served_ = 0;
 };
 
-TEST(PoolRoom, SparesGiveWayToAnAllocationTheAskersOwnFirstAndServeTheirOwnTenantWhenFull) {
+TEST(PoolRoom, SparesAreMadeInTheRoomLeftAndGiveWayOnlyToTheirOwnTenantsAllocations) {
   daemon_config config = embedded_default_config();
   config.pools[0].size = 1 << 20;
   books book(config, [](std::uint32_t id, const pool_config& settings, family_room& room) {
@@ -779,24 +780,25 @@ TEST(PoolRoom, SparesGiveWayToAnAllocationTheAskersOwnFirstAndServeTheirOwnTenan
   };
   const auto in_use = [&] { return book.stats().records.at(0).bytes_in_use; };
   constexpr std::uint64_t kSpare = pool_keeping_a_spare::kSpare;
-  const client_id first = book.add_client({100, 1000, 1000, {}});
-  const client_id second = book.add_client({101, 2000, 2000, {}});
+  // Uids other than this process's, whose instance the daemon made for itself.
+  const std::uint32_t uid = ::geteuid() + 1000;
+  const client_id first = book.add_client({100, uid, uid, {}});
+  const client_id second = book.add_client({101, uid + 1000, uid + 1000, {}});
   ASSERT_EQ(spare_bytes(), kSpare) << "the daemon's own instance keeps one";
 
   book.memory.allocate(first, request(512 << 10));
-  EXPECT_EQ(spare_bytes(), 2 * kSpare) << "an allocation that fits beside the spares leaves them";
+  EXPECT_EQ(spare_bytes(), 2 * kSpare) << "the first tenant's instance made one in the room left";
 
-  // 1 MiB - 512 KiB allocated - 3 spares = 320 KiB: 448 KiB fit once the second tenant's own
-  // spare and the daemon's instance's are gone; the first tenant's stays.
+  // 1 MiB - 512 KiB - 3 spares leaves 320 KiB: the second tenant's 448 KiB drop its own
+  // instance's spare, not the others', and are not refused for them.
   book.memory.allocate(second, request(448 << 10));
   EXPECT_EQ(in_use(), 960u << 10);
-  EXPECT_EQ(spare_bytes(), kSpare);
+  EXPECT_EQ(spare_bytes(), 2 * kSpare);
 
-  // The pool is full with it, but the first tenant's spare serves its own 64 KiB allocation:
-  // taken, not dropped and made again.
+  // The first tenant's spare serves its own 64 KiB allocation: taken, not dropped.
   book.memory.allocate(first, request(kSpare));
   EXPECT_EQ(in_use(), 1u << 20);
-  EXPECT_EQ(spare_bytes(), 0u);
+  EXPECT_EQ(spare_bytes(), kSpare);
   EXPECT_EQ(book.memory.spares().at(0).second.served, 1u);
 }
 

@@ -2,11 +2,16 @@
 /// @file
 /// @brief What one configured pool has left, shared by its instances (one per tenant).
 ///
-/// The configured size bounds what all instances of a pool hold together: their allocations,
-/// and the blocks CUDA pools make ahead of demand (cuda_spares). Each instance is a CUDA pool of
-/// its own whose driver limit is the whole size, so an instance that measured its room alone
-/// would keep its spare blocks on top of the other tenants' allocations: with two tenants, a
-/// 16 MiB pool held 24 MiB of device memory.
+/// The configured size bounds the instances' allocations together, and the blocks CUDA pools
+/// make ahead of demand (cuda_spares) are made only in room that neither allocations nor other
+/// spares hold. Each instance is a CUDA pool of its own whose driver limit is the whole size;
+/// when each measured its room alone, a tenant's spares came on top of the other tenants'
+/// allocations (two tenants of a 16 MiB pool held 24 MiB, on an H200).
+///
+/// Spares never refuse an allocation. One that needs their room drops its own instance's
+/// (memory_book::make_room); other tenants' stay, since their memory would stay in those
+/// tenants' pools anyway (IPC pools do not give exported memory back to the device), so
+/// allocations and spares together can exceed the size by spares made before.
 ///
 /// Allocations are counted on the daemon's loop thread; spares are counted there too, and given
 /// back on any thread (a spare worker whose block could not be made).

@@ -221,16 +221,13 @@ proto::allocation_reply memory_book::allocate(client_id client,
   }
 }
 
-void memory_book::make_room(pool_family& family, pool& home, std::uint64_t size) {
-  // A block home keeps of this size turns from spare into allocation, and needs no more room.
-  if (home.has_spare(size)) return;
-  // Spare blocks give way to allocations: the asker's own first, then other tenants' until the
-  // allocation fits, so that a tenant near the size churns its own spares, not theirs.
-  if (size > family.room->free()) home.drop_spares();
-  for (const auto& [tenant, each] : family.instances) {
-    if (size <= family.room->free()) return;
-    each->drop_spares();
-  }
+void memory_book::make_room(const pool_family& family, pool& home, std::uint64_t size) {
+  // A block home keeps of this size turns from spare into allocation and needs no more room.
+  // Otherwise only home's own spares give way: their memory goes back to home's CUDA pool,
+  // where this allocation reuses it. Another tenant's would stay in that tenant's pool (IPC
+  // pools give exported memory back to the device neither on a free nor on a trim), so
+  // dropping them would cost that tenant its next spare and give this allocation nothing.
+  if (size > family.room->free() && !home.has_spare(size)) home.drop_spares();
 }
 
 void memory_book::start_deferred_work() noexcept {

@@ -153,9 +153,9 @@ class memory_book {
   void release_if_retired_and_empty(pool& instance) noexcept;
   /// @throws request_error(out_of_memory) when the family has no room for @p size.
   pool& instance(pool_family& family, const access_class& tenant, std::uint64_t size);
-  /// @brief Drops spare blocks of @p family's instances, @p home's first, until an allocation of
-  /// @p size from @p home fits beside the rest.
-  static void make_room(pool_family& family, pool& home, std::uint64_t size);
+  /// @brief Drops @p home's spare blocks when an allocation of @p size does not fit beside
+  /// @p family's allocations and spares and none of home's has that size.
+  static void make_room(const pool_family& family, pool& home, std::uint64_t size);
   /// @brief What @p client needs to import allocation @p id (for a client that shares no
   /// events with the daemon, once the allocation is done).
   proto::allocation_reply grant(client_id client, object_id id, const object_row& row,
