@@ -135,8 +135,8 @@ std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) c
 }
 
 std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
-  // The memory book has made room in the configured pool's size (dropping spares that were in
-  // the way); the driver may still be out of device memory.
+  // The memory book has made room in the configured pool's size (dropping this instance's
+  // spares that were in the way); the driver may still be out of device memory.
   std::optional<exported_block> block = spares_.take(size);
   if (block) {
     ++served_;
