@@ -84,8 +84,10 @@ class books {
   /// @brief Starts the background work the requests just answered left (memory_book::
   /// start_deferred_work()); after the replies went out.
   void start_deferred_work() noexcept { memory.start_deferred_work(); }
-  /// @brief Writes what changed down, when a keeper is set; before every reply.
+  /// @brief Finishes the frees made since the last call (memory_book::settle_frees()), then
+  /// writes what changed down, when a keeper is set; before every reply.
   void write_changes() noexcept {
+    memory.settle_frees();
     if (keeper_ != nullptr && rows.changed()) keeper_->write_changes();
   }
 

@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "gpumem/shared/sync/host_lock.hpp"
@@ -384,6 +386,26 @@ TEST_F(Books, StatsKeepAHighWaterMarkAndCountRounding) {
   EXPECT_EQ(pool.bytes_in_use_high, 5100u);
   EXPECT_EQ(pool.bytes_reserved, 8192u);
   EXPECT_EQ(pool.allocations, 1u);
+}
+
+TEST_F(Books, AReleasedHostRangesPagesAreGoneOnceTheChangesAreWritten) {
+  const auto made = book.memory.allocate(owner, request(3 * 4096));
+  const auto [home, fd] = book.memory.pool_for(owner, made.pool_id);
+  ASSERT_NE(home, nullptr);
+  void* mapped = ::mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                        static_cast<off_t>(made.offset));
+  ASSERT_NE(mapped, MAP_FAILED);
+  std::memset(mapped, 0x5a, 3 * 4096);
+  book.memory.release(owner, release_of(made.alloc_id));
+  // The loop writes the changes down once per turn, before the replies of that turn go out:
+  // the client told its range is free finds its pages gone.
+  book.write_changes();
+  EXPECT_EQ(::lseek(fd, static_cast<off_t>(made.offset), SEEK_DATA), -1);
+  EXPECT_EQ(errno, ENXIO);
+  EXPECT_EQ(static_cast<unsigned char*>(mapped)[0], 0);
+  ::munmap(mapped, 3 * 4096);
+  // And the range is placed again.
+  EXPECT_EQ(book.memory.allocate(owner, request(3 * 4096)).offset, made.offset);
 }
 
 }  // namespace

@@ -217,6 +217,7 @@ proto::allocation_reply memory_book::allocate(client_id client,
     rows_.erase(id);
     home.free(*where, request.size);
     family.room->freed(request.size);
+    note_unsettled_free(home);
     throw;
   }
 }
@@ -235,6 +236,25 @@ void memory_book::start_deferred_work() noexcept {
     if (id < pools_.size() && pools_[id]) pools_[id]->start_deferred_work();
   }
   deferred_work_.clear();
+}
+
+void memory_book::note_unsettled_free(pool& home) noexcept {
+  if (std::find(unsettled_frees_.begin(), unsettled_frees_.end(), home.id()) !=
+      unsettled_frees_.end()) {
+    return;
+  }
+  try {
+    unsettled_frees_.push_back(home.id());
+  } catch (const std::bad_alloc&) {
+    home.settle_frees();  // now, then, as no later call would know of it
+  }
+}
+
+void memory_book::settle_frees() noexcept {
+  for (const std::uint32_t id : unsettled_frees_) {
+    if (id < pools_.size() && pools_[id]) pools_[id]->settle_frees();
+  }
+  unsettled_frees_.clear();
 }
 
 proto::allocation_reply memory_book::open(client_id client, const proto::open_request& request) {
@@ -263,6 +283,7 @@ void memory_book::let_go(object_id id, const object_row& row) noexcept {
     pool& home = *found->second.home;
     home.free(found->second.where, row.bytes);
     families_[pool_owner_[home.id()].first].room->freed(row.bytes);
+    note_unsettled_free(home);
     allocations_.erase(found);
     release_if_retired_and_empty(home);
   }

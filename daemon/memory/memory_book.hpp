@@ -74,6 +74,10 @@ class memory_book {
   /// the background (pool::start_deferred_work()): the loop calls it once their replies went
   /// out.
   void start_deferred_work() noexcept;
+  /// @brief Finishes in their pools the frees since the last call (pool::settle_frees()):
+  /// before the changes are written down, so that a restarted daemon places no freed range
+  /// whose old bytes are still there.
+  void settle_frees() noexcept;
 
   /// @return nullptr for an id no instance has (any more).
   const pool* pool_by_id(std::uint32_t pool_id) const noexcept;
@@ -151,6 +155,7 @@ class memory_book {
   void open_family(pool_family& family);
   /// Closes an adopted instance that holds nothing any more.
   void release_if_retired_and_empty(pool& instance) noexcept;
+  void note_unsettled_free(pool& home) noexcept;
   /// @throws request_error(out_of_memory) when the family has no room for @p size.
   pool& instance(pool_family& family, const access_class& tenant, std::uint64_t size);
   /// @brief Drops @p home's spare blocks when an allocation of @p size does not fit beside
@@ -170,6 +175,8 @@ class memory_book {
   /// Ids of the pools allocated from since the last start_deferred_work(); ids, not pointers,
   /// because an emptied adopted instance may close in between.
   std::vector<std::uint32_t> deferred_work_;
+  /// Ids of the pools freed in since the last settle_frees(), for the same reason.
+  std::vector<std::uint32_t> unsettled_frees_;
   std::vector<std::pair<std::size_t, access_class>> pool_owner_;  ///< by id: family, class
   std::unordered_map<object_id, placed> allocations_;
 };

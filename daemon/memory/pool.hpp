@@ -95,6 +95,9 @@ class pool {
   /// @brief Starts what allocations left to be done in the background (a CUDA pool's next
   /// spare block); called once their replies went out, so that it never delays them.
   virtual void start_deferred_work() noexcept {}
+  /// @brief Finishes the frees made since the last call (a host pool punches the freed pages);
+  /// called once per turn of the loop, before its changes are written to the restart state.
+  virtual void settle_frees() noexcept {}
   /// @brief Spare blocks, for the metrics; none for host pools.
   virtual spare_use spares() const { return {}; }
   /// @brief Whether a spare block of exactly @p size is ready: an allocation it serves needs no
