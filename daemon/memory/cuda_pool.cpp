@@ -138,9 +138,8 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
   // The memory book has made room in the configured pool's size (dropping this instance's
   // spares that were in the way); the driver may still be out of device memory.
   std::optional<exported_block> block = spares_.take(size);
-  if (block) {
-    ++served_;
-  } else {
+  const bool from_spare = block.has_value();
+  if (!from_spare) {
     const auto start = std::chrono::steady_clock::now();
     block = allocate_exported(size);
     if (!block && spares_.bytes() > 0) {
@@ -148,7 +147,6 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
       block = allocate_exported(size);
     }
     if (!block) return std::nullopt;
-    ++made_on_request_;
     // A request that finds no block ready pays for the making; how often, and what it costs,
     // is what decides whether the spares keep allocations off the driver.
     spdlog::debug("pool '{}': no {}-byte block ready: made on the request path in {} us",
@@ -157,7 +155,14 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
                       std::chrono::steady_clock::now() - start)
                       .count());
   }
-  exports_.emplace(block->pointer, block->data);
+  try {
+    exports_.emplace(block->pointer, block->data);
+  } catch (...) {
+    // Handed to nobody: back to the pool, in the order of the stream that made it.
+    cu_.cuMemFreeAsync(block->pointer, allocation_stream_.get());
+    throw;
+  }
+  ++(from_spare ? served_ : made_on_request_);
   // Whatever this size's next request needs is made while this one's reply travels.
   spares_.want(size);
   return placement{block->pointer, size};

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <new>
 #include <utility>
 
 namespace gpumem::daemon {
@@ -50,7 +51,7 @@ std::size_t cuda_spares::sizes_kept() const {
   return static_cast<std::size_t>(std::unique(sizes.begin(), sizes.end()) - sizes.begin());
 }
 
-void cuda_spares::want(std::uint64_t size) {
+void cuda_spares::want(std::uint64_t size) noexcept {
   std::lock_guard lock(mutex_);
   if (size > kMaxBlockSize) return;
   const auto ready = ready_.find(size);
@@ -58,7 +59,11 @@ void cuda_spares::want(std::uint64_t size) {
                      static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
   if (kept == 0 && sizes_kept() >= kMaxSizes) return;
   for (; kept < kBlocksPerSize && bytes_ + size <= kMaxBytes; ++kept) {
-    wanted_.push_back(size);  // first: if it throws, nothing is counted yet
+    try {
+      wanted_.push_back(size);  // first: if it throws, nothing is counted yet
+    } catch (const std::bad_alloc&) {
+      return;  // the next request of this size makes its block itself
+    }
     if (!room_.hold_spare(size)) {
       wanted_.pop_back();
       return;

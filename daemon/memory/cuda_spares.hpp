@@ -73,7 +73,7 @@ class cuda_spares {
   /// @brief Asks for blocks of @p size, up to kBlocksPerSize ready or being made, as many as
   /// the family_room holds (beside all instances' allocations and spares) and kMaxBytes allows,
   /// if the size is worth keeping; they are made after the next start_wanted().
-  void want(std::uint64_t size);
+  void want(std::uint64_t size) noexcept;
   /// @brief Lets the worker make what was wanted since the last call.
   void start_wanted() noexcept;
   /// @brief Every prepared block, for the owner to free; what is being made is dropped too.

@@ -164,6 +164,10 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
     return *found->second;
   }
   const auto id = static_cast<std::uint32_t>(pools_.size());
+  // Room first, so that nothing below the making can fail: an instance left in one index and
+  // not the others would outlive its family (add_pool drops a family that failed to open).
+  pools_.reserve(pools_.size() + 1);
+  pool_owner_.reserve(pool_owner_.size() + 1);
   std::unique_ptr<pool> made;
   try {
     made = make_pool_(id, family.config, *family.room);
@@ -174,9 +178,9 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
                         fmt::format("making an instance of pool '{}' for uid {}: {}",
                                     family.config.name, tenant.owner, error.what()));
   }
+  family.instances.emplace(tenant, made.get());
   pools_.push_back(std::move(made));
   pool_owner_.emplace_back(static_cast<std::size_t>(&family - families_.data()), tenant);
-  family.instances.emplace(tenant, pools_.back().get());
   rows_.touch_pool(id);
   return *pools_.back();
 }
