@@ -70,6 +70,7 @@ struct config_source {
 int check_config(const config_source& source, const daemon_config& config) {
   const std::vector<std::string> unchecked = check_devices(config, source.name());
   std::printf("configuration is valid: %zu pool(s)\n", config.pools.size());
+  for (const std::string& line : config_notices(config)) std::printf("%s\n", line.c_str());
   for (const std::string& line : unchecked) std::printf("%s\n", line.c_str());
   return 0;
 }
@@ -115,6 +116,7 @@ int main(int argc, char** argv) {
     daemon_config config = source.read();
     spdlog::set_level(spdlog::level::from_str(config.log_level));
     if (check_only) return check_config(source, config);
+    for (const std::string& notice : config_notices(config)) spdlog::warn("{}", notice);
     boost::asio::io_context io(1);
     config.pools = resolve_pools(config);
     // What the fd store kept of an earlier gpumemd is re-adopted; a state that cannot be read
@@ -141,6 +143,7 @@ int main(int argc, char** argv) {
     store.start(*state, readopted);
     server listener(io, config, *state, std::move(listen_socket), [&source] {
       daemon_config reread = source.read();
+      for (const std::string& notice : config_notices(reread)) spdlog::warn("{}", notice);
       reread.pools = resolve_pools(reread);
       return reread;
     });

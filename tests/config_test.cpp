@@ -149,6 +149,27 @@ TEST_F(ConfigFile, APoolWithoutReleaseThresholdKeepsAllFreedMemory) {
   EXPECT_EQ(config.pools[0].release_threshold, 8ull << 30);
 }
 
+TEST_F(ConfigFile, AReleaseThresholdBelowThePoolsSizeIsValidButSaidToDoNothing) {
+  const auto config = load(
+      "pools:\n  - {name: host, device: host, size: 64MiB}\n"
+      "  - {name: gpu0, device: 0, size: 8GiB, release_threshold: 8GiB}\n"
+      "  - {name: gpu1, device: 1, size: 8GiB, release_threshold: 0}\n");
+  const std::vector<std::string> notices = config_notices(config);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].rfind("pools[2] ('gpu1').release_threshold: 0 has no effect", 0), 0u)
+      << notices[0];
+  EXPECT_TRUE(config_notices(embedded_default_config()).empty());
+
+  // --check-config says it too, and passes.
+  std::ofstream(path) << "pools:\n  - {name: host, device: host, size: 64MiB, release_threshold: "
+                         "1MiB}\n";
+  const auto checked = run_gpumemd("--check-config --config '" + path + "' 2>&1");
+  EXPECT_EQ(checked.exit_status, 0) << checked.output;
+  EXPECT_NE(checked.output.find("pools[0] ('host').release_threshold: 1MiB has no effect"),
+            std::string::npos)
+      << checked.output;
+}
+
 TEST_F(ConfigFile, EmptyFileOrNoPoolsMeansTheDefaultPools) {
   EXPECT_EQ(load("").pools.size(), 1u);
   EXPECT_EQ(load("log_level: warn\n").pools.at(0).name, "host");

@@ -1,5 +1,6 @@
 #include "config/config.hpp"
 
+#include <fmt/format.h>
 #include <grp.h>
 #include <pwd.h>
 #include <spdlog/common.h>
@@ -582,6 +583,23 @@ std::uint64_t parse_size(const std::string& text) {
     return std::stoull(text);
   }
   throw config_error("'" + text + "' is not a size (use bytes or a KiB, MiB, GiB, TiB suffix)");
+}
+
+std::vector<std::string> config_notices(const daemon_config& config) {
+  std::vector<std::string> notices;
+  for (std::size_t i = 0; i < config.pools.size(); ++i) {
+    const pool_config& pool = config.pools[i];
+    if (pool.release_threshold == pool.size) continue;
+    // Measured on an H200 (driver 580): with a threshold of 0 the device holds the memory of a
+    // freed exported block as with the default, while the pool's reserved figure reads 0.
+    notices.push_back(fmt::format(
+        "pools[{}] ('{}').release_threshold: {} has no effect: a host pool gives freed pages "
+        "back at once, and a CUDA IPC pool keeps the memory of exported blocks (all of a "
+        "gpumemd pool's) whatever it says; below the size it only makes the driver's reserved "
+        "figure for the pool read low. Leave it out.",
+        i, pool.name, size_text(pool.release_threshold)));
+  }
+  return notices;
 }
 
 daemon_config load_config_file(const std::string& path) {

@@ -29,7 +29,8 @@ struct pool_config {
   std::string name;
   std::int32_t device = proto::kHostDevice;
   std::uint64_t size = 0;  ///< capacity of a host pool; maximum size of a CUDA pool
-  /// Bytes a CUDA pool keeps for reuse after frees; the pool's size unless configured.
+  /// Set as the CUDA pool's release threshold; the pool's size unless configured. No effect on
+  /// the device memory of IPC pools (config_notices()).
   std::uint64_t release_threshold = 0;
   std::vector<std::int32_t> peer_access;
 
@@ -109,6 +110,11 @@ daemon_config load_config_file(const std::string& path);
 /// named "cudaN", as large as the device, every other key at its default (so it keeps all
 /// freed memory for reuse), as if the file listed it.
 pool_config default_cuda_pool(std::int32_t device, std::uint64_t device_bytes);
+
+/// @brief What a valid configuration asks for that gpumemd cannot give, one line per key, for
+/// the log at start and reload and for --check-config: a pool's release_threshold below its
+/// size (IPC pools keep the memory of exported blocks whatever it says).
+std::vector<std::string> config_notices(const daemon_config& config);
 
 /// @brief The embedded default as a commented YAML document: each key's description and
 /// default, then a commented example of a pool with every pool key. `gpumemd
