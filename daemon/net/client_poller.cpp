@@ -96,7 +96,7 @@ void client_poller::flush_queued() {
       keep->replies_sent(sent, error);
     });
   };
-  while (batch_ && (next < flushes_.size() || !batch_->empty())) {
+  while (batch_ && flushes_.size() > 1 && (next < flushes_.size() || !batch_->empty())) {
     if (next == flushes_.size() || batch_->full()) {
       send_batch_now();
       continue;
@@ -120,8 +120,9 @@ void client_poller::flush_queued() {
 
 void client_poller::serve_ready(int count) {
 #ifdef GPUMEM_WITH_IO_URING
-  if (batch_) {
+  if (batch_ && count > 1) {
     // Reads first, all in one submission; the sessions that do not read now are served after.
+    // One read alone goes without the ring (see the header).
     batched_events_.clear();
     for (int i = 0; i < count; ++i) {
       const auto found = entries_.find(events_[i].data.u64);
