@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -98,6 +99,26 @@ TEST(Restart, WhatAClientThatDiedWhileNoDaemonRanHeldIsFreed) {
   auto client = daemon.connect();
   EXPECT_FALSE(opens(client, "orphaned"));
   EXPECT_EQ(host_bytes_in_use(client), 0u);
+}
+
+TEST(Restart, AHostRangeFreedAtTheStartIsZeroedBeforeAnotherRestartPlacesItAgain) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto holder = peer(daemon, {"hold-new", "orphaned", std::to_string(kSize), "3"});
+  ASSERT_TRUE(ready(holder).starts_with("ready"));
+  daemon.kill(SIGKILL);
+  holder.signal(SIGKILL);
+  holder.wait();
+  // This start lets the dead client's range go, and no client comes before the next crash:
+  // the state it wrote down says the range is free, so its pages must be gone by then.
+  daemon.start();
+  daemon.kill(SIGKILL);
+  daemon.start();
+  auto client = daemon.connect();
+  auto fresh = client.allocate(kSize);
+  const auto* bytes = static_cast<const unsigned char*>(fresh.data());
+  EXPECT_EQ(std::count(bytes, bytes + kSize, 0), static_cast<std::ptrdiff_t>(kSize))
+      << "a new allocation reads the dead client's bytes";
 }
 
 TEST(Restart, AClientThatDiesAfterTheRestartIsReclaimedWithinASecond) {

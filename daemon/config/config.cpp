@@ -594,7 +594,7 @@ std::vector<std::string> config_notices(const daemon_config& config) {
     // freed exported block as with the default, while the pool's reserved figure reads 0.
     notices.push_back(fmt::format(
         "pools[{}] ('{}').release_threshold: {} has no effect: a host pool gives freed pages "
-        "back at once, and a CUDA IPC pool keeps the memory of exported blocks (all of a "
+        "back as it frees them, and a CUDA IPC pool keeps the memory of exported blocks (all of a "
         "gpumemd pool's) whatever it says; below the size it only makes the driver's reserved "
         "figure for the pool read low. Leave it out.",
         i, pool.name, size_text(pool.release_threshold)));

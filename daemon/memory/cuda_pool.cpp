@@ -158,7 +158,9 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
   try {
     exports_.emplace(block->pointer, block->data);
   } catch (...) {
-    // Handed to nobody: back to the pool, in the order of the stream that made it.
+    // Handed to nobody: back to the pool, in the order of the stream that made it. A block
+    // from the spares was taken with another device's context perhaps current.
+    enter();
     cu_.cuMemFreeAsync(block->pointer, allocation_stream_.get());
     throw;
   }

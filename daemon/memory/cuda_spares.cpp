@@ -57,12 +57,17 @@ void cuda_spares::want(std::uint64_t size) noexcept {
   const auto ready = ready_.find(size);
   std::size_t kept = (ready == ready_.end() ? 0 : ready->second.size()) +
                      static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
-  if (kept == 0 && sizes_kept() >= kMaxSizes) return;
+  // Out of memory, a wish is dropped: the next request of this size makes its block itself.
+  try {
+    if (kept == 0 && sizes_kept() >= kMaxSizes) return;
+  } catch (const std::bad_alloc&) {
+    return;
+  }
   for (; kept < kBlocksPerSize && bytes_ + size <= kMaxBytes; ++kept) {
     try {
       wanted_.push_back(size);  // first: if it throws, nothing is counted yet
     } catch (const std::bad_alloc&) {
-      return;  // the next request of this size makes its block itself
+      return;
     }
     if (!room_.hold_spare(size)) {
       wanted_.pop_back();

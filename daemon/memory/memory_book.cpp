@@ -178,10 +178,10 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
                         fmt::format("making an instance of pool '{}' for uid {}: {}",
                                     family.config.name, tenant.owner, error.what()));
   }
+  rows_.touch_pool(id);  // an id touched with no pool behind it is written down as none
   family.instances.emplace(tenant, made.get());
   pools_.push_back(std::move(made));
   pool_owner_.emplace_back(static_cast<std::size_t>(&family - families_.data()), tenant);
-  rows_.touch_pool(id);
   return *pools_.back();
 }
 

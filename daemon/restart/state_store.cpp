@@ -325,6 +325,9 @@ void state_store::start(books& state, bool readopted) {
       state.memory.let_go(id, row);
     }
   }
+  // As books::write_changes() does: no state is written down that calls a range free whose
+  // old bytes are still in the memfd, which the next daemon would place again.
+  state.memory.settle_frees();
   // Every descriptor in the store: those passed back are there, the pool instances made at
   // start are stored now. Pools and pages are few: all are written again.
   std::vector<std::string> removed;
