@@ -87,14 +87,20 @@ TEST(Restart, NamedBufferKeepsItsBytesAndHoldersThroughASigkill) {
   ASSERT_TRUE(daemon.wait_for([&] { return client.allocations().at(0).holders == 1; }, 1s));
 }
 
-TEST(Restart, WhatAClientThatDiedWhileNoDaemonRanHeldIsFreed) {
-  systemd_supervisor daemon({});
+/// A client holds "orphaned" (kSize bytes of pattern 3) and dies while no daemon runs; the
+/// daemon is left stopped.
+void orphan_while_stopped(systemd_supervisor& daemon) {
   daemon.start();
   auto holder = peer(daemon, {"hold-new", "orphaned", std::to_string(kSize), "3"});
   ASSERT_TRUE(ready(holder).starts_with("ready"));
   daemon.kill(SIGKILL);
   holder.signal(SIGKILL);
   holder.wait();
+}
+
+TEST(Restart, WhatAClientThatDiedWhileNoDaemonRanHeldIsFreed) {
+  systemd_supervisor daemon({});
+  ASSERT_NO_FATAL_FAILURE(orphan_while_stopped(daemon));
   daemon.start();
   auto client = daemon.connect();
   EXPECT_FALSE(opens(client, "orphaned"));
@@ -103,12 +109,7 @@ TEST(Restart, WhatAClientThatDiedWhileNoDaemonRanHeldIsFreed) {
 
 TEST(Restart, AHostRangeFreedAtTheStartIsZeroedBeforeAnotherRestartPlacesItAgain) {
   systemd_supervisor daemon({});
-  daemon.start();
-  auto holder = peer(daemon, {"hold-new", "orphaned", std::to_string(kSize), "3"});
-  ASSERT_TRUE(ready(holder).starts_with("ready"));
-  daemon.kill(SIGKILL);
-  holder.signal(SIGKILL);
-  holder.wait();
+  ASSERT_NO_FATAL_FAILURE(orphan_while_stopped(daemon));
   // This start lets the dead client's range go, and no client comes before the next crash:
   // the state it wrote down says the range is free, so its pages must be gone by then.
   daemon.start();
