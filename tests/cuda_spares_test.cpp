@@ -132,6 +132,7 @@ TEST(CudaSpares, ReadyTellsWhetherTheOwnersNextTakeFindsABlock) {
   EXPECT_FALSE(pool.spares.ready(4096)) << "wanted, not yet made";
   pool.spares.start_wanted();
   ASSERT_TRUE(within_5s([&] { return pool.spares.ready(4096); }));
+  EXPECT_FALSE(pool.spares.ready(8192)) << "only that size";
   ASSERT_TRUE(pool.spares.take(4096));
   EXPECT_EQ(room.spare_bytes(), 4096u) << "the taken block left the room's spares";
 }
@@ -167,6 +168,11 @@ TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
   }
   EXPECT_EQ(pool.spares.bytes(), expected) << "counted while wanted, before they are made";
   pool.gate.set_value();
+  pool.spares.start_wanted();
+  const int blocks = static_cast<int>(cuda_spares::kMaxSizes * cuda_spares::kBlocksPerSize);
+  ASSERT_TRUE(within_5s([&] { return pool.made == blocks; }));
+  pool.spares.want((cuda_spares::kMaxSizes + 4) * 256);
+  EXPECT_EQ(pool.spares.bytes(), expected) << "the sizes made count as kept, as the wanted ones";
 }
 
 TEST(CudaSpares, AllSparesTogetherHoldAtMostTheirByteLimit) {

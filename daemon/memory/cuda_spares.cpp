@@ -44,11 +44,14 @@ void cuda_spares::uncount(std::uint64_t size) noexcept {
   room_.release_spare(size);
 }
 
-std::size_t cuda_spares::sizes_kept() const {
-  std::vector<std::uint64_t> sizes = wanted_;
-  for (const auto& [size, blocks] : ready_) sizes.push_back(size);
-  std::sort(sizes.begin(), sizes.end());
-  return static_cast<std::size_t>(std::unique(sizes.begin(), sizes.end()) - sizes.begin());
+std::size_t cuda_spares::sizes_kept() const noexcept {
+  // Counted in place: want() runs on the request path, and wanted_ holds at most
+  // kMaxSizes * kBlocksPerSize sizes.
+  std::size_t sizes = ready_.size();
+  for (auto each = wanted_.begin(); each != wanted_.end(); ++each) {
+    if (!ready_.contains(*each) && std::find(wanted_.begin(), each, *each) == each) ++sizes;
+  }
+  return sizes;
 }
 
 void cuda_spares::want(std::uint64_t size) noexcept {
@@ -57,17 +60,12 @@ void cuda_spares::want(std::uint64_t size) noexcept {
   const auto ready = ready_.find(size);
   std::size_t kept = (ready == ready_.end() ? 0 : ready->second.size()) +
                      static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
-  // Out of memory, a wish is dropped: the next request of this size makes its block itself.
-  try {
-    if (kept == 0 && sizes_kept() >= kMaxSizes) return;
-  } catch (const std::bad_alloc&) {
-    return;
-  }
+  if (kept == 0 && sizes_kept() >= kMaxSizes) return;
   for (; kept < kBlocksPerSize && bytes_ + size <= kMaxBytes; ++kept) {
     try {
       wanted_.push_back(size);  // first: if it throws, nothing is counted yet
     } catch (const std::bad_alloc&) {
-      return;
+      return;  // the next request of this size makes its block itself
     }
     if (!room_.hold_spare(size)) {
       wanted_.pop_back();

@@ -84,7 +84,7 @@ class cuda_spares {
  private:
   void work();
   /// Sizes kept, ready or wanted (at most kMaxSizes); the caller holds mutex_.
-  std::size_t sizes_kept() const;
+  std::size_t sizes_kept() const noexcept;
   /// Stops counting @p size bytes, here and in the room; the caller holds mutex_.
   void uncount(std::uint64_t size) noexcept;
 

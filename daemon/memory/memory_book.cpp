@@ -207,9 +207,7 @@ proto::allocation_reply memory_book::allocate(client_id client,
     family.room->freed(request.size);
     throw;
   }
-  if (std::find(deferred_work_.begin(), deferred_work_.end(), home.id()) == deferred_work_.end()) {
-    deferred_work_.push_back(home.id());
-  }
+  note_once(deferred_work_, home.id());
   object_id id = 0;
   try {
     id = rows_.add(client,
@@ -235,30 +233,32 @@ void memory_book::make_room(const pool_family& family, pool& home, std::uint64_t
   if (size > family.room->free() && !home.has_spare(size)) home.drop_spares();
 }
 
-void memory_book::start_deferred_work() noexcept {
-  for (const std::uint32_t id : deferred_work_) {
-    if (id < pools_.size() && pools_[id]) pools_[id]->start_deferred_work();
+void memory_book::note_once(std::vector<std::uint32_t>& ids, std::uint32_t id) {
+  if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+}
+
+void memory_book::run_noted(std::vector<std::uint32_t>& ids,
+                            void (pool::*work)() noexcept) noexcept {
+  for (const std::uint32_t id : ids) {
+    if (id < pools_.size() && pools_[id]) (pools_[id].get()->*work)();
   }
-  deferred_work_.clear();
+  ids.clear();
+}
+
+void memory_book::start_deferred_work() noexcept {
+  run_noted(deferred_work_, &pool::start_deferred_work);
 }
 
 void memory_book::note_unsettled_free(pool& home) noexcept {
-  if (std::find(unsettled_frees_.begin(), unsettled_frees_.end(), home.id()) !=
-      unsettled_frees_.end()) {
-    return;
-  }
   try {
-    unsettled_frees_.push_back(home.id());
+    note_once(unsettled_frees_, home.id());
   } catch (const std::bad_alloc&) {
     home.settle_frees();  // now, then, as no later call would know of it
   }
 }
 
 void memory_book::settle_frees() noexcept {
-  for (const std::uint32_t id : unsettled_frees_) {
-    if (id < pools_.size() && pools_[id]) pools_[id]->settle_frees();
-  }
-  unsettled_frees_.clear();
+  run_noted(unsettled_frees_, &pool::settle_frees);
 }
 
 proto::allocation_reply memory_book::open(client_id client, const proto::open_request& request) {

@@ -156,6 +156,10 @@ class memory_book {
   /// Closes an adopted instance that holds nothing any more.
   void release_if_retired_and_empty(pool& instance) noexcept;
   void note_unsettled_free(pool& home) noexcept;
+  /// Adds @p id to @p ids (deferred_work_, unsettled_frees_) unless it is there.
+  static void note_once(std::vector<std::uint32_t>& ids, std::uint32_t id);
+  /// Runs @p work on each instance noted in @p ids that is still open, then empties @p ids.
+  void run_noted(std::vector<std::uint32_t>& ids, void (pool::*work)() noexcept) noexcept;
   /// @throws request_error(out_of_memory) when the family has no room for @p size.
   pool& instance(pool_family& family, const access_class& tenant, std::uint64_t size);
   /// @brief Drops @p home's spare blocks when an allocation of @p size does not fit beside
