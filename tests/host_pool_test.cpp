@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "gpumem/shared/os/memfd.hpp"
+
 namespace gpumem::daemon {
 namespace {
 
@@ -29,6 +31,29 @@ class HostPool : public ::testing::Test {
     bytes_ = static_cast<unsigned char*>(mapped);
     size_ = config.size;
   }
+  /// A pool re-adopted from a memfd of @p pages pages that a previous daemon left holding
+  /// @p value in every byte; memfd_ is the test's own descriptor of it (to read and to seal).
+  void adopt(std::uint64_t pages, unsigned char value) {
+    pool_config config;
+    config.name = "test";
+    config.size = pages * kPage;
+    unique_fd made = os::make_memfd("test", config.size);
+    const std::vector<unsigned char> filling(config.size, value);
+    ASSERT_EQ(::pwrite(made.get(), filling.data(), filling.size(), 0),
+              static_cast<ssize_t>(filling.size()));
+    memfd_ = unique_fd(::dup(made.get()));
+    pool_.emplace(0, config, std::move(made));
+  }
+  unsigned char byte_at(std::uint64_t offset) const {
+    unsigned char value = 0xee;
+    EXPECT_EQ(::pread(memfd_.get(), &value, 1, static_cast<off_t>(offset)), 1);
+    return value;
+  }
+  /// Makes the memfd refuse punches (and writes), as the kernel would on an error of its own.
+  void refuse_punches() const {
+    ASSERT_EQ(::fcntl(memfd_.get(), F_ADD_SEALS, F_SEAL_WRITE), 0) << std::strerror(errno);
+  }
+
   void TearDown() override {
     if (bytes_ != nullptr) ::munmap(bytes_, size_);
   }
@@ -50,6 +75,7 @@ class HostPool : public ::testing::Test {
   }
 
   std::optional<host_pool> pool_;
+  unique_fd memfd_;
   unsigned char* bytes_ = nullptr;
   std::uint64_t size_ = 0;
 };
@@ -116,6 +142,47 @@ TEST_F(HostPool, SettlingWithNothingFreedChangesNothing) {
   pool_->settle_frees();
   EXPECT_TRUE(holds_pages(live.offset, live.reserved_bytes));
   EXPECT_EQ(bytes_[live.offset], 0x77);
+}
+
+TEST_F(HostPool, ARangeWhosePunchFailsIsNeverPlacedAgain) {
+  adopt(2, 0);
+  const placement first = pool_->allocate(2 * kPage);
+  ASSERT_EQ(::pwrite(memfd_.get(), "secret", 6, static_cast<off_t>(first.offset)), 6);
+  refuse_punches();
+  pool_->free(first, 2 * kPage);
+  pool_->settle_frees();
+  EXPECT_EQ(byte_at(first.offset), 's') << "the punch was refused";
+  EXPECT_EQ(pool_->usage().bytes_in_use, 0u);
+  EXPECT_THROW(pool_->allocate(kPage), std::exception)
+      << "the only free range still holds its last holder's bytes";
+}
+
+TEST_F(HostPool, AnAdoptedMemfdsFreeSpaceIsPunchedAndItsLiveRangesKeepTheirBytes) {
+  // Pages 1 and 3 live; 0, 2 and 4-5 are free in the records but hold the old bytes.
+  adopt(6, 0x77);
+  pool_->adopt({kPage, kPage}, kPage, {});
+  pool_->adopt({3 * kPage, kPage}, kPage, {});
+  pool_->zero_free_space();
+  for (const std::uint64_t page : {0, 2, 4, 5}) {
+    EXPECT_FALSE(holds_pages(page * kPage, kPage)) << "page " << page;
+  }
+  EXPECT_EQ(byte_at(kPage), 0x77);
+  EXPECT_EQ(byte_at(4 * kPage - 1), 0x77);
+  const placement next = pool_->allocate(2 * kPage);
+  EXPECT_EQ(next.offset, 4 * kPage);
+  EXPECT_EQ(byte_at(next.offset), 0);
+}
+
+TEST_F(HostPool, AnAdoptedMemfdsFreeSpaceThatCannotBePunchedIsNeverPlaced) {
+  adopt(3, 0x77);
+  pool_->adopt({kPage, kPage}, kPage, {});
+  refuse_punches();
+  pool_->zero_free_space();
+  EXPECT_THROW(pool_->allocate(kPage), std::exception);
+  pool_->free({kPage, kPage}, kPage);
+  pool_->settle_frees();
+  EXPECT_THROW(pool_->allocate(kPage), std::exception);
+  EXPECT_EQ(byte_at(0), 0x77);
 }
 
 }  // namespace

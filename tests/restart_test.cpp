@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/sync.hpp"
@@ -120,6 +121,24 @@ TEST(Restart, AHostRangeFreedAtTheStartIsZeroedBeforeAnotherRestartPlacesItAgain
   const auto* bytes = static_cast<const unsigned char*>(fresh.data());
   EXPECT_EQ(std::count(bytes, bytes + kSize, 0), static_cast<std::ptrdiff_t>(kSize))
       << "a new allocation reads the dead client's bytes";
+}
+
+TEST(Restart, FreeHostMemoryIsZeroedAtTheRestartWhateverThePoolsMemfdHeld) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  daemon.kill(SIGKILL);
+  // Bytes in free space of the stored pool, as a daemon that could not punch a freed range
+  // leaves them: the records call that range free.
+  const int pool = daemon.stored_descriptor("pool.0");
+  ASSERT_GE(pool, 0) << "the host pool's memfd is stored as pool.0";
+  const std::vector<unsigned char> old_bytes(kSize, 0x5a);
+  ASSERT_EQ(::pwrite(pool, old_bytes.data(), kSize, 0), static_cast<ssize_t>(kSize));
+  daemon.start();
+  auto client = daemon.connect();
+  auto fresh = client.allocate(kSize);
+  const auto* bytes = static_cast<const unsigned char*>(fresh.data());
+  EXPECT_EQ(std::count(bytes, bytes + kSize, 0), static_cast<std::ptrdiff_t>(kSize))
+      << "a new allocation reads what the memfd held";
 }
 
 TEST(Restart, AClientThatDiesAfterTheRestartIsReclaimedWithinASecond) {

@@ -1,10 +1,12 @@
 #include "memory/host_pool.hpp"
 
-#include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <new>
+#include <system_error>
+#include <utility>
 
 #include "gpumem/shared/os/memfd.hpp"
 
@@ -42,8 +44,7 @@ void host_pool::do_free(const placement& where, std::uint64_t size) noexcept {
   try {
     unsettled_.push_back({where.offset, where.reserved_bytes, size});
   } catch (const std::bad_alloc&) {
-    punch(where.offset, where.reserved_bytes);
-    ranges_.free(where.offset, size);
+    if (punch(where.offset, where.reserved_bytes)) ranges_.free(where.offset, size);
   }
 }
 
@@ -51,24 +52,40 @@ void host_pool::settle_frees() noexcept {
   if (unsettled_.empty()) return;
   std::sort(unsettled_.begin(), unsettled_.end(),
             [](const freed_range& a, const freed_range& b) { return a.offset < b.offset; });
-  std::uint64_t run_start = unsettled_.front().offset;
-  std::uint64_t run_end = run_start;
-  for (const freed_range& range : unsettled_) {
-    if (range.offset != run_end) {
-      punch(run_start, run_end - run_start);
-      run_start = range.offset;
+  // One punch per run of neighbouring ranges; the run's ranges are placeable only once it is
+  // punched: placed before, a range would hand its last holder's bytes to the next.
+  std::size_t run_first = 0;
+  for (std::size_t next = 1; next <= unsettled_.size(); ++next) {
+    const freed_range& last = unsettled_[next - 1];
+    const std::uint64_t run_end = last.offset + last.reserved_bytes;
+    if (next < unsettled_.size() && unsettled_[next].offset == run_end) continue;
+    const std::uint64_t run_start = unsettled_[run_first].offset;
+    if (punch(run_start, run_end - run_start)) {
+      for (std::size_t i = run_first; i < next; ++i) {
+        ranges_.free(unsettled_[i].offset, unsettled_[i].size);
+      }
     }
-    run_end = range.offset + range.reserved_bytes;
+    run_first = next;
   }
-  punch(run_start, run_end - run_start);
-  // Placeable only now: a range placed before its punch would lose its new holder's bytes.
-  for (const freed_range& range : unsettled_) ranges_.free(range.offset, range.size);
   unsettled_.clear();
 }
 
-void host_pool::punch(std::uint64_t offset, std::uint64_t length) const noexcept {
-  ::fallocate(memfd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-              static_cast<off_t>(length));
+void host_pool::zero_free_space() {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> refused;
+  ranges_.for_each_free_block([&](std::uint64_t offset, std::uint64_t size) {
+    if (!punch(offset, size)) refused.emplace_back(offset, size);
+  });
+  for (const auto& [offset, size] : refused) ranges_.take(offset, size);
+}
+
+bool host_pool::punch(std::uint64_t offset, std::uint64_t length) const noexcept {
+  const int error = os::punch_hole(memfd_.get(), offset, length);
+  if (error == 0) return true;
+  spdlog::error(
+      "host pool '{}': punching bytes {}-{} out of its memfd failed ({}); they still hold what "
+      "their last holder wrote, so no allocation gets them until gpumemd restarts",
+      config().name, offset, offset + length, std::system_category().message(error));
+  return false;
 }
 
 }  // namespace gpumem::daemon

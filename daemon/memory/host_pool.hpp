@@ -7,7 +7,9 @@
 /// next allocation reads zeroes and the pages go back to the system. The punches wait for
 /// settle_frees(), once per turn of the loop, and neighbouring ranges freed in that turn take
 /// one fallocate: a punch cost the loop more than the rest of a 4 KiB free (perf, 64
-/// connections of allocate|free: 12% of its cycles, mostly the call's fixed cost).
+/// connections of allocate|free: 12% of its cycles, mostly the call's fixed cost). A range whose
+/// punch fails (no kernel error is expected here) is never placed again by this daemon; the
+/// next one punches all free space of the memfds it adopts (zero_free_space()).
 
 #include <vector>
 
@@ -29,6 +31,7 @@ class host_pool final : public pool {
   int read_only_fd() const noexcept override { return read_only_.get(); }
   grant_details grant_of(const placement& where) const override { return {where.offset, {}}; }
   void settle_frees() noexcept override;
+  void zero_free_space() override;
 
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;
@@ -37,7 +40,9 @@ class host_pool final : public pool {
     return ranges_.take(where.offset, size);
   }
   std::uint64_t largest_possible() const noexcept override { return ranges_.largest_free_block(); }
-  void punch(std::uint64_t offset, std::uint64_t length) const noexcept;
+  /// Punches [@p offset, @p offset + @p length). @return false, having logged why, when the
+  /// memfd refused: the range still holds its last holder's bytes and must not be placed again.
+  bool punch(std::uint64_t offset, std::uint64_t length) const noexcept;
 
   struct freed_range {
     std::uint64_t offset;

@@ -103,9 +103,8 @@ void host_reservation::copy_in(sleep_copy& host) {
 
 void host_reservation::clear() {
   for (const memfd_chunk& each : chunks_) {
-    if (::fallocate(each.memory.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-                    static_cast<off_t>(kChunkSize)) != 0) {
-      throw std::system_error(errno, std::system_category(), "clearing a reservation chunk");
+    if (const int error = os::punch_hole(each.memory.get(), 0, kChunkSize); error != 0) {
+      throw std::system_error(error, std::system_category(), "clearing a reservation chunk");
     }
   }
 }

@@ -261,6 +261,12 @@ void memory_book::settle_frees() noexcept {
   run_noted(unsettled_frees_, &pool::settle_frees);
 }
 
+void memory_book::zero_free_space() {
+  for (const auto& each : pools_) {
+    if (each) each->zero_free_space();
+  }
+}
+
 proto::allocation_reply memory_book::open(client_id client, const proto::open_request& request) {
   const object_id id = open_named(rows_, access_, client, object_family::allocation,
                                   request.name.view(), request.access);

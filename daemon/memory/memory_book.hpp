@@ -78,6 +78,8 @@ class memory_book {
   /// before the changes are written down, so that a restarted daemon places no freed range
   /// whose old bytes are still there.
   void settle_frees() noexcept;
+  /// @brief Re-adoption, once every allocation is adopted: pool::zero_free_space() in each pool.
+  void zero_free_space();
 
   /// @return nullptr for an id no instance has (any more).
   const pool* pool_by_id(std::uint32_t pool_id) const noexcept;

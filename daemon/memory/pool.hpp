@@ -98,6 +98,9 @@ class pool {
   /// @brief Finishes the frees made since the last call (a host pool punches the freed pages);
   /// called once per turn of the loop, before its changes are written to the restart state.
   virtual void settle_frees() noexcept {}
+  /// @brief Re-adoption, once every live allocation is adopted: makes what is free read zeroes
+  /// (a host pool punches it), whatever a previous daemon left there.
+  virtual void zero_free_space() {}
   /// @brief Spare blocks, for the metrics; none for host pools.
   virtual spare_use spares() const { return {}; }
   /// @brief Whether a spare block of exactly @p size is ready: an allocation it serves needs no

@@ -328,6 +328,9 @@ void state_store::start(books& state, bool readopted) {
   // As books::write_changes() does: no state is written down that calls a range free whose
   // old bytes are still in the memfd, which the next daemon would place again.
   state.memory.settle_frees();
+  // A range the daemon before could not punch is free in its records with its bytes still
+  // there (host_pool): every adopted memfd's free space is punched before anything is placed.
+  if (readopted) state.memory.zero_free_space();
   // Every descriptor in the store: those passed back are there, the pool instances made at
   // start are stored now. Pools and pages are few: all are written again.
   std::vector<std::string> removed;

@@ -27,6 +27,12 @@ unique_fd make_memfd(const std::string& name, std::size_t size) {
   return fd;
 }
 
+int punch_hole(int fd, std::uint64_t offset, std::uint64_t length) noexcept {
+  const int status = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                 static_cast<off_t>(offset), static_cast<off_t>(length));
+  return status == 0 ? 0 : errno;
+}
+
 unique_fd make_sealed_memfd(const std::string& name, std::size_t size) {
   unique_fd fd = make_memfd(name, size);
   if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SEAL) != 0) {

@@ -34,6 +34,11 @@ class range_allocator {
   std::uint64_t capacity() const noexcept { return capacity_; }
   std::uint64_t bytes_allocated() const noexcept { return allocated_; }
   std::uint64_t largest_free_block() const noexcept;
+  /// @brief Calls @p visit(offset, size) for each free block, in order of offset.
+  template <class Visit>
+  void for_each_free_block(Visit&& visit) const {
+    for (const auto& [offset, size] : free_by_offset_) visit(offset, size);
+  }
 
  private:
   void insert_free(std::uint64_t offset, std::uint64_t size);

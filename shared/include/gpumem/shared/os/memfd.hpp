@@ -27,4 +27,9 @@ unique_fd reopen_read_only(int memfd);
 /// @brief The size of the file behind @p fd. @throws std::system_error
 std::uint64_t file_size(int fd);
 
+/// @brief Takes the pages of [@p offset, @p offset + @p length) out of the memfd @p fd: the range
+/// then reads zeroes and its memory goes back to the system.
+/// @return 0, or the errno of the failure (a memfd sealed against writes refuses, EPERM).
+int punch_hole(int fd, std::uint64_t offset, std::uint64_t length) noexcept;
+
 }  // namespace gpumem::os
