@@ -137,6 +137,22 @@ TEST(CudaSpares, ReadyTellsWhetherTheOwnersNextTakeFindsABlock) {
   EXPECT_EQ(room.spare_bytes(), 4096u) << "the taken block left the room's spares";
 }
 
+TEST(CudaSpares, ReadyBytesCountOnlyTheBlocksMadeAndNotYetTaken) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.spares.want(4096);
+  pool.spares.want(8192);
+  pool.spares.start_wanted();
+  ASSERT_TRUE(within_5s([&] { return pool.started == 1; }));
+  EXPECT_EQ(pool.spares.ready_bytes(), 0u) << "wanted and being made, none ready";
+  EXPECT_EQ(pool.spares.bytes(), 2 * 4096u + 2 * 8192u);
+  pool.gate.set_value();
+  ASSERT_TRUE(within_5s([&] { return pool.spares.ready_bytes() == 2 * 4096u + 2 * 8192u; }));
+  ASSERT_TRUE(pool.spares.take(8192));
+  EXPECT_EQ(pool.spares.ready_bytes(), 2 * 4096u + 8192u);
+  EXPECT_EQ(pool.spares.bytes(), pool.spares.ready_bytes()) << "nothing is being made";
+}
+
 TEST(CudaSpares, NothingIsMadeUntilTheOwnerStartsTheWorker) {
   family_room room(kLargeRoom);
   fake_pool pool(room);

@@ -175,7 +175,10 @@ void cuda_pool::start_deferred_work() noexcept {
 }
 
 spare_use cuda_pool::spares() const {
-  return {spares_.bytes(), served_, made_on_request_};
+  return {.bytes = spares_.bytes(),
+          .ready_bytes = spares_.ready_bytes(),
+          .served = served_,
+          .missed = made_on_request_};
 }
 
 void cuda_pool::drop_spares() noexcept {

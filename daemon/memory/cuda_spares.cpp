@@ -103,6 +103,13 @@ std::uint64_t cuda_spares::bytes() const {
   return bytes_;
 }
 
+std::uint64_t cuda_spares::ready_bytes() const {
+  std::lock_guard lock(mutex_);
+  std::uint64_t total = 0;
+  for (const auto& [size, blocks] : ready_) total += size * blocks.size();
+  return total;
+}
+
 void cuda_spares::work() {
   std::unique_lock lock(mutex_);
   for (;;) {

@@ -80,6 +80,8 @@ class cuda_spares {
   std::vector<std::pair<std::uint64_t, exported_block>> drain();
   /// @brief Bytes held or being made.
   std::uint64_t bytes() const;
+  /// @brief Bytes of the blocks made and ready to take: bytes() less what is wanted or being made.
+  std::uint64_t ready_bytes() const;
 
  private:
   void work();

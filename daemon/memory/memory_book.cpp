@@ -395,6 +395,7 @@ std::vector<std::pair<const pool_config*, spare_use>> memory_book::spares() cons
     spare_use sum{.bytes = family.room->spare_bytes()};
     for (const auto& [tenant, each] : family.instances) {
       const spare_use use = each->spares();
+      sum.ready_bytes += use.ready_bytes;
       sum.served += use.served;
       sum.missed += use.missed;
     }

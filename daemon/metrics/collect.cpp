@@ -123,6 +123,9 @@ void pools(builder& out, const books& state) {
   family& spare_bytes = out.add("gpumemd_pool_spare_bytes",
                                 "Device memory a CUDA pool's instances hold, or are making, in "
                                 "blocks made ahead of demand (within its size)");
+  family& spare_ready = out.add("gpumemd_pool_spare_ready_bytes",
+                                "Of gpumemd_pool_spare_bytes, the blocks made and ready to serve "
+                                "an allocation (the rest is being made)");
   family& spare_allocations =
       out.add("gpumemd_pool_cuda_allocations_total",
               "CUDA allocations given a block made ahead of demand (from=\"spare\") or made on "
@@ -132,6 +135,7 @@ void pools(builder& out, const books& state) {
     if (config->device == proto::kHostDevice) continue;
     const label_set labels{{"pool", config->name}, {"device", device_label(config->device)}};
     spare_bytes.samples.push_back({labels, use.bytes});
+    spare_ready.samples.push_back({labels, use.ready_bytes});
     label_set spare = labels;
     spare.push_back({"from", "spare"});
     spare_allocations.samples.push_back({spare, use.served});

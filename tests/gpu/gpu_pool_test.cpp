@@ -364,6 +364,7 @@ TEST(GpuSpares, EveryInstancesSpareBlocksAreMadeOnlyInThePoolsSizeAndServeTheirO
   };
   const std::string labels = "pool=\"small\",device=\"cuda0\"";
   const std::string spare_bytes = "gpumemd_pool_spare_bytes{" + labels + "}";
+  const std::string spare_ready = "gpumemd_pool_spare_ready_bytes{" + labels + "}";
   // The driver's count of what the instances hold, allocations and spares, once their frees ran.
   const auto device_bytes_become = [&](std::uint64_t bytes) {
     const auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -379,9 +380,14 @@ TEST(GpuSpares, EveryInstancesSpareBlocksAreMadeOnlyInThePoolsSizeAndServeTheirO
   auto second = allocate(4 * kMiB, 0640);  // the other instance: no room left for its spares
   EXPECT_EQ(metric(spare_bytes), static_cast<double>(8 * kMiB));
   ASSERT_TRUE(device_bytes_become(16 * kMiB)) << small().driver_used_current;
-  // What a second instance's spares would have added, and time for the worker to file the
-  // first instance's blocks (it does just after the driver counts them).
-  std::this_thread::sleep_for(100ms);
+  // Once the first instance's blocks are filed (just after the driver counts them), none is
+  // being made: the second instance's would have added to what the driver holds by then.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (metric(spare_ready) != static_cast<double>(8 * kMiB)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << metric(spare_ready);
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(metric(spare_bytes), metric(spare_ready)) << "nothing being made";
   EXPECT_EQ(small().driver_used_current, 16 * kMiB) << "the configured size, not more";
 
   auto third = allocate(4 * kMiB, 0600);  // served by the first instance's spares
