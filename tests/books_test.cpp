@@ -763,7 +763,9 @@ class pool_keeping_a_spare final : public pool {
 
   int shareable_fd() const noexcept override { return backing_.shareable_fd(); }
   grant_details grant_of(const placement& where) const override { return backing_.grant_of(where); }
-  spare_use spares() const override { return {kept_, served_, 0}; }
+  spare_use spares() const override {
+    return {.bytes = kept_, .ready_bytes = kept_, .served = served_};
+  }
   bool has_spare(std::uint64_t size) const override { return size == kept_; }
   void drop_spares() noexcept override { room_.release_spare(std::exchange(kept_, 0)); }
 
