@@ -153,6 +153,7 @@ TEST_F(HostPool, ARangeWhosePunchFailsIsNeverPlacedAgain) {
   pool_->settle_frees();
   EXPECT_EQ(byte_at(first.offset), 's') << "the punch was refused";
   EXPECT_EQ(pool_->usage().bytes_in_use, 0u);
+  EXPECT_EQ(pool_->usage().bytes_reserved, 2 * kPage) << "withheld, so still held";
   EXPECT_THROW(pool_->allocate(kPage), std::exception)
       << "the only free range still holds its last holder's bytes";
 }
@@ -179,9 +180,11 @@ TEST_F(HostPool, AnAdoptedMemfdsFreeSpaceThatCannotBePunchedIsNeverPlaced) {
   refuse_punches();
   pool_->zero_free_space();
   EXPECT_THROW(pool_->allocate(kPage), std::exception);
+  EXPECT_EQ(pool_->usage().bytes_reserved, 3 * kPage) << "one live page, two withheld";
   pool_->free({kPage, kPage}, kPage);
   pool_->settle_frees();
   EXPECT_THROW(pool_->allocate(kPage), std::exception);
+  EXPECT_EQ(pool_->usage().bytes_reserved, 3 * kPage);
   EXPECT_EQ(byte_at(0), 0x77);
 }
 

@@ -62,11 +62,7 @@ void cuda_spares::want(std::uint64_t size) noexcept {
                      static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
   if (kept == 0 && sizes_kept() >= kMaxSizes) return;
   for (; kept < kBlocksPerSize && bytes_ + size <= kMaxBytes; ++kept) {
-    try {
-      wanted_.push_back(size);  // first: if it throws, nothing is counted yet
-    } catch (const std::bad_alloc&) {
-      return;  // the next request of this size makes its block itself
-    }
+    wanted_.push_back(size);  // room for every wish made in the constructor
     if (!room_.hold_spare(size)) {
       wanted_.pop_back();
       return;

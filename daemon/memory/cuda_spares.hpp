@@ -96,10 +96,16 @@ class cuda_spares {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::unordered_map<std::uint64_t, std::vector<exported_block>> ready_;  ///< none empty
-  std::vector<std::uint64_t> wanted_;  ///< a size once per block to make
-  bool unstarted_ = false;             ///< wanted_ grew since the last start_wanted()
-  std::uint64_t bytes_ = 0;            ///< ready, wanted and in the making
-  std::uint64_t generation_ = 0;       ///< bumped by drain(): blocks made before it are unwanted
+  /// A size once per block to make or being made: at most kBlocksPerSize of each of kMaxSizes
+  /// sizes, room for which is made here, so that want() never allocates.
+  std::vector<std::uint64_t> wanted_ = [] {
+    std::vector<std::uint64_t> room;
+    room.reserve(kMaxSizes * kBlocksPerSize);
+    return room;
+  }();
+  bool unstarted_ = false;        ///< wanted_ grew since the last start_wanted()
+  std::uint64_t bytes_ = 0;       ///< ready, wanted and in the making
+  std::uint64_t generation_ = 0;  ///< bumped by drain(): blocks made before it are unwanted
   bool stopping_ = false;
   std::chrono::steady_clock::time_point asked_at_;  ///< the last start_wanted(), for the log
   std::thread worker_;

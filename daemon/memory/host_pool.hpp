@@ -16,6 +16,7 @@
 #include "gpumem/shared/range_allocator.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "memory/pool.hpp"
+#include "rate_limited_log.hpp"
 
 namespace gpumem::daemon {
 
@@ -36,24 +37,27 @@ class host_pool final : public pool {
  private:
   std::optional<placement> do_allocate(std::uint64_t size) override;
   void do_free(const placement& where, std::uint64_t size) noexcept override;
-  bool do_adopt(const placement& where, std::uint64_t size, const grant_details&) override {
-    return ranges_.take(where.offset, size);
-  }
+  bool do_adopt(const placement& where, std::uint64_t size, const grant_details&) override;
   std::uint64_t largest_possible() const noexcept override { return ranges_.largest_free_block(); }
   /// Punches [@p offset, @p offset + @p length). @return false, having logged why, when the
   /// memfd refused: the range still holds its last holder's bytes and must not be placed again.
-  bool punch(std::uint64_t offset, std::uint64_t length) const noexcept;
+  bool punch(std::uint64_t offset, std::uint64_t length) noexcept;
+
+  /// Makes room in unsettled_ for the free of one more placed range, so that do_free(), which
+  /// must not fail, never allocates. @throws std::bad_alloc, before anything is placed.
+  void keep_room_to_free();
 
   struct freed_range {
     std::uint64_t offset;
-    std::uint64_t reserved_bytes;
     std::uint64_t size;  ///< as allocated, for range_allocator::free
   };
 
   unique_fd memfd_;
   unique_fd read_only_;  ///< the memfd opened again O_RDONLY: mmap refuses PROT_WRITE on it
   range_allocator ranges_;
-  std::vector<freed_range> unsettled_;  ///< freed, not yet punched nor placeable
+  std::vector<freed_range> unsettled_;                   ///< freed, not yet punched nor placeable
+  std::size_t placed_ = 0;                               ///< ranges allocated or adopted, not freed
+  rate_limited_log refusals_{std::chrono::seconds(10)};  ///< of punches
 };
 
 }  // namespace gpumem::daemon

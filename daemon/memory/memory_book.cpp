@@ -77,6 +77,7 @@ void memory_book::adopt_pool(std::unique_ptr<pool> adopted, const access_class& 
   pool_family& family = family_named(adopted->config());
   const std::uint32_t id = adopted->id();
   if (pools_.size() <= id) {
+    room_for_notes(id + 1);
     pools_.resize(id + 1);
     pool_owner_.resize(id + 1, {0, tenant});
   }
@@ -106,6 +107,7 @@ void memory_book::adopt_allocation(object_id id, std::uint32_t pool_id, const pl
 
 void memory_book::reserve_pool_ids(std::uint32_t limit) {
   if (pools_.size() >= limit) return;
+  room_for_notes(limit);
   pools_.resize(limit);
   pool_owner_.resize(limit, {0, access_class{}});
 }
@@ -168,6 +170,7 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
   // not the others would outlive its family (add_pool drops a family that failed to open).
   pools_.reserve(pools_.size() + 1);
   pool_owner_.reserve(pool_owner_.size() + 1);
+  room_for_notes(pools_.size() + 1);
   std::unique_ptr<pool> made;
   try {
     made = make_pool_(id, family.config, *family.room);
@@ -219,7 +222,7 @@ proto::allocation_reply memory_book::allocate(client_id client,
     rows_.erase(id);
     home.free(*where, request.size);
     family.room->freed(request.size);
-    note_unsettled_free(home);
+    note_once(unsettled_frees_, home.id());
     throw;
   }
 }
@@ -233,8 +236,14 @@ void memory_book::make_room(const pool_family& family, pool& home, std::uint64_t
   if (size > family.room->free() && !home.has_spare(size)) home.drop_spares();
 }
 
-void memory_book::note_once(std::vector<std::uint32_t>& ids, std::uint32_t id) {
+void memory_book::note_once(std::vector<std::uint32_t>& ids, std::uint32_t id) noexcept {
+  // Never allocates: the lists have room for every pool id (room_for_notes()).
   if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+}
+
+void memory_book::room_for_notes(std::size_t pool_ids) {
+  deferred_work_.reserve(pool_ids);
+  unsettled_frees_.reserve(pool_ids);
 }
 
 void memory_book::run_noted(std::vector<std::uint32_t>& ids,
@@ -247,14 +256,6 @@ void memory_book::run_noted(std::vector<std::uint32_t>& ids,
 
 void memory_book::start_deferred_work() noexcept {
   run_noted(deferred_work_, &pool::start_deferred_work);
-}
-
-void memory_book::note_unsettled_free(pool& home) noexcept {
-  try {
-    note_once(unsettled_frees_, home.id());
-  } catch (const std::bad_alloc&) {
-    home.settle_frees();  // now, then, as no later call would know of it
-  }
 }
 
 void memory_book::settle_frees() noexcept {
@@ -293,7 +294,7 @@ void memory_book::let_go(object_id id, const object_row& row) noexcept {
     pool& home = *found->second.home;
     home.free(found->second.where, row.bytes);
     families_[pool_owner_[home.id()].first].room->freed(row.bytes);
-    note_unsettled_free(home);
+    note_once(unsettled_frees_, home.id());
     allocations_.erase(found);
     release_if_retired_and_empty(home);
   }

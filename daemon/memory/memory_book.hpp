@@ -75,8 +75,8 @@ class memory_book {
   /// out.
   void start_deferred_work() noexcept;
   /// @brief Finishes in their pools the frees since the last call (pool::settle_frees()):
-  /// before the changes are written down, so that a restarted daemon places no freed range
-  /// whose old bytes are still there.
+  /// before the changes are written down, so that what the records call free is zeroed (a
+  /// restarted daemon also zeroes the free space it adopts: zero_free_space()).
   void settle_frees() noexcept;
   /// @brief Re-adoption, once every allocation is adopted: pool::zero_free_space() in each pool.
   void zero_free_space();
@@ -157,9 +157,11 @@ class memory_book {
   void open_family(pool_family& family);
   /// Closes an adopted instance that holds nothing any more.
   void release_if_retired_and_empty(pool& instance) noexcept;
-  void note_unsettled_free(pool& home) noexcept;
   /// Adds @p id to @p ids (deferred_work_, unsettled_frees_) unless it is there.
-  static void note_once(std::vector<std::uint32_t>& ids, std::uint32_t id);
+  static void note_once(std::vector<std::uint32_t>& ids, std::uint32_t id) noexcept;
+  /// Room in both lists of noted ids for @p pool_ids ids, so that noting one never allocates
+  /// (a free must not fail). Called before pools_ grows.
+  void room_for_notes(std::size_t pool_ids);
   /// Runs @p work on each instance noted in @p ids that is still open, then empties @p ids.
   void run_noted(std::vector<std::uint32_t>& ids, void (pool::*work)() noexcept) noexcept;
   /// @throws request_error(out_of_memory) when the family has no room for @p size.

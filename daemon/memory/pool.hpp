@@ -111,6 +111,10 @@ class pool {
   virtual void drop_spares() noexcept {}
 
  protected:
+  /// @brief Counts @p bytes that the backend keeps out of use for good (a host pool's range
+  /// whose old bytes could not be cleared) as backing memory held, so that they show.
+  void count_withheld(std::uint64_t bytes) noexcept { usage_.bytes_reserved += bytes; }
+
   virtual std::optional<placement> do_allocate(std::uint64_t size) = 0;
   virtual void do_free(const placement& where, std::uint64_t size) noexcept = 0;
   /// @return false when the allocation cannot be taken back.

@@ -325,12 +325,12 @@ void state_store::start(books& state, bool readopted) {
       state.memory.let_go(id, row);
     }
   }
-  // As books::write_changes() does: no state is written down that calls a range free whose
-  // old bytes are still in the memfd, which the next daemon would place again.
+  // As books::write_changes() does: what the state written down calls free is zeroed.
   state.memory.settle_frees();
-  // A range the daemon before could not punch is free in its records with its bytes still
-  // there (host_pool): every adopted memfd's free space is punched before anything is placed.
-  if (readopted) state.memory.zero_free_space();
+  // What the daemon before called free need not be: a range it could not punch (host_pool) is
+  // free in its records with its bytes still there. Every adopted memfd's free space is
+  // punched before anything is placed.
+  if (readopted && adopted_) state.memory.zero_free_space();
   // Every descriptor in the store: those passed back are there, the pool instances made at
   // start are stored now. Pools and pages are few: all are written again.
   std::vector<std::string> removed;

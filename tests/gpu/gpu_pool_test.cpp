@@ -380,8 +380,9 @@ TEST(GpuSpares, EveryInstancesSpareBlocksAreMadeOnlyInThePoolsSizeAndServeTheirO
   auto second = allocate(4 * kMiB, 0640);  // the other instance: no room left for its spares
   EXPECT_EQ(metric(spare_bytes), static_cast<double>(8 * kMiB));
   ASSERT_TRUE(device_bytes_become(16 * kMiB)) << small().driver_used_current;
-  // Once the first instance's blocks are filed (just after the driver counts them), none is
-  // being made: the second instance's would have added to what the driver holds by then.
+  // The second instance wanted no spare: a wish counts in the spare bytes from the request
+  // that makes it (8 MiB above). Once the first instance's blocks are filed (just after the
+  // driver counts them), none is being made either, so what the driver holds is final.
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   while (metric(spare_ready) != static_cast<double>(8 * kMiB)) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << metric(spare_ready);
