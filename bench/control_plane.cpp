@@ -6,13 +6,17 @@
 // client library the other does not. Two requests each: gpumemd's ping against redis's PING,
 // and a small real request, gpumemd's allocate or free of 4 KiB from the host pool against
 // redis's GET of a 3-byte value. Prints requests/s, p50 and p99 for each server, shape, request
-// and N, then the ratios gpumemd/redis of the rates. redis-benchmark's GET rate is an extra line.
+// and N, with the CPU time per request of the server's loop and of all clients together (a rate
+// compares servers only where the server is the one that is busy: srv_cpu_us times requests/s
+// near 10^6), then the ratios gpumemd/redis of the rates. redis-benchmark's GET rate is an extra
+// line.
 //
 //   control_plane [--seconds S] [--clients 1,16,64] [--daemon PATH] [--no-redis-benchmark]
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -266,6 +270,7 @@ struct measurement {
   double p50_us;
   double p99_us;
   double server_cpu_us;  ///< the server's main thread's CPU time per request
+  double client_cpu_us;  ///< every client process's CPU time per request, all together
 };
 
 /// CPU time the thread @p pid has run, from the scheduler's own accounting (nanoseconds, unlike
@@ -278,6 +283,18 @@ std::chrono::nanoseconds cpu_time(pid_t pid) {
     std::fclose(file);
   }
   return std::chrono::nanoseconds(ns);
+}
+
+/// CPU time of this process and of its children reaped so far (the client processes once they
+/// are waited for; the servers are reaped only at the end).
+std::chrono::nanoseconds clients_cpu_time() {
+  const auto total = [](int who) {
+    rusage used{};
+    ::getrusage(who, &used);
+    return std::chrono::seconds(used.ru_utime.tv_sec + used.ru_stime.tv_sec) +
+           std::chrono::microseconds(used.ru_utime.tv_usec + used.ru_stime.tv_usec);
+  };
+  return total(RUSAGE_SELF) + total(RUSAGE_CHILDREN);
 }
 
 struct shared_results {
@@ -306,7 +323,7 @@ measurement summarise(std::span<const connection_result> results, double seconds
     return all.empty() ? 0.0
                        : all[std::min(all.size() - 1, static_cast<std::size_t>(p * all.size()))];
   };
-  return {static_cast<double>(requests) / seconds, percentile(0.50), percentile(0.99), 0};
+  return {static_cast<double>(requests) / seconds, percentile(0.50), percentile(0.99), 0, 0};
 }
 
 struct run_plan {
@@ -555,8 +572,8 @@ int main(int argc, char** argv) {
       std::printf("redis-server not installed (not found on $PATH): gpumemd alone, no ratios\n");
     }
 
-    std::printf("%-10s %5s %-8s %-14s %11s %9s %9s %11s\n", "shape", "N", "server", "request",
-                "requests/s", "p50_us", "p99_us", "srv_cpu_us");
+    std::printf("%-10s %5s %-8s %-14s %11s %9s %9s %11s %11s\n", "shape", "N", "server", "request",
+                "requests/s", "p50_us", "p99_us", "srv_cpu_us", "cli_cpu_us");
     // Per shape, N and request: the two servers measured back to back, so that both meet the
     // same load from whatever else runs on the machine.
     std::map<std::tuple<client_shape, int, request_kind>, std::array<double, 2>> ratios;
@@ -571,14 +588,20 @@ int main(int argc, char** argv) {
             const run_plan plan{server, request, is_gpumemd ? gpumemd_socket : redis_socket, n,
                                 seconds};
             const auto cpu_before = cpu_time(pid);
+            const auto clients_before = clients_cpu_time();
             measurement m =
                 shape == client_shape::processes ? run_processes(plan) : run_epoll(plan);
+            const double answered = std::max(1.0, m.requests_per_second * seconds);
             m.server_cpu_us =
                 std::chrono::duration<double, std::micro>(cpu_time(pid) - cpu_before).count() /
-                std::max(1.0, m.requests_per_second * seconds);
-            std::printf("%-10s %5d %-8s %-14s %11.0f %9.1f %9.1f %11.2f\n", name_of(shape), n,
-                        name_of(server), name_of(server, request), m.requests_per_second, m.p50_us,
-                        m.p99_us, m.server_cpu_us);
+                answered;
+            m.client_cpu_us =
+                std::chrono::duration<double, std::micro>(clients_cpu_time() - clients_before)
+                    .count() /
+                answered;
+            std::printf("%-10s %5d %-8s %-14s %11.0f %9.1f %9.1f %11.2f %11.2f\n", name_of(shape),
+                        n, name_of(server), name_of(server, request), m.requests_per_second,
+                        m.p50_us, m.p99_us, m.server_cpu_us, m.client_cpu_us);
             std::fflush(stdout);
             pair[is_gpumemd ? 0 : 1] = m;
           }
