@@ -3,7 +3,9 @@
 //   processes: N forked processes, one blocking connection each;
 //   epoll:     N non-blocking connections from one process, served by one epoll loop.
 // Both servers see raw frames (gpumemd's binary protocol, redis's RESP), so neither pays for a
-// client library the other does not. Two requests each: gpumemd's ping against redis's PING,
+// client library the other does not. gpumemd is driven twice: on the socket, as redis, and
+// through each connection's request mailbox (proto/mailbox.hpp), where the one process of the
+// epoll shape waits on all N mailboxes' futex words at once (futex_waitv) instead. Two requests each: gpumemd's ping against redis's PING,
 // and a small real request, gpumemd's allocate or free of 4 KiB from the host pool against
 // redis's GET of a 3-byte value. Prints requests/s, p50 and p99 for each server, shape, request
 // and N, with the CPU time per request of the server's loop and of all clients together (a rate
@@ -13,11 +15,13 @@
 //
 //   control_plane [--seconds S] [--clients 1,16,64] [--daemon PATH] [--no-redis-benchmark]
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,6 +50,8 @@
 
 #include "child_results.hpp"
 #include "gpumem/proto/codec.hpp"
+#include "gpumem/shared/fd_passing.hpp"
+#include "request_mailbox.hpp"
 
 namespace {
 
@@ -56,18 +62,26 @@ using proto::message_type;
 /// Latencies kept per connection: enough for a percentile, bounded for the shared result area.
 constexpr std::size_t kMaxSamplesPerConnection = 100000;
 
-enum class server_kind { gpumemd, redis };
+enum class server_kind { gpumemd, gpumemd_mailbox, redis };
 enum class request_kind { ping, small };
 enum class client_shape { processes, epoll };
 
 const char* name_of(server_kind server) {
-  return server == server_kind::gpumemd ? "gpumemd" : "redis";
+  switch (server) {
+    case server_kind::gpumemd:
+      return "gpumemd";
+    case server_kind::gpumemd_mailbox:
+      return "gpumemd-mailbox";
+    case server_kind::redis:
+      break;
+  }
+  return "redis";
 }
 const char* name_of(client_shape shape) {
   return shape == client_shape::processes ? "processes" : "epoll";
 }
 const char* name_of(server_kind server, request_kind request) {
-  if (server == server_kind::gpumemd)
+  if (server != server_kind::redis)
     return request == request_kind::ping ? "ping" : "allocate|free";
   return request == request_kind::ping ? "PING" : "GET";
 }
@@ -212,6 +226,9 @@ class redis_conversation final : public conversation {
 
 std::unique_ptr<conversation> open_conversation(server_kind server, request_kind request,
                                                 const std::string& socket, int& fd);
+using gpumem::detail::request_mailbox;
+/// The request mailbox of gpumemd's connection @p fd, asked for on it after hello.
+std::unique_ptr<request_mailbox> open_mailbox(int fd);
 
 /// Sends one request on a blocking socket and reads its reply.
 void round_trip(int fd, conversation& talk, std::vector<std::byte>& out,
@@ -231,6 +248,40 @@ void round_trip(int fd, conversation& talk, std::vector<std::byte>& out,
     if (got <= 0) fail("the server closed the connection");
     filled += static_cast<std::size_t>(got);
   }
+}
+
+/// As round_trip(), through @p box.
+void mailbox_round_trip(request_mailbox& box, conversation& talk, std::vector<std::byte>& out,
+                        std::vector<std::byte>& in) {
+  out.clear();
+  talk.append_request(out);
+  box.post(out);
+  std::optional<std::size_t> size;
+  while (!(size = box.take_answer(in))) box.sleep(std::chrono::seconds(1));
+  if (talk.take_reply(std::span(in).first(*size)) != *size) fail("a mailbox answer of a bad size");
+}
+
+std::unique_ptr<request_mailbox> open_mailbox(int fd) {
+  std::vector<std::byte> out;
+  proto::append_frame(out, static_cast<std::uint16_t>(message_type::open_mailbox), 1000000,
+                      proto::empty_payload{});
+  write_all(fd, out);
+  std::vector<std::byte> in(4096);
+  std::vector<gpumem::unique_fd> fds;
+  std::size_t filled = 0;
+  proto::frame_view frame;
+  for (;;) {
+    std::error_code error;
+    filled += gpumem::recv_with_fds(fd, std::span(in).subspan(filled), fds, error);
+    if (error) fail("open_mailbox: " + error.message());
+    const auto status = proto::parse_frame(std::span(in).first(filled), frame, error);
+    if (status == proto::parse_status::invalid) fail("gpumemd sent a bad frame");
+    if (status == proto::parse_status::complete) break;
+  }
+  if (frame.head.type != proto::reply_type(message_type::open_mailbox) || fds.size() != 2) {
+    fail("gpumemd did not give a request mailbox");
+  }
+  return std::make_unique<request_mailbox>(std::move(fds[0]), std::move(fds[1]));
 }
 
 std::unique_ptr<conversation> open_conversation(server_kind server, request_kind request,
@@ -348,11 +399,17 @@ measurement run_processes(const run_plan& plan) {
       try {
         int fd = -1;
         auto talk = open_conversation(plan.server, plan.request, plan.socket, fd);
+        const auto box =
+            plan.server == server_kind::gpumemd_mailbox ? open_mailbox(fd) : nullptr;
         std::vector<std::byte> out;
         std::vector<std::byte> in(4096);
         std::this_thread::sleep_until(start);
         for (auto now = clock_type::now(); now < stop;) {
-          round_trip(fd, *talk, out, in);
+          if (box) {
+            mailbox_round_trip(*box, *talk, out, in);
+          } else {
+            round_trip(fd, *talk, out, in);
+          }
           const auto done = clock_type::now();
           area.results[i].record(done - now);
           now = done;
@@ -440,6 +497,77 @@ measurement run_epoll(const run_plan& plan) {
   }
   for (connection& each : connections) ::close(each.fd);
   ::close(poller);
+  return summarise(results, plan.seconds);
+}
+
+/// The epoll shape through request mailboxes: one process, N connections, one futex_waitv on
+/// every mailbox with a request in flight (a futex cannot join an epoll set).
+measurement run_mailboxes(const run_plan& plan) {
+  struct connection {
+    int fd = -1;
+    std::unique_ptr<conversation> talk;
+    std::unique_ptr<request_mailbox> box;
+    clock_type::time_point sent;
+    bool in_flight = true;
+  };
+  if (plan.connections > FUTEX_WAITV_MAX) {
+    fail("futex_waitv takes at most " + std::to_string(FUTEX_WAITV_MAX) + " mailboxes");
+  }
+  std::vector<connection> connections(static_cast<std::size_t>(plan.connections));
+  std::vector<connection_result> results(connections.size());
+  for (connection& each : connections) {
+    each.talk = open_conversation(plan.server, plan.request, plan.socket, each.fd);
+    each.box = open_mailbox(each.fd);
+  }
+  std::vector<std::byte> out;
+  std::vector<std::byte> in(4096);
+  const auto send_next = [&](connection& each) {
+    out.clear();
+    each.talk->append_request(out);
+    each.sent = clock_type::now();
+    each.box->post(out);
+  };
+  const auto start = clock_type::now();
+  const auto stop = start + std::chrono::duration_cast<clock_type::duration>(
+                                std::chrono::duration<double>(plan.seconds));
+  for (connection& each : connections) send_next(each);
+  std::vector<futex_waitv> waiters(connections.size());
+  std::size_t in_flight = connections.size();
+  while (in_flight > 0) {
+    std::size_t waiting = 0;
+    for (const connection& each : connections) {
+      if (!each.in_flight) continue;
+      waiters[waiting++] = {each.box->unanswered_value(),
+                            reinterpret_cast<std::uintptr_t>(each.box->answer_word()), FUTEX_32,
+                            0};
+    }
+    timespec give_up{};
+    ::clock_gettime(CLOCK_MONOTONIC, &give_up);
+    ++give_up.tv_sec;
+    // Returns at once (EAGAIN) when an answer came since the words were read.
+    if (::syscall(SYS_futex_waitv, waiters.data(), waiting, 0, &give_up, CLOCK_MONOTONIC) < 0 &&
+        errno == ETIMEDOUT) {
+      fail("the server stopped answering");
+    }
+    for (std::size_t i = 0; i < connections.size(); ++i) {
+      connection& each = connections[i];
+      if (!each.in_flight) continue;
+      const auto size = each.box->take_answer(in);
+      if (!size) continue;
+      if (each.talk->take_reply(std::span(in).first(*size)) != *size) {
+        fail("a mailbox answer of a bad size");
+      }
+      const auto now = clock_type::now();
+      if (now >= stop) {
+        each.in_flight = false;
+        --in_flight;
+        continue;
+      }
+      results[i].record(now - each.sent);
+      send_next(each);
+    }
+  }
+  for (connection& each : connections) ::close(each.fd);
   return summarise(results, plan.seconds);
 }
 
@@ -572,25 +700,28 @@ int main(int argc, char** argv) {
       std::printf("redis-server not installed (not found on $PATH): gpumemd alone, no ratios\n");
     }
 
-    std::printf("%-10s %5s %-8s %-14s %11s %9s %9s %11s %11s\n", "shape", "N", "server", "request",
-                "requests/s", "p50_us", "p99_us", "srv_cpu_us", "cli_cpu_us");
-    // Per shape, N and request: the two servers measured back to back, so that both meet the
-    // same load from whatever else runs on the machine.
-    std::map<std::tuple<client_shape, int, request_kind>, std::array<double, 2>> ratios;
+    std::printf("%-10s %5s %-15s %-14s %11s %9s %9s %11s %11s\n", "shape", "N", "server",
+                "request", "requests/s", "p50_us", "p99_us", "srv_cpu_us", "cli_cpu_us");
+    // Per shape, N and request: the servers measured back to back, so that all meet the same
+    // load from whatever else runs on the machine.
+    constexpr std::array kServers{server_kind::gpumemd, server_kind::gpumemd_mailbox,
+                                  server_kind::redis};
+    std::map<std::tuple<client_shape, int, request_kind>, std::array<double, 4>> ratios;
     for (const client_shape shape : shapes) {
       for (const int n : connection_counts) {
         for (const request_kind request : requests) {
-          std::array<measurement, 2> pair{};
-          for (const server_kind server : {server_kind::gpumemd, server_kind::redis}) {
+          std::array<measurement, kServers.size()> measured{};
+          for (const server_kind server : kServers) {
             if (server == server_kind::redis && !redis) continue;
-            const bool is_gpumemd = server == server_kind::gpumemd;
+            const bool is_gpumemd = server != server_kind::redis;
             const pid_t pid = is_gpumemd ? gpumemd.pid() : redis->pid();
             const run_plan plan{server, request, is_gpumemd ? gpumemd_socket : redis_socket, n,
                                 seconds};
             const auto cpu_before = cpu_time(pid);
             const auto clients_before = clients_cpu_time();
-            measurement m =
-                shape == client_shape::processes ? run_processes(plan) : run_epoll(plan);
+            measurement m = shape == client_shape::processes           ? run_processes(plan)
+                            : server == server_kind::gpumemd_mailbox ? run_mailboxes(plan)
+                                                                     : run_epoll(plan);
             const double answered = std::max(1.0, m.requests_per_second * seconds);
             m.server_cpu_us =
                 std::chrono::duration<double, std::micro>(cpu_time(pid) - cpu_before).count() /
@@ -599,16 +730,22 @@ int main(int argc, char** argv) {
                 std::chrono::duration<double, std::micro>(clients_cpu_time() - clients_before)
                     .count() /
                 answered;
-            std::printf("%-10s %5d %-8s %-14s %11.0f %9.1f %9.1f %11.2f %11.2f\n", name_of(shape),
-                        n, name_of(server), name_of(server, request), m.requests_per_second,
-                        m.p50_us, m.p99_us, m.server_cpu_us, m.client_cpu_us);
+            std::printf("%-10s %5d %-15s %-14s %11.0f %9.1f %9.1f %11.2f %11.2f\n",
+                        name_of(shape), n, name_of(server), name_of(server, request),
+                        m.requests_per_second, m.p50_us, m.p99_us, m.server_cpu_us,
+                        m.client_cpu_us);
             std::fflush(stdout);
-            pair[is_gpumemd ? 0 : 1] = m;
+            measured[static_cast<std::size_t>(server)] = m;
           }
           if (redis) {
-            ratios[{shape, n, request}] = {
-                pair[0].requests_per_second / pair[1].requests_per_second,
-                pair[1].server_cpu_us / pair[0].server_cpu_us};
+            const measurement& peer = measured[static_cast<std::size_t>(server_kind::redis)];
+            auto& row = ratios[{shape, n, request}];
+            for (const server_kind server : {server_kind::gpumemd, server_kind::gpumemd_mailbox}) {
+              const measurement& ours = measured[static_cast<std::size_t>(server)];
+              const std::size_t at = server == server_kind::gpumemd ? 0 : 2;
+              row[at] = ours.requests_per_second / peer.requests_per_second;
+              row[at + 1] = peer.server_cpu_us / ours.server_cpu_us;
+            }
           }
         }
       }
@@ -616,21 +753,24 @@ int main(int argc, char** argv) {
     if (redis) {
       std::printf(
           "\nratio gpumemd/redis (same shape, same N): requests/s, and in brackets redis's server "
-          "CPU per request over gpumemd's\n");
-      std::printf("%-10s %5s %16s %20s\n", "shape", "N", "ping/PING", "allocate|free/GET");
+          "CPU per request over gpumemd's; on the socket, then through the mailboxes\n");
+      std::printf("%-10s %5s %-8s %16s %20s\n", "shape", "N", "gpumemd", "ping/PING",
+                  "allocate|free/GET");
       for (const client_shape shape : shapes) {
         for (const int n : connection_counts) {
-          std::printf("%-10s %5d", name_of(shape), n);
-          for (const request_kind request : {request_kind::ping, request_kind::small}) {
-            const auto found = ratios.find({shape, n, request});
-            if (found == ratios.end()) {
-              std::printf(" %*s", request == request_kind::ping ? 16 : 20, "-");
-            } else {
-              std::printf(" %*.2f (%5.2f)", request == request_kind::ping ? 8 : 12,
-                          found->second[0], found->second[1]);
+          for (const std::size_t at : {0, 2}) {
+            std::printf("%-10s %5d %-8s", name_of(shape), n, at == 0 ? "socket" : "mailbox");
+            for (const request_kind request : {request_kind::ping, request_kind::small}) {
+              const auto found = ratios.find({shape, n, request});
+              if (found == ratios.end()) {
+                std::printf(" %*s", request == request_kind::ping ? 16 : 20, "-");
+              } else {
+                std::printf(" %*.2f (%5.2f)", request == request_kind::ping ? 8 : 12,
+                            found->second[at], found->second[at + 1]);
+              }
             }
+            std::printf("\n");
           }
-          std::printf("\n");
         }
       }
       const auto bench = find_program("redis-benchmark");

@@ -175,7 +175,7 @@ bool books::end_connection(client_id client) noexcept {
 
 std::uint32_t books::features() const noexcept {
   return memory.features() | (keeper_ != nullptr ? proto::kFeatureStateKept : 0u) |
-         proto::kFeatureSendsSyncPage;
+         proto::kFeatureSendsSyncPage | proto::kFeatureMailbox;
 }
 
 proto::stats_reply books::stats() const {

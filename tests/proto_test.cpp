@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "gpumem/proto/codec.hpp"
+#include "gpumem/proto/mailbox.hpp"
 
 namespace gpumem::proto {
 namespace {
@@ -212,6 +213,10 @@ event_record sample() {
 template <>
 metrics_request sample() {
   return {3, 65000, 0};
+}
+template <>
+mailbox_reply sample() {
+  return {static_cast<std::uint32_t>(kMailboxBytes), 0};
 }
 template <>
 metrics_reply sample() {

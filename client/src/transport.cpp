@@ -72,6 +72,20 @@ std::optional<std::chrono::milliseconds> milliseconds_from_env(const char* name,
   return std::chrono::milliseconds(milliseconds);
 }
 
+/// While a call waits in the mailbox, how often the socket is checked for the daemon's end: at
+/// first soon (a daemon that died before the ring costs little), then seldom.
+constexpr auto kFirstHangUpCheck = std::chrono::milliseconds(1);
+constexpr auto kLongestHangUpCheck = std::chrono::milliseconds(16);
+
+bool mailbox_from_env() {
+  const char* text = std::getenv("GPUMEM_MAILBOX");
+  if (text == nullptr || *text == '\0' || std::strcmp(text, "1") == 0) return true;
+  if (std::strcmp(text, "0") == 0) return false;
+  throw Error(errc::invalid_argument, std::string("$GPUMEM_MAILBOX is '") + text +
+                                          "', not 1 (requests through shared memory where the "
+                                          "daemon offers it) or 0 (on the socket only)");
+}
+
 std::chrono::milliseconds timeout_from(std::chrono::milliseconds configured) {
   if (configured.count() > 0) return configured;
   return milliseconds_from_env("GPUMEM_TIMEOUT_MS", false).value_or(kDefaultTimeout);
@@ -164,6 +178,7 @@ transport::transport(const ConnectOptions& options)
       label_(label_for(options.label)),
       timeout_(timeout_from(options.timeout)),
       reconnect_for_(reconnect_from(options.reconnect_for)),
+      mailbox_wanted_(mailbox_from_env()),
       owner_pid_(::getpid()),
       fork_generation_(fork_generation.load()) {
   (void)fork_watch_installed;
@@ -183,6 +198,7 @@ std::pair<unique_fd, std::uint32_t> transport::hand_over() {
     throw Error(errc::connection_closed, "the connection to gpumemd at " + path_ + " broke");
   }
   lost_ = "this connection to gpumemd at " + path_ + " streams events now";
+  mailbox_.reset();
   return {std::move(socket_), ++last_request_id_};
 }
 
@@ -210,8 +226,13 @@ void transport::check_session() const {
   if (!lost_.empty()) throw Error(errc::session_lost, lost_);
 }
 
-void transport::lose_session(const std::string& why) {
+void transport::drop_connection() noexcept {
+  mailbox_.reset();
   socket_.reset();
+}
+
+void transport::lose_session(const std::string& why) {
+  drop_connection();
   lost_ = "gpumemd at " + path_ + " restarted without this session's state (" + why +
           "), so the objects of this session are gone (memory already mapped stays usable): "
           "connect again";
@@ -226,11 +247,20 @@ void transport::wait_for(short events, clock::time_point deadline, const char* d
     if (result > 0) return;  // ready, or an error or hang-up the next call reports
     if (result < 0 && errno == EINTR) continue;
     if (result < 0) throw_io("poll", {errno, std::system_category()});
-    timed_out_ = true;
-    throw Error(errc::timed_out, std::string("gpumemd at ") + path_ + " did not " + doing +
-                                     " within " + std::to_string(timeout_.count()) +
-                                     " ms (ConnectOptions::timeout, $GPUMEM_TIMEOUT_MS)");
+    time_out(doing);
   }
+}
+
+void transport::time_out(const char* doing) {
+  timed_out_ = true;
+  throw Error(errc::timed_out, std::string("gpumemd at ") + path_ + " did not " + doing +
+                                   " within " + std::to_string(timeout_.count()) +
+                                   " ms (ConnectOptions::timeout, $GPUMEM_TIMEOUT_MS)");
+}
+
+bool transport::hung_up() const noexcept {
+  pollfd watched{socket_.get(), POLLIN | POLLRDHUP, 0};
+  return ::poll(&watched, 1, 0) > 0 && (watched.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
 }
 
 bool transport::greet(std::string& broke) {
@@ -252,7 +282,7 @@ bool transport::greet(std::string& broke) {
       throw Error(errc::bad_message, "gpumemd sent a malformed hello reply: " + error.message());
     }
   } catch (const Error& refusal) {
-    socket_.reset();
+    drop_connection();
     if (resuming && refusal.status() == errc::session_lost) lose_session(refusal.what());
     throw;
   }
@@ -267,6 +297,28 @@ bool transport::greet(std::string& broke) {
   daemon_instance_ = reply.daemon_instance;
   daemon_uid_ = answering;
   daemon_features_.store(reply.features, std::memory_order_relaxed);
+  return open_mailbox(broke);
+}
+
+bool transport::open_mailbox(std::string& broke) {
+  mailbox_.reset();
+  if (!mailbox_wanted_ || (daemon_features() & proto::kFeatureMailbox) == 0) return true;
+  std::vector<std::byte> frame;
+  proto::append_frame(frame, static_cast<std::uint16_t>(message_type::open_mailbox),
+                      ++last_request_id_, proto::empty_payload{});
+  std::vector<unique_fd> fds;
+  const auto answer = round_trip(frame, fds, broke);
+  if (!answer) return false;
+  try {
+    check_reply(*answer, message_type::open_mailbox, fds);
+    proto::mailbox_reply reply{};
+    if (auto error = proto::decode_payload(answer->payload, reply)) {
+      throw Error(errc::bad_message, "gpumemd sent a malformed open_mailbox reply");
+    }
+    mailbox_.emplace(std::move(fds[0]), std::move(fds[1]));
+  } catch (const Error&) {
+    // A daemon that cannot make one (out of descriptors, say) still answers on the socket.
+  }
   return true;
 }
 
@@ -285,7 +337,7 @@ void transport::reconnect(clock::time_point give_up, std::string broke) {
       if (error.status() != errc::io_error) throw;
       broke = error.what();
     }
-    socket_.reset();
+    drop_connection();
     const auto now = clock::now();
     if (now >= give_up) {
       gave_up_ = true;
@@ -311,11 +363,15 @@ proto::frame_view transport::exchange(message_type type, std::vector<unique_fd>&
   for (;;) {
     std::string broke = "it broke during an earlier call";
     if (socket_) {
-      if (const auto frame = round_trip(out_, fds, broke)) {
+      const bool by_mailbox =
+          mailbox_ && proto::mailbox_may_carry(*proto::find_request(static_cast<std::uint16_t>(type)));
+      fds.clear();
+      if (const auto frame =
+              by_mailbox ? mailbox_round_trip(out_, broke) : round_trip(out_, fds, broke)) {
         check_reply(*frame, type, fds);
         return *frame;
       }
-      socket_.reset();
+      drop_connection();
     }
     if (reconnect_for_.count() == 0) {
       throw Error(errc::io_error, "the connection to gpumemd at " + path_ + " broke (" + broke +
@@ -375,6 +431,40 @@ std::optional<proto::frame_view> transport::round_trip(std::span<const std::byte
   // Only one request is ever outstanding, so anything beyond the frame is a broken peer.
   if (frame.frame_size() != filled || frame.head.request_id != head.request_id) {
     throw Error(errc::bad_message, "gpumemd's reply does not match the request");
+  }
+  return frame;
+}
+
+std::optional<proto::frame_view> transport::mailbox_round_trip(std::span<const std::byte> request,
+                                                               std::string& broke) {
+  proto::header head{};
+  std::memcpy(&head, request.data(), sizeof head);
+  const auto start = clock::now();
+  const auto deadline = start + timeout_;
+  mailbox_->post(request);
+  auto check_interval = std::chrono::duration_cast<clock::duration>(kFirstHangUpCheck);
+  auto next_check = start + check_interval;
+  std::optional<std::size_t> size;
+  while (!(size = mailbox_->take_answer(in_))) {
+    const auto now = clock::now();
+    if (now >= next_check) {
+      if (hung_up()) {
+        broke = "gpumemd closed the connection";
+        return std::nullopt;
+      }
+      check_interval = std::min<clock::duration>(check_interval * 2, kLongestHangUpCheck);
+      next_check = now + check_interval;
+    }
+    if (now >= deadline) time_out("answer");
+    mailbox_->sleep(std::min(next_check, deadline) - now);
+  }
+  proto::frame_view frame;
+  std::error_code error;
+  const auto status = proto::parse_frame(std::span(in_).first(*size), frame, error);
+  if (status != proto::parse_status::complete || frame.frame_size() != *size ||
+      frame.head.request_id != head.request_id) {
+    throw Error(errc::bad_message, "gpumemd's answer in the request mailbox does not match the "
+                                   "request");
   }
   return frame;
 }

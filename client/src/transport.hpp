@@ -1,6 +1,8 @@
 #pragma once
 /// @file
-/// @brief The socket to gpumemd: request/reply round trips, one at a time, and the rule that
+/// @brief The connection to gpumemd: request/reply round trips, one at a time, through the
+/// request mailbox (proto/mailbox.hpp) when the daemon offers one and the reply carries no
+/// descriptor, else on the socket; and the rule that
 /// a process forked from the one that connected never talks on its parent's socket, a daemon
 /// that stops answering fails the call after the timeout, a socket of an untrusted uid is
 /// never spoken to, and a connection that breaks (the daemon restarted) is made again and
@@ -21,6 +23,7 @@
 #include "gpumem/gpumem.hpp"
 #include "gpumem/proto/codec.hpp"
 #include "gpumem/shared/unique_fd.hpp"
+#include "request_mailbox.hpp"
 
 namespace gpumem::detail {
 
@@ -85,6 +88,17 @@ class transport {
   /// @return nullopt, with the cause in @p broke, when the connection broke on the way.
   std::optional<proto::frame_view> round_trip(std::span<const std::byte> request,
                                               std::vector<unique_fd>& fds, std::string& broke);
+  /// As round_trip(), through the mailbox; the socket is only watched for the daemon's end.
+  std::optional<proto::frame_view> mailbox_round_trip(std::span<const std::byte> request,
+                                                      std::string& broke);
+  /// Asks for the connection's mailbox when the daemon offers one and it is wanted; goes on
+  /// without one when the daemon refuses. @return false, with the cause in @p broke, when the
+  /// connection broke on the way.
+  bool open_mailbox(std::string& broke);
+  /// Whether the daemon closed the connection (polled, never waits).
+  bool hung_up() const noexcept;
+  /// Lets go of the connection: the socket and its mailbox.
+  void drop_connection() noexcept;
   /// Throws what the daemon's refusal says, or what is wrong with the reply.
   void check_reply(const proto::frame_view& frame, proto::message_type type,
                    const std::vector<unique_fd>& fds) const;
@@ -100,13 +114,17 @@ class transport {
   void check_session() const;
   /// Waits until the socket is ready for @p events or throws Error(timed_out) at @p deadline.
   void wait_for(short events, clock::time_point deadline, const char* doing);
+  /// Marks the stream out of step and throws Error(timed_out) for what the daemon did not do.
+  [[noreturn]] void time_out(const char* doing);
 
   unique_fd socket_;  ///< empty while the connection is broken
+  std::optional<request_mailbox> mailbox_;  ///< the connection's, when it has one
   std::string path_;
   std::vector<uid_t> trusted_;
   proto::wire_name label_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds reconnect_for_;
+  bool mailbox_wanted_;  ///< $GPUMEM_MAILBOX is not 0
   bool timed_out_ = false;  ///< a reply is missing: the stream is out of step for good
   /// The daemon stayed away for all of reconnect_for_: later calls try to reconnect once each.
   bool gave_up_ = false;

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "gpumem/proto/mailbox.hpp"
 #include "handlers/request_handler.hpp"
 #include "request_error.hpp"
 
@@ -64,6 +65,17 @@ proto::hello_reply request_handler::on_hello(client_state& client,
 proto::empty_payload request_handler::on_ping(client_state&, const proto::empty_payload&,
                                               reply_attachment&) {
   return {};
+}
+
+proto::mailbox_reply request_handler::on_open_mailbox(client_state& client,
+                                                     const proto::empty_payload&,
+                                                     reply_attachment&) {
+  if (client.mailbox_open) {
+    throw request_error(errc::invalid_argument, "this connection has a request mailbox already");
+  }
+  // The mailbox belongs to the connection: the session makes it, and attaches its descriptors.
+  client.opening_mailbox = true;
+  return {static_cast<std::uint32_t>(proto::kMailboxBytes), 0};
 }
 
 proto::stats_reply request_handler::on_stats(client_state&, const proto::empty_payload&,

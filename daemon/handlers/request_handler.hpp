@@ -32,6 +32,10 @@ struct client_state {
   bool resumed = false;
   /// subscribe_events was just answered: the session streams events from here on.
   bool subscribing = false;
+  /// open_mailbox was just answered: the session makes the mailbox and attaches it.
+  bool opening_mailbox = false;
+  /// The connection has its request mailbox (net/request_mailbox.hpp).
+  bool mailbox_open = false;
   /// get_metrics: the rendering whose later pages the client reads, and its number.
   std::string metrics_text;
   std::uint64_t metrics_snapshot = 0;

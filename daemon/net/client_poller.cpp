@@ -29,15 +29,16 @@ client_poller::client_poller(boost::asio::io_context& io)
   wait();
 }
 
-std::uint64_t client_poller::add(int socket, session& client) {
+std::uint64_t client_poller::add(int fd, session& client, watched what) {
   const std::uint64_t key = next_key_++;
   epoll_event interest{};
+  // A doorbell is never read: edge-triggered, every write to it is an event of its own.
   interest.events = kInputEvents;
   interest.data.u64 = key;
-  if (::epoll_ctl(set_.native_handle(), EPOLL_CTL_ADD, socket, &interest) != 0) {
+  if (::epoll_ctl(set_.native_handle(), EPOLL_CTL_ADD, fd, &interest) != 0) {
     throw std::system_error(errno, std::system_category(), "epoll_ctl");
   }
-  entries_.emplace(key, entry{&client});
+  entries_.emplace(key, entry{&client, what});
   return key;
 }
 
@@ -80,7 +81,11 @@ void client_poller::deliver(std::uint64_t key, std::uint32_t events) {
   if (found == entries_.end()) return;  // removed earlier in this wake-up
   // The session may end while it serves; it stays alive until it returns.
   const auto keep = found->second.client->shared_from_this();
-  keep->on_events(events);
+  if (found->second.what == watched::doorbell) {
+    keep->on_mailbox_ring();
+  } else {
+    keep->on_events(events);
+  }
 }
 
 void client_poller::flush_queued() {
@@ -126,7 +131,7 @@ void client_poller::serve_ready(int count) {
     batched_events_.clear();
     for (int i = 0; i < count; ++i) {
       const auto found = entries_.find(events_[i].data.u64);
-      if (found != entries_.end() &&
+      if (found != entries_.end() && found->second.what == watched::connection &&
           found->second.client->queue_receive(*batch_, events_[i].events)) {
         batched_events_.push_back(events_[i].events);
         events_[i].data.u64 = 0;  // served through the batch; no key is 0

@@ -38,10 +38,15 @@ class client_poller {
 
   boost::asio::io_context& context() const noexcept { return io_; }
 
-  /// @brief Watches @p socket for @p client until remove(); readiness already there is reported.
-  /// @return the key the session names itself by in the calls below.
+  /// What a watched descriptor is to its session.
+  enum class watched {
+    connection,  ///< the socket: its events go to session::on_events
+    doorbell,    ///< the request mailbox's eventfd: each ring goes to session::on_mailbox_ring
+  };
+  /// @brief Watches @p fd for @p client until remove(); readiness already there is reported.
+  /// @return the key the session names it by in the calls below.
   /// @throws std::system_error when epoll refuses the descriptor.
-  std::uint64_t add(int socket, session& client);
+  std::uint64_t add(int fd, session& client, watched what = watched::connection);
   /// @brief Stops watching; call before the socket closes. Events already taken are dropped.
   void remove(std::uint64_t key, int socket) noexcept;
   /// @brief Reports output room to the session (EPOLLOUT) while @p on.
@@ -57,6 +62,7 @@ class client_poller {
  private:
   struct entry {
     session* client;
+    watched what = watched::connection;
     bool again_queued = false;
     bool flush_queued = false;
     bool ready_now = false;  ///< has events in this wake-up (set only while serving again)

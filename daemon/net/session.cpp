@@ -14,6 +14,7 @@
 #include "gpumem/shared/os/pidfd.hpp"
 #include "net/client_poller.hpp"
 #include "net/peer_process.hpp"
+#include "net/request_mailbox.hpp"
 #include "rate_limited_log.hpp"
 
 namespace gpumem::daemon {
@@ -22,7 +23,7 @@ namespace asio = boost::asio;
 using proto::errc;
 
 namespace {
-constexpr std::size_t kMaxFrameSize = sizeof(proto::header) + proto::kMaxPayloadSize;
+using proto::kMaxFrameSize;
 /// Room for requests while none is large: an idle connection costs little more than this.
 constexpr std::size_t kInitialInputSize = 1024;
 /// Reply buffer capacity kept after everything was sent; more is given back.
@@ -78,6 +79,7 @@ void session::start() {
 }
 
 void session::close_socket() noexcept {
+  close_mailbox();  // it belongs to the connection
   if (!socket_) return;
   poller_.remove(poller_key_, socket_.get());
   socket_.reset();
@@ -301,6 +303,9 @@ session::input_state session::handle_frames(std::size_t& budget) {
     const reply_attachment attach = handler_.handle(state_, frame, out_);
     if (!attach.fds.empty()) queue_attachment(attach, frame_start, frame.head.request_id);
     if (std::exchange(state_.subscribing, false)) stream_events(frame.head.request_id);
+    if (std::exchange(state_.opening_mailbox, false)) {
+      open_mailbox(frame_start, frame.head.request_id);
+    }
     consumed += frame.frame_size();
     --budget;
     if (state_.refused) {
@@ -372,6 +377,100 @@ void session::queue_attachment(const reply_attachment& attach, std::size_t frame
     }
   }
   for (auto& copy : copies) out_fds_.push_back({frame_start, std::move(copy)});
+}
+
+void session::open_mailbox(std::size_t frame_start, std::uint32_t request_id) {
+  const std::size_t queued_before = out_fds_.size();
+  try {
+    mailbox_ = std::make_unique<request_mailbox>();
+    mailbox_key_ = poller_.add(mailbox_->doorbell(), *this, client_poller::watched::doorbell);
+  } catch (const std::exception& error) {
+    mailbox_.reset();
+    out_.resize(frame_start);
+    append_error(out_, request_id, errc::internal,
+                 std::string("cannot make a request mailbox: ") + error.what());
+    return;
+  }
+  state_.mailbox_open = true;
+  proto::header head{};
+  std::memcpy(&head, out_.data() + frame_start, sizeof head);
+  head.fd_count = 2;
+  head.handle = static_cast<std::uint16_t>(proto::handle_type::mailbox);
+  std::memcpy(out_.data() + frame_start, &head, sizeof head);
+  queue_attachment({{mailbox_->memory(), mailbox_->doorbell()}, proto::handle_type::mailbox},
+                   frame_start, request_id);
+  // A descriptor that could not be copied turned the reply into an error: no mailbox then.
+  if (out_fds_.size() != queued_before + 2) close_mailbox();
+}
+
+void session::close_mailbox() noexcept {
+  if (!mailbox_) return;
+  poller_.remove(mailbox_key_, mailbox_->doorbell());
+  mailbox_.reset();
+  mailbox_out_.clear();
+  state_.mailbox_open = false;
+}
+
+void session::on_mailbox_ring() {
+  // One call at a time, as the client makes them: a request put in before the last answer went
+  // out is taken after it (answer_mailbox()).
+  if (stopped_ || !mailbox_ || !mailbox_out_.empty()) return;
+  switch (mailbox_->take(mailbox_in_)) {
+    case request_mailbox::taken::none:
+      return;
+    case request_mailbox::taken::oversized:
+      append_error(mailbox_out_, 0, errc::bad_message,
+                   "a request in the request mailbox is larger than the largest frame (" +
+                       std::to_string(kMaxFrameSize) + " bytes)");
+      break;
+    case request_mailbox::taken::request:
+      handle_mailbox_request();
+      break;
+  }
+  if (state_.refused) {
+    reply_then_stop_for("refused by the access policy or its quotas");
+    return;
+  }
+  flush_soon();
+}
+
+void session::handle_mailbox_request() {
+  proto::frame_view frame;
+  std::error_code error;
+  const auto status = proto::parse_frame(mailbox_in_, frame, error);
+  if (status == proto::parse_status::invalid) {
+    append_error(mailbox_out_, 0, static_cast<errc>(error.value()),
+                 "bad frame header in the request mailbox: " + error.message());
+    return;
+  }
+  if (status == proto::parse_status::incomplete || frame.frame_size() != mailbox_in_.size()) {
+    append_error(mailbox_out_, 0, errc::bad_message,
+                 "the request mailbox's size is not that of the one frame in it");
+    return;
+  }
+  const proto::message_info* type = proto::find_request(frame.head.type);
+  if (type != nullptr && !proto::mailbox_may_carry(*type)) {
+    append_error(mailbox_out_, frame.head.request_id, errc::invalid_argument,
+                 std::string(type->name) +
+                     " may not come through the request mailbox (its reply carries descriptors, "
+                     "or it belongs to the connection): send it on the socket");
+    return;
+  }
+  // No descriptors come back: every request whose reply can carry some was turned away above.
+  (void)handler_.handle(state_, frame, mailbox_out_);
+  if (mailbox_in_.capacity() > kKeptOutputCapacity) std::vector<std::byte>().swap(mailbox_in_);
+}
+
+void session::answer_mailbox() {
+  if (!mailbox_ || mailbox_out_.empty()) return;
+  if (mailbox_out_.size() > kMaxFrameSize) {
+    mailbox_out_.clear();
+    append_error(mailbox_out_, 0, errc::internal, "the reply is larger than the mailbox holds");
+  }
+  mailbox_->answer(mailbox_out_);
+  mailbox_out_.clear();
+  if (mailbox_out_.capacity() > kKeptOutputCapacity) std::vector<std::byte>().swap(mailbox_out_);
+  if (mailbox_->has_request()) poller_.serve_again(mailbox_key_);
 }
 
 void session::stream_events(std::uint32_t request_id) {
@@ -451,6 +550,7 @@ bool session::flush() {
   // Nothing a reply tells a client may be lost by a crash after it went out.
   books_.write_changes();
   const bool open = send_output();
+  answer_mailbox();
   books_.start_deferred_work();
   return open;
 }

@@ -30,6 +30,7 @@ namespace gpumem::daemon {
 
 class client_poller;
 class io_batch;
+class request_mailbox;
 
 class session : public std::enable_shared_from_this<session> {
  public:
@@ -68,6 +69,9 @@ class session : public std::enable_shared_from_this<session> {
   /// @brief Sends the replies built during this wake-up, and serves the input that waited for
   /// them to go out.
   void flush_replies();
+  /// @brief The request mailbox's doorbell rang, or the poller serves it again: answers the
+  /// request waiting there, if any (the answer goes out with the wake-up's replies).
+  void on_mailbox_ring();
 #ifdef GPUMEM_WITH_IO_URING
   /// @brief Queues this wake-up's first read on @p batch, for input @p events.
   /// @return false when the session does not read now: call on_events() instead.
@@ -109,6 +113,14 @@ class session : public std::enable_shared_from_this<session> {
   void watch_frame_deadline(input_state state, bool consumed);
   void queue_attachment(const reply_attachment& attach, std::size_t frame_start,
                         std::uint32_t request_id);
+  /// Makes the mailbox open_mailbox's reply at @p frame_start announces and attaches it, or
+  /// turns that reply into the error that stopped it.
+  void open_mailbox(std::size_t frame_start, std::uint32_t request_id);
+  void close_mailbox() noexcept;
+  /// Answers the request in mailbox_in_ into mailbox_out_.
+  void handle_mailbox_request();
+  /// Puts the answer built in mailbox_out_ in the mailbox.
+  void answer_mailbox();
   std::size_t pending_output() const noexcept {
     return out_.size() - out_sent_;
   }
@@ -182,6 +194,10 @@ class session : public std::enable_shared_from_this<session> {
     unique_fd fd;
   };
   std::vector<queued_fd> out_fds_;  // a vector: an empty deque costs 600 bytes
+  std::unique_ptr<request_mailbox> mailbox_;
+  std::uint64_t mailbox_key_ = 0;
+  std::vector<std::byte> mailbox_in_;   ///< the request, copied out of the shared slot
+  std::vector<std::byte> mailbox_out_;  ///< its answer until flush(); empty: none is due
 #ifdef GPUMEM_WITH_IO_URING
   /// How many descriptors the sendmsg queued on an io_batch carries, until it went out.
   std::size_t batched_fd_count_ = 0;

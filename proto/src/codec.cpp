@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gpumem/proto/mailbox.hpp"
+
 namespace gpumem::proto {
 
 namespace {
@@ -276,6 +278,10 @@ std::error_code validate(const event_record& m) noexcept {
 
 std::error_code validate(const metrics_request& m) noexcept {
   return m.reserved == 0 && (m.snapshot != 0 || m.offset == 0) ? std::error_code{} : bad();
+}
+
+std::error_code validate(const mailbox_reply& m) noexcept {
+  return m.bytes == kMailboxBytes && m.reserved == 0 ? std::error_code{} : bad();
 }
 
 std::error_code validate(const metrics_head& m) noexcept {

@@ -17,7 +17,7 @@ constexpr bool is_name_char(char c) noexcept {
 }  // namespace
 
 bool is_known_handle_type(std::uint16_t raw) noexcept {
-  return raw <= static_cast<std::uint16_t>(handle_type::cuda_fabric);
+  return raw <= static_cast<std::uint16_t>(handle_type::mailbox);
 }
 
 std::string_view wire_name::view() const noexcept {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gpumem/proto/codec.hpp"
+#include "gpumem/proto/mailbox.hpp"
 #include "request_script.hpp"
 
 namespace {
@@ -160,6 +161,9 @@ void fill(event_record& m) {
   m.label = name("fuzz");
 }
 void fill(metrics_request&) {}
+void fill(mailbox_reply& m) {
+  m.bytes = static_cast<std::uint32_t>(kMailboxBytes);
+}
 void fill(metrics_reply& m) {
   const std::string_view text = "gpumemd_clients 1\n";
   m.records.assign(text.begin(), text.end());

@@ -79,6 +79,7 @@ std::error_code validate(const usage_record&) noexcept;
 std::error_code validate(const event_record&) noexcept;
 std::error_code validate(const metrics_request&) noexcept;
 std::error_code validate(const metrics_head&) noexcept;
+std::error_code validate(const mailbox_reply&) noexcept;
 /// One byte of metrics text: printable ASCII or a newline.
 std::error_code validate(const char& text_byte) noexcept;
 

@@ -29,6 +29,9 @@ inline constexpr std::uint32_t kFeatureStateKept = 1u << 2;
 /// The daemon honours kFlagSendPage in open_sync: a client sets the flag only when hello's
 /// reply says so, so that clients and daemons of either side of this change work together.
 inline constexpr std::uint32_t kFeatureSendsSyncPage = 1u << 3;
+/// The daemon answers open_mailbox: a connection may send its requests through shared memory
+/// (proto/mailbox.hpp).
+inline constexpr std::uint32_t kFeatureMailbox = 1u << 4;
 
 enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
 
@@ -599,6 +602,14 @@ using usage_list_reply = list_payload<list_head, usage_record>;
 /// The text's bytes: printable ASCII and newlines.
 using metrics_reply = list_payload<metrics_head, char>;
 
+/// open_mailbox's reply, with two descriptors (handle_type::mailbox): the mailbox's memfd, of
+/// `bytes` bytes (kMailboxBytes), and its doorbell, an eventfd.
+struct mailbox_reply {
+  std::uint32_t bytes;
+  std::uint32_t reserved;  ///< zero
+};
+static_assert(sizeof(mailbox_reply) == 8);
+
 /// Table value for a reply that carries one descriptor per record.
 inline constexpr std::uint16_t kFdPerRecord = 0xffff;
 /// Table value for a reply that carries one descriptor or none.
@@ -638,7 +649,8 @@ inline constexpr std::uint16_t kFdAtMostOne = 0xfffe;
   X(wake_reservation, 36, reservation_target, reservation_status, 0, "wake one")              \
   X(get_reservation_status, 37, reservation_target, reservation_status, 0, "where one is")    \
   X(subscribe_events, 38, empty_payload, event_record, 0, "stream the daemon's events")       \
-  X(get_metrics, 39, metrics_request, metrics_reply, 0, "metrics as Prometheus text")
+  X(get_metrics, 39, metrics_request, metrics_reply, 0, "metrics as Prometheus text")       \
+  X(open_mailbox, 40, empty_payload, mailbox_reply, 2, "requests through shared memory")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 

@@ -32,6 +32,7 @@ enum class handle_type : std::uint16_t {
   host_memfd = 1,     ///< memfd of a host pool, to be mmap'd MAP_SHARED
   cuda_posix_fd = 2,  ///< CUDA shareable handle of type POSIX file descriptor
   cuda_fabric = 3,    ///< reserved for CU_MEM_HANDLE_TYPE_FABRIC (sent as bytes, not fds)
+  mailbox = 4,        ///< a request mailbox's memfd, then its doorbell eventfd (proto/mailbox.hpp)
 };
 
 bool is_known_handle_type(std::uint16_t raw) noexcept;
@@ -52,6 +53,9 @@ static_assert(offsetof(header, request_id) == 8);
 static_assert(offsetof(header, payload_size) == 12);
 static_assert(offsetof(header, fd_count) == 16);
 static_assert(offsetof(header, handle) == 18);
+
+/// The largest frame either side sends: a header and the largest payload.
+inline constexpr std::size_t kMaxFrameSize = sizeof(header) + kMaxPayloadSize;
 
 /// A name on the wire: at most 63 characters from [A-Za-z0-9._:/@+-], NUL-terminated, the rest
 /// of the field zero. Empty means "no name" where a field allows it.

@@ -1,0 +1,51 @@
+#include "net/request_mailbox.hpp"
+
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "gpumem/shared/os/memfd.hpp"
+#include "gpumem/shared/sync/futex.hpp"
+
+namespace gpumem::daemon {
+
+using proto::mailbox_word;
+
+request_mailbox::request_mailbox()
+    : memory_(os::make_sealed_memfd("gpumemd:mailbox", proto::kMailboxBytes)),
+      doorbell_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (!doorbell_) throw std::system_error(errno, std::system_category(), "eventfd");
+  mapping_ = os::mapping::share(memory_.get(), proto::kMailboxBytes, os::access::read_write);
+}
+
+request_mailbox::taken request_mailbox::take(std::vector<std::byte>& into) {
+  proto::mailbox_layout& box = layout();
+  const std::uint32_t seq = mailbox_word(box.request_seq).load(std::memory_order_acquire);
+  if (seq == taken_seq_) return taken::none;
+  taken_seq_ = seq;
+  const std::uint32_t size = mailbox_word(box.request_size).load(std::memory_order_relaxed);
+  if (size > proto::kMaxFrameSize) {
+    into.clear();
+    return taken::oversized;
+  }
+  into.resize(size);
+  std::memcpy(into.data(), box.request, size);
+  return taken::request;
+}
+
+void request_mailbox::answer(std::span<const std::byte> reply) noexcept {
+  proto::mailbox_layout& box = layout();
+  std::memcpy(box.reply, reply.data(), reply.size());
+  mailbox_word(box.reply_size).store(static_cast<std::uint32_t>(reply.size()),
+                                     std::memory_order_relaxed);
+  mailbox_word(box.reply_seq).store(taken_seq_, std::memory_order_release);
+  sync::futex_wake(&box.reply_seq);
+}
+
+bool request_mailbox::has_request() const noexcept {
+  return mailbox_word(layout().request_seq).load(std::memory_order_acquire) != taken_seq_;
+}
+
+}  // namespace gpumem::daemon
