@@ -1,0 +1,303 @@
+// The request mailbox (proto/mailbox.hpp) against a real gpumemd: what it answers through it,
+// what it turns away and how, that the mapping a client can write never hurts the daemon or
+// the other clients, and that a mailbox goes with its connection.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "gpumem/proto/mailbox.hpp"
+#include "gpumem/shared/os/memfd.hpp"
+#include "request_mailbox.hpp"
+#include "support/daemon_process.hpp"
+#include "support/raw_client.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using gpumem::detail::request_mailbox;
+using gpumem::testing::daemon_process;
+using gpumem::testing::raw_client;
+namespace proto = gpumem::proto;
+using proto::errc;
+using proto::message_type;
+
+/// The daemon's descriptors of request mailboxes (their memfds), from /proc.
+std::size_t mailbox_memfds(pid_t daemon) {
+  std::size_t count = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(daemon) + "/fd")) {
+    std::error_code error;
+    const auto target = std::filesystem::read_symlink(entry.path(), error);
+    if (!error && target.string().find("gpumemd:mailbox") != std::string::npos) ++count;
+  }
+  return count;
+}
+
+bool eventually(const auto& holds, std::chrono::milliseconds within = 2s) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (!holds()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+/// One connection greeted by hand, with its mailbox, speaking through it.
+struct mailbox_connection {
+  explicit mailbox_connection(const daemon_process& daemon) : socket(daemon.socket_path()) {
+    const auto hello = socket.hello();
+    EXPECT_EQ(hello.code, errc::ok);
+    EXPECT_NE(hello.reply.features & proto::kFeatureMailbox, 0u);
+    auto opened = socket.call<proto::mailbox_reply>(message_type::open_mailbox,
+                                                    proto::empty_payload{});
+    EXPECT_EQ(opened.code, errc::ok) << opened.text;
+    EXPECT_EQ(opened.reply.bytes, proto::kMailboxBytes);
+    if (opened.fds.size() != 2) throw std::runtime_error("open_mailbox brought no descriptors");
+    memory = gpumem::unique_fd(::dup(opened.fds[0].get()));
+    doorbell = gpumem::unique_fd(::dup(opened.fds[1].get()));
+    box.emplace(std::move(opened.fds[0]), std::move(opened.fds[1]));
+  }
+
+  /// Posts @p frame as it is, and waits for the answer's frame.
+  std::vector<std::byte> post(std::span<const std::byte> frame) {
+    box->post(frame);
+    std::vector<std::byte> answer(proto::kMaxFrameSize);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    std::optional<std::size_t> size;
+    while (!(size = box->take_answer(answer))) {
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("no answer");
+      box->sleep(100ms);
+    }
+    answer.resize(*size);
+    return answer;
+  }
+
+  template <class Request>
+  std::vector<std::byte> call(message_type type, const Request& request, std::uint32_t id) {
+    std::vector<std::byte> frame;
+    proto::append_frame(frame, static_cast<std::uint16_t>(type), id, request);
+    return post(frame);
+  }
+
+  raw_client socket;
+  gpumem::unique_fd memory;    ///< the client's own copies, for what the class never does
+  gpumem::unique_fd doorbell;
+  std::optional<request_mailbox> box;
+};
+
+proto::frame_view parsed(const std::vector<std::byte>& answer) {
+  proto::frame_view frame;
+  std::error_code error;
+  EXPECT_EQ(proto::parse_frame(answer, frame, error), proto::parse_status::complete);
+  EXPECT_EQ(frame.frame_size(), answer.size());
+  return frame;
+}
+
+/// The refusal in @p answer: its code and text.
+std::pair<errc, std::string> refusal(const std::vector<std::byte>& answer) {
+  const proto::frame_view frame = parsed(answer);
+  EXPECT_EQ(frame.head.type, static_cast<std::uint16_t>(message_type::error));
+  proto::error_reply error{};
+  EXPECT_FALSE(proto::decode_payload(frame.payload, error));
+  return {static_cast<errc>(error.code), error.text};
+}
+
+void expect_ping_answered(mailbox_connection& connection, std::uint32_t id) {
+  const proto::frame_view frame =
+      parsed(connection.call(message_type::ping, proto::empty_payload{}, id));
+  EXPECT_EQ(frame.head.type, proto::reply_type(message_type::ping));
+  EXPECT_EQ(frame.head.request_id, id);
+}
+
+TEST(Mailbox, TheDaemonGivesASealedMailboxAndAnswersThroughIt) {
+  daemon_process daemon;
+  mailbox_connection connection(daemon);
+  EXPECT_EQ(gpumem::os::file_size(connection.memory.get()), proto::kMailboxBytes);
+  const int seals = ::fcntl(connection.memory.get(), F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  // Shrunk under the daemon's mapping, the daemon would fault on its next answer.
+  EXPECT_NE(::ftruncate(connection.memory.get(), 4096), 0);
+  EXPECT_EQ(errno, EPERM);
+
+  expect_ping_answered(connection, 7);
+  proto::allocate_request wanted{};
+  wanted.size = 4096;
+  wanted.device = proto::kHostDevice;
+  const proto::frame_view granted = parsed(connection.call(message_type::allocate, wanted, 8));
+  ASSERT_EQ(granted.head.type, proto::reply_type(message_type::allocate));
+  proto::allocation_reply allocation{};
+  ASSERT_FALSE(proto::decode_payload(granted.payload, allocation));
+  // The socket and the mailbox are the same session: what one made, the other sees.
+  const auto stats = connection.socket.call<proto::stats_reply>(message_type::stats,
+                                                                proto::empty_payload{});
+  EXPECT_EQ(stats.reply.head.allocation_count, 1u);
+  proto::release_request release{};
+  release.alloc_id = allocation.alloc_id;
+  const proto::frame_view released = parsed(connection.call(message_type::release, release, 9));
+  EXPECT_EQ(released.head.type, proto::reply_type(message_type::release));
+  EXPECT_TRUE(daemon.wait_for_bytes_in_use(0, 1s));
+}
+
+TEST(Mailbox, WhatCannotComeThroughIsRefusedByNameAndTheConnectionGoesOn) {
+  daemon_process daemon;
+  mailbox_connection connection(daemon);
+  // Replies with descriptors, and the requests that belong to the connection.
+  for (const auto& [type, name] : {std::pair{message_type::get_pool, "get_pool"},
+                                   std::pair{message_type::attach_sync, "attach_sync"},
+                                   std::pair{message_type::open_mailbox, "open_mailbox"},
+                                   std::pair{message_type::subscribe_events, "subscribe_events"}}) {
+    const auto [code, text] = refusal(connection.call(type, proto::empty_payload{}, 20));
+    EXPECT_EQ(code, errc::invalid_argument) << name;
+    EXPECT_NE(text.find(std::string(name) + " may not come through the request mailbox"),
+              std::string::npos)
+        << text;
+  }
+  const auto [hello_code, hello_text] = refusal(connection.call(
+      message_type::hello, proto::hello_request{proto::kProtocolVersion, 0, {}, 0, {}}, 21));
+  EXPECT_EQ(hello_code, errc::invalid_argument);
+  EXPECT_NE(hello_text.find("hello may not come through"), std::string::npos) << hello_text;
+  expect_ping_answered(connection, 22);
+  EXPECT_EQ(connection.socket.call<proto::empty_payload>(message_type::ping, proto::empty_payload{})
+                .code,
+            errc::ok);
+}
+
+TEST(Mailbox, BadBytesInTheMailboxAreAnsweredWithAnErrorAndNothingElseHappens) {
+  daemon_process daemon;
+  mailbox_connection connection(daemon);
+  auto* layout = static_cast<proto::mailbox_layout*>(
+      ::mmap(nullptr, proto::kMailboxBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+             connection.memory.get(), 0));
+  ASSERT_NE(layout, MAP_FAILED);
+
+  // A size beyond the slot, written after the class posted a good frame.
+  std::vector<std::byte> ping;
+  proto::append_frame(ping, static_cast<std::uint16_t>(message_type::ping), 30,
+                      proto::empty_payload{});
+  connection.box->post(ping);
+  // The daemon may have taken the good frame already; then the next post is the bad one.
+  std::vector<std::byte> answer(proto::kMaxFrameSize);
+  ASSERT_TRUE(eventually([&] { return connection.box->take_answer(answer).has_value(); }));
+  proto::mailbox_word(layout->request_size).store(0xffffffffu);
+  proto::mailbox_word(layout->request_seq).fetch_add(1);
+  const std::uint64_t one = 1;
+  ASSERT_EQ(::write(connection.doorbell.get(), &one, sizeof one), 8);
+  ASSERT_TRUE(eventually([&] {
+    return proto::mailbox_word(layout->reply_seq).load() ==
+           proto::mailbox_word(layout->request_seq).load();
+  }));
+  std::vector<std::byte> oversized(layout->reply, layout->reply + layout->reply_size);
+  const auto [code, text] = refusal(oversized);
+  EXPECT_EQ(code, errc::bad_message);
+  EXPECT_NE(text.find("larger than the largest frame"), std::string::npos) << text;
+  ::munmap(layout, proto::kMailboxBytes);
+
+  // The class's own count of requests is behind the one written by hand: a new connection.
+  mailbox_connection again(daemon);
+  // A frame whose size says more than the mailbox holds, and bytes that are no header.
+  std::vector<std::byte> padded = ping;
+  padded.resize(padded.size() + 3);
+  const auto [padded_code, padded_text] = refusal(again.post(padded));
+  EXPECT_EQ(padded_code, errc::bad_message);
+  EXPECT_NE(padded_text.find("not that of the one frame"), std::string::npos) << padded_text;
+  const std::vector<std::byte> garbage(64, std::byte{0x5a});
+  const auto [garbage_code, garbage_text] = refusal(again.post(garbage));
+  EXPECT_EQ(garbage_code, errc::bad_message);
+  EXPECT_NE(garbage_text.find("bad frame header in the request mailbox"), std::string::npos)
+      << garbage_text;
+  expect_ping_answered(again, 31);
+  EXPECT_EQ(again.socket.call<proto::empty_payload>(message_type::ping, proto::empty_payload{})
+                .code,
+            errc::ok);
+}
+
+TEST(Mailbox, ADoorbellRungWithoutARequestAnswersNothingAndKeepsNobodyWaiting) {
+  daemon_process daemon;
+  mailbox_connection ringer(daemon);
+  mailbox_connection other(daemon);
+  const std::uint64_t one = 1;
+  for (int ring = 0; ring < 20000; ++ring) {
+    ASSERT_EQ(::write(ringer.doorbell.get(), &one, sizeof one), 8);
+  }
+  // A counter at its limit refuses the next ring: the class empties it and rings again.
+  const std::uint64_t almost_full = 0xfffffffffffffffeull - 20000;
+  ASSERT_EQ(::write(ringer.doorbell.get(), &almost_full, sizeof almost_full), 8);
+  expect_ping_answered(other, 40);
+  expect_ping_answered(ringer, 41);
+  expect_ping_answered(ringer, 42);
+}
+
+TEST(Mailbox, AMailboxGoesWithItsConnectionAndItsKilledProcess) {
+  daemon_process daemon;
+  auto watcher = daemon.connect();
+  watcher.ping();
+  const std::size_t before = mailbox_memfds(daemon.pid());
+  EXPECT_EQ(before, 1u);  // the watcher's
+  {
+    mailbox_connection connection(daemon);
+    expect_ping_answered(connection, 50);
+    EXPECT_EQ(mailbox_memfds(daemon.pid()), before + 1);
+  }
+  EXPECT_TRUE(eventually([&] { return mailbox_memfds(daemon.pid()) == before; }));
+
+  // A process killed while it calls through its mailbox, holding memory.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      gpumem::ConnectOptions options;
+      options.socket_path = daemon.socket_path();
+      auto client = gpumem::Client::connect(options);
+      auto held = client.allocate(8192, {.device = gpumem::kHost});
+      for (;;) client.ping();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  EXPECT_TRUE(eventually([&] { return mailbox_memfds(daemon.pid()) == before + 1; }));
+  EXPECT_TRUE(daemon.wait_for_bytes_in_use(8192, 2s));
+  std::this_thread::sleep_for(20ms);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(daemon.wait_for_bytes_in_use(0, 2s));
+  EXPECT_TRUE(eventually([&] { return mailbox_memfds(daemon.pid()) == before; }));
+  watcher.ping();
+}
+
+TEST(Mailbox, TheClientLibraryUsesTheMailboxUnlessGpumemMailboxIsZero) {
+  daemon_process daemon;
+  {
+    ::setenv("GPUMEM_MAILBOX", "0", 1);
+    auto on_the_socket = daemon.connect();
+    ::unsetenv("GPUMEM_MAILBOX");
+    on_the_socket.ping();
+    auto buffer = on_the_socket.allocate(4096, {.device = gpumem::kHost});
+    EXPECT_EQ(mailbox_memfds(daemon.pid()), 0u);
+    auto through_the_mailbox = daemon.connect();
+    through_the_mailbox.ping();
+    EXPECT_EQ(mailbox_memfds(daemon.pid()), 1u);
+  }
+  ::setenv("GPUMEM_MAILBOX", "sometimes", 1);
+  try {
+    (void)daemon.connect();
+    ADD_FAILURE() << "connected with GPUMEM_MAILBOX=sometimes";
+  } catch (const gpumem::Error& error) {
+    EXPECT_EQ(error.status(), gpumem::errc::invalid_argument);
+    EXPECT_NE(std::string(error.what()).find("$GPUMEM_MAILBOX is 'sometimes'"), std::string::npos)
+        << error.what();
+  }
+  ::unsetenv("GPUMEM_MAILBOX");
+}
+
+}  // namespace
