@@ -18,6 +18,7 @@ namespace {
 using namespace gpumem::proto;
 using gpumem::fuzz::script_writer;
 using gpumem::fuzz::step;
+using gpumem::fuzz::kThroughMailbox;
 
 wire_name name(const char* text) {
   wire_name made{};
@@ -437,6 +438,32 @@ void request_seeds(corpus& out) {
   watched.send(2, message_type::get_metrics, metrics_request{1, 100, 0});
   watched.then(step::read, 0).then(step::read, 2).then(step::disconnect, 0);
   save("events-and-metrics-of-a-death", watched);
+
+  script mailed;
+  mailed.greet(0).greet(1);
+  mailed.send(0, message_type::open_mailbox, empty_payload{}).then(step::read, 0);
+  mailed.send(0, message_type::ping, empty_payload{}, kThroughMailbox);
+  mailed.send(0, message_type::allocate, allocation("m", 4096), kThroughMailbox);
+  open_request open_m = sample<open_request>();
+  open_m.name = name("m");
+  mailed.send(1, message_type::open, open_m).then(step::read, 1);
+  mailed.send(0, message_type::list_allocations, from_start, kThroughMailbox);
+  mailed.send(0, message_type::get_pool, sample<get_pool_request>(), kThroughMailbox);
+  mailed.send(0, message_type::open_mailbox, empty_payload{}, kThroughMailbox);
+  mailed.raw(0, lying, kThroughMailbox);
+  mailed.send(0, message_type::open_mailbox, empty_payload{}).then(step::read, 0);
+  mailed.send(0, message_type::release, release_first, kThroughMailbox);
+  mailed.then(step::process_exit, 0);
+  save("requests-through-the-mailbox", mailed);
+
+  script hung_up;
+  hung_up.greet(0);
+  hung_up.send(0, message_type::open_mailbox, empty_payload{}).then(step::read, 0);
+  hung_up.send(0, message_type::allocate, allocation("", 4096), kThroughMailbox);
+  hung_up.then(step::disconnect, 0);
+  hung_up.send(0, message_type::ping, empty_payload{}, kThroughMailbox);
+  hung_up.then(step::connect, 0).then(step::hello, 0).then(step::process_exit, 0);
+  save("mailbox-of-a-closed-connection", hung_up);
 
   script lost;
   hello_request resuming = sample<hello_request>();

@@ -1,8 +1,9 @@
 // Fuzz target: the whole request path of the daemon, in this process. Sessions (the daemon's
 // own, over socketpairs), the request handler and the books of a small host-only daemon are fed
 // a script (request_script.hpp) of frames, raw bytes and descriptors from up to kClients
-// simulated client processes, which connect, read, hang up and die at any point. Every reply
-// must be a valid frame that decodes, with the descriptors its header announces. At the end
+// simulated client processes, which connect, read, hang up and die at any point, and send on
+// their sockets or through their request mailboxes. Every reply must be a valid frame that
+// decodes, with the descriptors its header announces. At the end
 // everyone is gone, and the books must be empty and the process's descriptors as they were.
 #include <dirent.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 #include "net/client_poller.hpp"
 #include "net/session.hpp"
 #include "payload_types.hpp"
+#include "request_mailbox.hpp"
 #include "request_script.hpp"
 
 namespace {
@@ -103,8 +105,8 @@ struct client_process {
   std::vector<std::weak_ptr<session>> sessions;
   std::uint32_t next_request_id = 1;
   std::vector<std::byte> unparsed;
-  std::size_t fds_received = 0;
-  std::size_t fds_announced = 0;
+  std::vector<unique_fd> fds;  ///< received and not yet matched with the reply they came with
+  std::optional<detail::request_mailbox> mailbox;  ///< from open_mailbox's answer, once read
 };
 
 class in_process_daemon {
@@ -142,10 +144,30 @@ class in_process_daemon {
     }
   }
 
+  /// Posts @p bytes in the client's mailbox and checks the answer, if one came.
+  void post(client_process& client, std::span<const std::byte> bytes) {
+    if (!client.mailbox) return;
+    client.mailbox->post(bytes.first(std::min(bytes.size(), proto::kMaxFrameSize)));
+    run();
+    std::vector<std::byte> answer(proto::kMaxFrameSize);
+    const std::optional<std::size_t> size = client.mailbox->take_answer(answer);
+    if (!size) return;  // the session ended, or holds its input
+    proto::frame_view frame;
+    std::error_code error;
+    if (proto::parse_frame(std::span(answer).first(*size), frame, error) !=
+            proto::parse_status::complete ||
+        frame.frame_size() != *size) {
+      fail("the mailbox's answer is not one whole frame");
+    }
+    if (frame.head.fd_count != 0) fail("an answer in the mailbox announces descriptors");
+    check_reply(frame);
+  }
+
   void disconnect(client_process& client) {
     client.socket.reset();
+    client.mailbox.reset();
     client.unparsed.clear();
-    client.fds_received = client.fds_announced = 0;
+    client.fds.clear();
   }
 
   void process_exit(client_process& client) {
@@ -163,7 +185,7 @@ class in_process_daemon {
       std::vector<unique_fd> fds;
       std::error_code error;
       const std::size_t received = recv_with_fds(client.socket.get(), buffer, fds, error);
-      client.fds_received += fds.size();
+      for (unique_fd& fd : fds) client.fds.push_back(std::move(fd));
       if (error || received == 0) break;
       client.unparsed.insert(client.unparsed.end(), buffer.begin(), buffer.begin() + received);
     }
@@ -201,6 +223,34 @@ class in_process_daemon {
         fail("the daemon sent a bad header: %s", error.message().c_str());
       }
       if (status == proto::parse_status::incomplete) break;
+      check_reply(frame);
+      take_descriptors(client, frame);
+      rest = rest.subspan(frame.frame_size());
+    }
+    client.unparsed.erase(client.unparsed.begin(),
+                          client.unparsed.end() - static_cast<std::ptrdiff_t>(rest.size()));
+    if (client.unparsed.empty() && !client.fds.empty()) {
+      fail("%zu descriptors came that no reply announced", client.fds.size());
+    }
+  }
+
+  /// The descriptors @p frame announced, which came with its first byte: open_mailbox's make
+  /// the client's mailbox.
+  static void take_descriptors(client_process& client, const proto::frame_view& frame) {
+    if (client.fds.size() < frame.head.fd_count) {
+      fail("a reply announced %u descriptors but %zu came", frame.head.fd_count,
+           client.fds.size());
+    }
+    const auto first = client.fds.begin();
+    const auto end = first + frame.head.fd_count;
+    if (frame.head.type == proto::reply_type(proto::message_type::open_mailbox)) {
+      if (frame.head.fd_count != 2) fail("open_mailbox's answer has no mailbox");
+      client.mailbox.emplace(std::move(first[0]), std::move(first[1]));
+    }
+    client.fds.erase(first, end);
+  }
+
+  static void check_reply(const proto::frame_view& frame) {
       std::error_code decoded;
       const bool known = fuzz::with_payload_type(frame.head.type, [&]<class Payload>() {
         Payload payload{};
@@ -215,15 +265,6 @@ class in_process_daemon {
       if (decoded) {
         fail("a reply of type %#x does not decode: %s", frame.head.type, decoded.message().c_str());
       }
-      client.fds_announced += frame.head.fd_count;
-      rest = rest.subspan(frame.frame_size());
-    }
-    client.unparsed.erase(client.unparsed.begin(),
-                          client.unparsed.end() - static_cast<std::ptrdiff_t>(rest.size()));
-    if (client.unparsed.empty() && client.fds_received != client.fds_announced) {
-      fail("replies announced %zu descriptors but %zu came", client.fds_announced,
-           client.fds_received);
-    }
   }
 
   void check_empty() {
@@ -282,13 +323,21 @@ void run_script(std::span<const std::uint8_t> input, const attachable_fds& attac
         const auto payload_size = static_cast<std::uint32_t>(payload.size());
         std::memcpy(frame.data() + offsetof(proto::header, payload_size), &payload_size,
                     sizeof payload_size);
-        daemon.send(client, frame, attachable.picked(fds));
+        if (fds & fuzz::kThroughMailbox) {
+          daemon.post(client, frame);
+        } else {
+          daemon.send(client, frame, attachable.picked(fds));
+        }
         break;
       }
       case step::raw: {
         const std::uint16_t size = script.u16();
         const std::uint8_t fds = script.u8();
-        daemon.send(client, script.take(size), attachable.picked(fds));
+        if (fds & fuzz::kThroughMailbox) {
+          daemon.post(client, script.take(size));
+        } else {
+          daemon.send(client, script.take(size), attachable.picked(fds));
+        }
         break;
       }
       case step::disconnect:

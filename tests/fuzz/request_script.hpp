@@ -30,6 +30,10 @@ inline constexpr std::uint8_t kStepCount = 8;
 
 /// Which of the harness's own descriptors a step attaches: bit i set attaches descriptor i.
 inline constexpr std::size_t kAttachableFds = 3;  // a memfd, a pipe's read end, its write end
+/// Set in a frame or raw step's descriptor byte: the bytes go through the client's request
+/// mailbox (proto/mailbox.hpp) instead of its socket, once a read took open_mailbox's answer;
+/// descriptors cannot go that way.
+inline constexpr std::uint8_t kThroughMailbox = 0x80;
 
 class script_reader {
  public:
