@@ -1,6 +1,8 @@
 // The request mailbox (proto/mailbox.hpp) against a real gpumemd: what it answers through it,
 // what it turns away and how, that the mapping a client can write never hurts the daemon or
 // the other clients, and that a mailbox goes with its connection.
+#include "gpumem/proto/mailbox.hpp"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,16 +12,16 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
 
-#include "gpumem/proto/mailbox.hpp"
 #include "gpumem/shared/os/memfd.hpp"
 #include "request_mailbox.hpp"
 #include "support/daemon_process.hpp"
 #include "support/raw_client.hpp"
+#include "support/systemd_supervisor.hpp"
 
 namespace {
 
@@ -27,18 +29,18 @@ using namespace std::chrono_literals;
 using gpumem::detail::request_mailbox;
 using gpumem::testing::daemon_process;
 using gpumem::testing::raw_client;
+using gpumem::testing::systemd_supervisor;
 namespace proto = gpumem::proto;
 using proto::errc;
 using proto::message_type;
 
-/// The daemon's descriptors of request mailboxes (their memfds), from /proc.
-std::size_t mailbox_memfds(pid_t daemon) {
+/// The daemon's mappings of request mailboxes, from /proc (it keeps no descriptor of their
+/// memfds once the client has its own).
+std::size_t mailbox_mappings(pid_t daemon) {
+  std::ifstream maps("/proc/" + std::to_string(daemon) + "/maps");
   std::size_t count = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(daemon) + "/fd")) {
-    std::error_code error;
-    const auto target = std::filesystem::read_symlink(entry.path(), error);
-    if (!error && target.string().find("gpumemd:mailbox") != std::string::npos) ++count;
+  for (std::string line; std::getline(maps, line);) {
+    count += line.find("gpumemd:mailbox") != std::string::npos;
   }
   return count;
 }
@@ -54,12 +56,16 @@ bool eventually(const auto& holds, std::chrono::milliseconds within = 2s) {
 
 /// One connection greeted by hand, with its mailbox, speaking through it.
 struct mailbox_connection {
-  explicit mailbox_connection(const daemon_process& daemon) : socket(daemon.socket_path()) {
-    const auto hello = socket.hello();
-    EXPECT_EQ(hello.code, errc::ok);
+  /// @param resumed the session to resume; a new one when empty.
+  explicit mailbox_connection(const std::string& path,
+                              const std::optional<proto::hello_reply>& resumed = std::nullopt)
+      : socket(path) {
+    const auto hello = resumed ? socket.resume(*resumed) : socket.hello();
+    EXPECT_EQ(hello.code, errc::ok) << hello.text;
     EXPECT_NE(hello.reply.features & proto::kFeatureMailbox, 0u);
-    auto opened = socket.call<proto::mailbox_reply>(message_type::open_mailbox,
-                                                    proto::empty_payload{});
+    session = hello.reply;
+    auto opened =
+        socket.call<proto::mailbox_reply>(message_type::open_mailbox, proto::empty_payload{});
     EXPECT_EQ(opened.code, errc::ok) << opened.text;
     EXPECT_EQ(opened.reply.bytes, proto::kMailboxBytes);
     if (opened.fds.size() != 2) throw std::runtime_error("open_mailbox brought no descriptors");
@@ -90,11 +96,13 @@ struct mailbox_connection {
   }
 
   raw_client socket;
-  gpumem::unique_fd memory;    ///< the client's own copies, for what the class never does
+  proto::hello_reply session{};
+  gpumem::unique_fd memory;  ///< the client's own copies, for what the class never does
   gpumem::unique_fd doorbell;
   std::optional<request_mailbox> box;
 };
 
+/// The frame in @p answer, which it points into: keep @p answer while the frame is read.
 proto::frame_view parsed(const std::vector<std::byte>& answer) {
   proto::frame_view frame;
   std::error_code error;
@@ -113,15 +121,15 @@ std::pair<errc, std::string> refusal(const std::vector<std::byte>& answer) {
 }
 
 void expect_ping_answered(mailbox_connection& connection, std::uint32_t id) {
-  const proto::frame_view frame =
-      parsed(connection.call(message_type::ping, proto::empty_payload{}, id));
+  const auto answer = connection.call(message_type::ping, proto::empty_payload{}, id);
+  const proto::frame_view frame = parsed(answer);
   EXPECT_EQ(frame.head.type, proto::reply_type(message_type::ping));
   EXPECT_EQ(frame.head.request_id, id);
 }
 
 TEST(Mailbox, TheDaemonGivesASealedMailboxAndAnswersThroughIt) {
   daemon_process daemon;
-  mailbox_connection connection(daemon);
+  mailbox_connection connection(daemon.socket_path());
   EXPECT_EQ(gpumem::os::file_size(connection.memory.get()), proto::kMailboxBytes);
   const int seals = ::fcntl(connection.memory.get(), F_GET_SEALS);
   EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
@@ -134,24 +142,26 @@ TEST(Mailbox, TheDaemonGivesASealedMailboxAndAnswersThroughIt) {
   proto::allocate_request wanted{};
   wanted.size = 4096;
   wanted.device = proto::kHostDevice;
-  const proto::frame_view granted = parsed(connection.call(message_type::allocate, wanted, 8));
+  const auto grant = connection.call(message_type::allocate, wanted, 8);
+  const proto::frame_view granted = parsed(grant);
   ASSERT_EQ(granted.head.type, proto::reply_type(message_type::allocate));
   proto::allocation_reply allocation{};
   ASSERT_FALSE(proto::decode_payload(granted.payload, allocation));
   // The socket and the mailbox are the same session: what one made, the other sees.
-  const auto stats = connection.socket.call<proto::stats_reply>(message_type::stats,
-                                                                proto::empty_payload{});
+  const auto stats =
+      connection.socket.call<proto::stats_reply>(message_type::stats, proto::empty_payload{});
   EXPECT_EQ(stats.reply.head.allocation_count, 1u);
   proto::release_request release{};
   release.alloc_id = allocation.alloc_id;
-  const proto::frame_view released = parsed(connection.call(message_type::release, release, 9));
+  const auto release_answer = connection.call(message_type::release, release, 9);
+  const proto::frame_view released = parsed(release_answer);
   EXPECT_EQ(released.head.type, proto::reply_type(message_type::release));
   EXPECT_TRUE(daemon.wait_for_bytes_in_use(0, 1s));
 }
 
 TEST(Mailbox, WhatCannotComeThroughIsRefusedByNameAndTheConnectionGoesOn) {
   daemon_process daemon;
-  mailbox_connection connection(daemon);
+  mailbox_connection connection(daemon.socket_path());
   // Replies with descriptors, and the requests that belong to the connection.
   for (const auto& [type, name] : {std::pair{message_type::get_pool, "get_pool"},
                                    std::pair{message_type::attach_sync, "attach_sync"},
@@ -168,17 +178,17 @@ TEST(Mailbox, WhatCannotComeThroughIsRefusedByNameAndTheConnectionGoesOn) {
   EXPECT_EQ(hello_code, errc::invalid_argument);
   EXPECT_NE(hello_text.find("hello may not come through"), std::string::npos) << hello_text;
   expect_ping_answered(connection, 22);
-  EXPECT_EQ(connection.socket.call<proto::empty_payload>(message_type::ping, proto::empty_payload{})
-                .code,
-            errc::ok);
+  EXPECT_EQ(
+      connection.socket.call<proto::empty_payload>(message_type::ping, proto::empty_payload{}).code,
+      errc::ok);
 }
 
 TEST(Mailbox, BadBytesInTheMailboxAreAnsweredWithAnErrorAndNothingElseHappens) {
   daemon_process daemon;
-  mailbox_connection connection(daemon);
-  auto* layout = static_cast<proto::mailbox_layout*>(
-      ::mmap(nullptr, proto::kMailboxBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-             connection.memory.get(), 0));
+  mailbox_connection connection(daemon.socket_path());
+  auto* layout = static_cast<proto::mailbox_layout*>(::mmap(nullptr, proto::kMailboxBytes,
+                                                            PROT_READ | PROT_WRITE, MAP_SHARED,
+                                                            connection.memory.get(), 0));
   ASSERT_NE(layout, MAP_FAILED);
 
   // A size beyond the slot, written after the class posted a good frame.
@@ -204,7 +214,7 @@ TEST(Mailbox, BadBytesInTheMailboxAreAnsweredWithAnErrorAndNothingElseHappens) {
   ::munmap(layout, proto::kMailboxBytes);
 
   // The class's own count of requests is behind the one written by hand: a new connection.
-  mailbox_connection again(daemon);
+  mailbox_connection again(daemon.socket_path());
   // A frame whose size says more than the mailbox holds, and bytes that are no header.
   std::vector<std::byte> padded = ping;
   padded.resize(padded.size() + 3);
@@ -217,15 +227,15 @@ TEST(Mailbox, BadBytesInTheMailboxAreAnsweredWithAnErrorAndNothingElseHappens) {
   EXPECT_NE(garbage_text.find("bad frame header in the request mailbox"), std::string::npos)
       << garbage_text;
   expect_ping_answered(again, 31);
-  EXPECT_EQ(again.socket.call<proto::empty_payload>(message_type::ping, proto::empty_payload{})
-                .code,
-            errc::ok);
+  EXPECT_EQ(
+      again.socket.call<proto::empty_payload>(message_type::ping, proto::empty_payload{}).code,
+      errc::ok);
 }
 
 TEST(Mailbox, ADoorbellRungWithoutARequestAnswersNothingAndKeepsNobodyWaiting) {
   daemon_process daemon;
-  mailbox_connection ringer(daemon);
-  mailbox_connection other(daemon);
+  mailbox_connection ringer(daemon.socket_path());
+  mailbox_connection other(daemon.socket_path());
   const std::uint64_t one = 1;
   for (int ring = 0; ring < 20000; ++ring) {
     ASSERT_EQ(::write(ringer.doorbell.get(), &one, sizeof one), 8);
@@ -242,14 +252,14 @@ TEST(Mailbox, AMailboxGoesWithItsConnectionAndItsKilledProcess) {
   daemon_process daemon;
   auto watcher = daemon.connect();
   watcher.ping();
-  const std::size_t before = mailbox_memfds(daemon.pid());
+  const std::size_t before = mailbox_mappings(daemon.pid());
   EXPECT_EQ(before, 1u);  // the watcher's
   {
-    mailbox_connection connection(daemon);
+    mailbox_connection connection(daemon.socket_path());
     expect_ping_answered(connection, 50);
-    EXPECT_EQ(mailbox_memfds(daemon.pid()), before + 1);
+    EXPECT_EQ(mailbox_mappings(daemon.pid()), before + 1);
   }
-  EXPECT_TRUE(eventually([&] { return mailbox_memfds(daemon.pid()) == before; }));
+  EXPECT_TRUE(eventually([&] { return mailbox_mappings(daemon.pid()) == before; }));
 
   // A process killed while it calls through its mailbox, holding memory.
   const pid_t child = ::fork();
@@ -265,13 +275,13 @@ TEST(Mailbox, AMailboxGoesWithItsConnectionAndItsKilledProcess) {
     }
     ::_exit(1);
   }
-  EXPECT_TRUE(eventually([&] { return mailbox_memfds(daemon.pid()) == before + 1; }));
+  EXPECT_TRUE(eventually([&] { return mailbox_mappings(daemon.pid()) == before + 1; }));
   EXPECT_TRUE(daemon.wait_for_bytes_in_use(8192, 2s));
   std::this_thread::sleep_for(20ms);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   EXPECT_TRUE(daemon.wait_for_bytes_in_use(0, 2s));
-  EXPECT_TRUE(eventually([&] { return mailbox_memfds(daemon.pid()) == before; }));
+  EXPECT_TRUE(eventually([&] { return mailbox_mappings(daemon.pid()) == before; }));
   watcher.ping();
 }
 
@@ -283,10 +293,10 @@ TEST(Mailbox, TheClientLibraryUsesTheMailboxUnlessGpumemMailboxIsZero) {
     ::unsetenv("GPUMEM_MAILBOX");
     on_the_socket.ping();
     auto buffer = on_the_socket.allocate(4096, {.device = gpumem::kHost});
-    EXPECT_EQ(mailbox_memfds(daemon.pid()), 0u);
+    EXPECT_EQ(mailbox_mappings(daemon.pid()), 0u);
     auto through_the_mailbox = daemon.connect();
     through_the_mailbox.ping();
-    EXPECT_EQ(mailbox_memfds(daemon.pid()), 1u);
+    EXPECT_EQ(mailbox_mappings(daemon.pid()), 1u);
   }
   ::setenv("GPUMEM_MAILBOX", "sometimes", 1);
   try {
@@ -298,6 +308,37 @@ TEST(Mailbox, TheClientLibraryUsesTheMailboxUnlessGpumemMailboxIsZero) {
         << error.what();
   }
   ::unsetenv("GPUMEM_MAILBOX");
+}
+
+// The call in flight when the daemon died goes again through the new connection's mailbox,
+// which the client asks for first: the kept reply still answers it, and nothing is done twice.
+TEST(Mailbox, ACallSentAgainThroughANewMailboxAfterASigkillIsAnsweredFromTheKeptReply) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  std::optional<mailbox_connection> before(daemon.socket_path());
+  proto::allocate_request wanted{};
+  wanted.size = 4096;
+  wanted.device = proto::kHostDevice;
+  ASSERT_FALSE(proto::make_wire_name("kept.allocation", wanted.name));
+  const auto grant = before->call(message_type::allocate, wanted, 60);
+  const proto::frame_view made = parsed(grant);
+  ASSERT_EQ(made.head.type, proto::reply_type(message_type::allocate));
+  proto::allocation_reply first{};
+  ASSERT_FALSE(proto::decode_payload(made.payload, first));
+  const proto::hello_reply session = before->session;
+  daemon.kill(SIGKILL);
+  before.reset();  // after the death: a hang-up before it would end the session
+  daemon.start();
+
+  mailbox_connection after(daemon.socket_path(), session);
+  const auto regrant = after.call(message_type::allocate, wanted, 60);
+  const proto::frame_view again = parsed(regrant);
+  ASSERT_NE(again.head.type, static_cast<std::uint16_t>(message_type::error))
+      << refusal(regrant).second;
+  ASSERT_EQ(again.head.type, proto::reply_type(message_type::allocate));
+  proto::allocation_reply second{};
+  ASSERT_FALSE(proto::decode_payload(again.payload, second));
+  EXPECT_EQ(second.alloc_id, first.alloc_id);
 }
 
 }  // namespace

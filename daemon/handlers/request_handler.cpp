@@ -73,7 +73,9 @@ reply_attachment request_handler::answer(client_state& client, const proto::fram
                                          std::vector<std::byte>& out) {
   const auto type = static_cast<message_type>(frame.head.type);
   const auto row = books_.rows.clients().find(client.client);
-  if (std::exchange(client.resumed, false) && row != books_.rows.clients().end()) {
+  // The new connection's mailbox is asked for between the resume and the call sent again.
+  if (type != message_type::open_mailbox && std::exchange(client.resumed, false) &&
+      row != books_.rows.clients().end()) {
     if (const std::vector<std::byte>* kept = kept_reply(row->second.last_answered, frame.head)) {
       spdlog::debug("client {}: request {} was answered before the restart: sent again",
                     client.client, frame.head.request_id);

@@ -286,7 +286,8 @@ proto::reservation_status reservation_book::sleep(client_id client,
                entry->discards() ? "discarding" : "copying", entry->holders_mapping().size(),
                deadline.count());
   const std::uint64_t attempt = entry->attempt();
-  background_->after(deadline, [this, id, attempt] { deadline_passed(id, attempt); });
+  // By copy: clang before 16 cannot capture a structured binding by name.
+  background_->after(deadline, [this, id = id, attempt] { deadline_passed(id, attempt); });
   copy_out_when_ready(id);
   return entry->status(id);
 }
@@ -408,7 +409,7 @@ proto::reservation_status reservation_book::wake(client_id client,
         }
         if (sealed) into.seal();
       },
-      [this, id, kept, started, making_ms](std::exception_ptr failure) {
+      [this, id = id, kept, started, making_ms](std::exception_ptr failure) {
         if (!still_held(id, kept.get())) {  // released meanwhile: its bytes have no one to serve
           let_go_off_loop(kept->lose());
           let_go_off_loop(kept->take_kept_copy());

@@ -17,6 +17,12 @@ static_assert(kEventsPerWakeup <= io_batch::kCapacity,
               "serve_ready queues one read per ready connection on one batch");
 #endif
 
+/// An event's key, by value: epoll_event is packed, so its u64 may sit where no reference to a
+/// std::uint64_t may point.
+std::uint64_t key_of(const epoll_event& event) noexcept {
+  return event.data.u64;
+}
+
 int make_epoll() {
   const int made = ::epoll_create1(EPOLL_CLOEXEC);
   if (made < 0) throw std::system_error(errno, std::system_category(), "epoll_create1");
@@ -130,7 +136,7 @@ void client_poller::serve_ready(int count) {
     // One read alone goes without the ring (see the header).
     batched_events_.clear();
     for (int i = 0; i < count; ++i) {
-      const auto found = entries_.find(events_[i].data.u64);
+      const auto found = entries_.find(key_of(events_[i]));
       if (found != entries_.end() && found->second.what == watched::connection &&
           found->second.client->queue_receive(*batch_, events_[i].events)) {
         batched_events_.push_back(events_[i].events);
@@ -155,7 +161,7 @@ void client_poller::serve_ready(int count) {
 
 void client_poller::mark_ready(int count, bool ready) {
   for (int i = 0; i < count; ++i) {
-    if (const auto found = entries_.find(events_[i].data.u64); found != entries_.end()) {
+    if (const auto found = entries_.find(key_of(events_[i])); found != entries_.end()) {
       found->second.ready_now = ready;
     }
   }

@@ -21,8 +21,11 @@ class request_mailbox {
   /// @throws std::system_error naming the step that failed (memfd, eventfd, mmap).
   request_mailbox();
 
-  /// The memfd, for the client to map: the daemon keeps its own descriptor and mapping.
+  /// The memfd, for the client to map, until forget_memory().
   int memory() const noexcept { return memory_.get(); }
+  /// @brief Closes the daemon's descriptor of the memfd once the client has its copy: the
+  /// mapping keeps the memory, and a connection then costs the daemon one descriptor less.
+  void forget_memory() noexcept { memory_.reset(); }
   /// The eventfd the client writes to; the loop watches it (edge-triggered, never read).
   int doorbell() const noexcept { return doorbell_.get(); }
 

@@ -400,7 +400,11 @@ void session::open_mailbox(std::size_t frame_start, std::uint32_t request_id) {
   queue_attachment({{mailbox_->memory(), mailbox_->doorbell()}, proto::handle_type::mailbox},
                    frame_start, request_id);
   // A descriptor that could not be copied turned the reply into an error: no mailbox then.
-  if (out_fds_.size() != queued_before + 2) close_mailbox();
+  if (out_fds_.size() != queued_before + 2) {
+    close_mailbox();
+    return;
+  }
+  mailbox_->forget_memory();
 }
 
 void session::close_mailbox() noexcept {
@@ -425,6 +429,9 @@ void session::on_mailbox_ring() {
       break;
     case request_mailbox::taken::request:
       handle_mailbox_request();
+      if (mailbox_in_.capacity() > kKeptOutputCapacity) {
+        std::vector<std::byte>().swap(mailbox_in_);
+      }
       break;
   }
   if (state_.refused) {
@@ -458,11 +465,11 @@ void session::handle_mailbox_request() {
   }
   // No descriptors come back: every request whose reply can carry some was turned away above.
   (void)handler_.handle(state_, frame, mailbox_out_);
-  if (mailbox_in_.capacity() > kKeptOutputCapacity) std::vector<std::byte>().swap(mailbox_in_);
 }
 
 void session::answer_mailbox() {
   if (!mailbox_ || mailbox_out_.empty()) return;
+  // The codec keeps every reply within a frame; were one ever larger, the slot must not overflow.
   if (mailbox_out_.size() > kMaxFrameSize) {
     mailbox_out_.clear();
     append_error(mailbox_out_, 0, errc::internal, "the reply is larger than the mailbox holds");

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdarg>
 #include <cstddef>
@@ -19,17 +20,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "../support/host_pools.hpp"
 #include "books.hpp"
+#include "gpumem/proto/mailbox.hpp"
 #include "gpumem/shared/fd_passing.hpp"
+#include "gpumem/shared/os/mapping.hpp"
 #include "handlers/request_handler.hpp"
 #include "net/client_poller.hpp"
 #include "net/session.hpp"
 #include "payload_types.hpp"
-#include "request_mailbox.hpp"
 #include "request_script.hpp"
 
 namespace {
@@ -98,6 +101,39 @@ const daemon_config& small_config() {
   return config;
 }
 
+/// A client's request mailbox, written by hand as a misbehaving client could: the daemon's copy
+/// of what it reads is all that keeps it safe.
+class hand_written_mailbox {
+ public:
+  hand_written_mailbox(const unique_fd& memory, unique_fd doorbell)
+      : doorbell_(std::move(doorbell)),
+        mapping_(os::mapping::share(memory.get(), proto::kMailboxBytes, os::access::read_write)) {}
+
+  void post(std::span<const std::byte> bytes) {
+    proto::mailbox_layout& box = layout();
+    const std::size_t size = std::min(bytes.size(), sizeof box.request);
+    std::memcpy(box.request, bytes.data(), size);
+    proto::mailbox_word(box.request_size).store(static_cast<std::uint32_t>(size));
+    proto::mailbox_word(box.request_seq).store(++posted_);
+    const std::uint64_t one = 1;
+    if (::write(doorbell_.get(), &one, sizeof one) != sizeof one) fail("cannot ring a doorbell");
+  }
+  /// The answer to the request posted last, if the daemon gave it.
+  std::optional<std::span<const std::byte>> answer() {
+    proto::mailbox_layout& box = layout();
+    if (proto::mailbox_word(box.reply_seq).load() != posted_) return std::nullopt;
+    const std::uint32_t size = proto::mailbox_word(box.reply_size).load();
+    if (size > sizeof box.reply) fail("an answer larger than the reply slot");
+    return std::span<const std::byte>(box.reply, size);
+  }
+
+ private:
+  proto::mailbox_layout& layout() { return *static_cast<proto::mailbox_layout*>(mapping_.get()); }
+  unique_fd doorbell_;
+  os::mapping mapping_;
+  std::uint32_t posted_ = 0;
+};
+
 /// One simulated client process: its current connection, and every session it opened (a
 /// process's state outlives a closed connection while the process lives).
 struct client_process {
@@ -106,7 +142,7 @@ struct client_process {
   std::uint32_t next_request_id = 1;
   std::vector<std::byte> unparsed;
   std::vector<unique_fd> fds;  ///< received and not yet matched with the reply they came with
-  std::optional<detail::request_mailbox> mailbox;  ///< from open_mailbox's answer, once read
+  std::optional<hand_written_mailbox> mailbox;  ///< from open_mailbox's answer, once read
 };
 
 class in_process_daemon {
@@ -147,16 +183,14 @@ class in_process_daemon {
   /// Posts @p bytes in the client's mailbox and checks the answer, if one came.
   void post(client_process& client, std::span<const std::byte> bytes) {
     if (!client.mailbox) return;
-    client.mailbox->post(bytes.first(std::min(bytes.size(), proto::kMaxFrameSize)));
+    client.mailbox->post(bytes);
     run();
-    std::vector<std::byte> answer(proto::kMaxFrameSize);
-    const std::optional<std::size_t> size = client.mailbox->take_answer(answer);
-    if (!size) return;  // the session ended, or holds its input
+    const auto answer = client.mailbox->answer();
+    if (!answer) return;  // the session ended
     proto::frame_view frame;
     std::error_code error;
-    if (proto::parse_frame(std::span(answer).first(*size), frame, error) !=
-            proto::parse_status::complete ||
-        frame.frame_size() != *size) {
+    if (proto::parse_frame(*answer, frame, error) != proto::parse_status::complete ||
+        frame.frame_size() != answer->size()) {
       fail("the mailbox's answer is not one whole frame");
     }
     if (frame.head.fd_count != 0) fail("an answer in the mailbox announces descriptors");
@@ -238,33 +272,31 @@ class in_process_daemon {
   /// the client's mailbox.
   static void take_descriptors(client_process& client, const proto::frame_view& frame) {
     if (client.fds.size() < frame.head.fd_count) {
-      fail("a reply announced %u descriptors but %zu came", frame.head.fd_count,
-           client.fds.size());
+      fail("a reply announced %u descriptors but %zu came", frame.head.fd_count, client.fds.size());
     }
     const auto first = client.fds.begin();
     const auto end = first + frame.head.fd_count;
     if (frame.head.type == proto::reply_type(proto::message_type::open_mailbox)) {
       if (frame.head.fd_count != 2) fail("open_mailbox's answer has no mailbox");
-      client.mailbox.emplace(std::move(first[0]), std::move(first[1]));
+      client.mailbox.emplace(first[0], std::move(first[1]));
     }
     client.fds.erase(first, end);
   }
 
   static void check_reply(const proto::frame_view& frame) {
-      std::error_code decoded;
-      const bool known = fuzz::with_payload_type(frame.head.type, [&]<class Payload>() {
-        Payload payload{};
-        decoded = proto::decode_payload(frame.payload, payload);
-      });
-      if (!known || (frame.head.type & proto::kReplyBit) == 0) {
-        if (frame.head.type != static_cast<std::uint16_t>(proto::message_type::error)) {
-          fail("the daemon sent a frame of type %#x, neither a reply nor an error",
-               frame.head.type);
-        }
+    std::error_code decoded;
+    const bool known = fuzz::with_payload_type(frame.head.type, [&]<class Payload>() {
+      Payload payload{};
+      decoded = proto::decode_payload(frame.payload, payload);
+    });
+    if (!known || (frame.head.type & proto::kReplyBit) == 0) {
+      if (frame.head.type != static_cast<std::uint16_t>(proto::message_type::error)) {
+        fail("the daemon sent a frame of type %#x, neither a reply nor an error", frame.head.type);
       }
-      if (decoded) {
-        fail("a reply of type %#x does not decode: %s", frame.head.type, decoded.message().c_str());
-      }
+    }
+    if (decoded) {
+      fail("a reply of type %#x does not decode: %s", frame.head.type, decoded.message().c_str());
+    }
   }
 
   void check_empty() {
