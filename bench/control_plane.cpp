@@ -5,13 +5,13 @@
 // Both servers see raw frames (gpumemd's binary protocol, redis's RESP), so neither pays for a
 // client library the other does not. gpumemd is driven twice: on the socket, as redis, and
 // through each connection's request mailbox (proto/mailbox.hpp), where the one process of the
-// epoll shape waits on all N mailboxes' futex words at once (futex_waitv) instead. Two requests each: gpumemd's ping against redis's PING,
-// and a small real request, gpumemd's allocate or free of 4 KiB from the host pool against
-// redis's GET of a 3-byte value. Prints requests/s, p50 and p99 for each server, shape, request
-// and N, with the CPU time per request of the server's loop and of all clients together (a rate
-// compares servers only where the server is the one that is busy: srv_cpu_us times requests/s
-// near 10^6), then the ratios gpumemd/redis of the rates. redis-benchmark's GET rate is an extra
-// line.
+// epoll shape waits on all N mailboxes' futex words at once (futex_waitv) instead. Two requests
+// each: gpumemd's ping against redis's PING, and a small real request, gpumemd's allocate or free
+// of 4 KiB from the host pool against redis's GET of a 3-byte value. Prints requests/s, p50 and p99
+// for each server, shape, request and N, with the CPU time per request of the server's loop and of
+// all clients together (a rate compares servers only where the server is the one that is busy:
+// srv_cpu_us times requests/s near 10^6), then the ratios gpumemd/redis of the rates.
+// redis-benchmark's GET rate is an extra line.
 //
 //   control_plane [--seconds S] [--clients 1,16,64] [--daemon PATH] [--no-redis-benchmark]
 #include <fcntl.h>
@@ -81,8 +81,7 @@ const char* name_of(client_shape shape) {
   return shape == client_shape::processes ? "processes" : "epoll";
 }
 const char* name_of(server_kind server, request_kind request) {
-  if (server != server_kind::redis)
-    return request == request_kind::ping ? "ping" : "allocate|free";
+  if (server != server_kind::redis) return request == request_kind::ping ? "ping" : "allocate|free";
   return request == request_kind::ping ? "PING" : "GET";
 }
 
@@ -399,8 +398,7 @@ measurement run_processes(const run_plan& plan) {
       try {
         int fd = -1;
         auto talk = open_conversation(plan.server, plan.request, plan.socket, fd);
-        const auto box =
-            plan.server == server_kind::gpumemd_mailbox ? open_mailbox(fd) : nullptr;
+        const auto box = plan.server == server_kind::gpumemd_mailbox ? open_mailbox(fd) : nullptr;
         std::vector<std::byte> out;
         std::vector<std::byte> in(4096);
         std::this_thread::sleep_until(start);
@@ -538,8 +536,7 @@ measurement run_mailboxes(const run_plan& plan) {
     for (const connection& each : connections) {
       if (!each.in_flight) continue;
       waiters[waiting++] = {each.box->unanswered_value(),
-                            reinterpret_cast<std::uintptr_t>(each.box->answer_word()), FUTEX_32,
-                            0};
+                            reinterpret_cast<std::uintptr_t>(each.box->answer_word()), FUTEX_32, 0};
     }
     timespec give_up{};
     ::clock_gettime(CLOCK_MONOTONIC, &give_up);
@@ -700,8 +697,8 @@ int main(int argc, char** argv) {
       std::printf("redis-server not installed (not found on $PATH): gpumemd alone, no ratios\n");
     }
 
-    std::printf("%-10s %5s %-15s %-14s %11s %9s %9s %11s %11s\n", "shape", "N", "server",
-                "request", "requests/s", "p50_us", "p99_us", "srv_cpu_us", "cli_cpu_us");
+    std::printf("%-10s %5s %-15s %-14s %11s %9s %9s %11s %11s\n", "shape", "N", "server", "request",
+                "requests/s", "p50_us", "p99_us", "srv_cpu_us", "cli_cpu_us");
     // Per shape, N and request: the servers measured back to back, so that all meet the same
     // load from whatever else runs on the machine.
     constexpr std::array kServers{server_kind::gpumemd, server_kind::gpumemd_mailbox,
@@ -719,7 +716,7 @@ int main(int argc, char** argv) {
                                 seconds};
             const auto cpu_before = cpu_time(pid);
             const auto clients_before = clients_cpu_time();
-            measurement m = shape == client_shape::processes           ? run_processes(plan)
+            measurement m = shape == client_shape::processes         ? run_processes(plan)
                             : server == server_kind::gpumemd_mailbox ? run_mailboxes(plan)
                                                                      : run_epoll(plan);
             const double answered = std::max(1.0, m.requests_per_second * seconds);
@@ -730,10 +727,9 @@ int main(int argc, char** argv) {
                 std::chrono::duration<double, std::micro>(clients_cpu_time() - clients_before)
                     .count() /
                 answered;
-            std::printf("%-10s %5d %-15s %-14s %11.0f %9.1f %9.1f %11.2f %11.2f\n",
-                        name_of(shape), n, name_of(server), name_of(server, request),
-                        m.requests_per_second, m.p50_us, m.p99_us, m.server_cpu_us,
-                        m.client_cpu_us);
+            std::printf("%-10s %5d %-15s %-14s %11.0f %9.1f %9.1f %11.2f %11.2f\n", name_of(shape),
+                        n, name_of(server), name_of(server, request), m.requests_per_second,
+                        m.p50_us, m.p99_us, m.server_cpu_us, m.client_cpu_us);
             std::fflush(stdout);
             measured[static_cast<std::size_t>(server)] = m;
           }

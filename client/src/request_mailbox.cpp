@@ -34,8 +34,8 @@ request_mailbox::request_mailbox(unique_fd memory, unique_fd doorbell)
 void request_mailbox::post(std::span<const std::byte> request) {
   proto::mailbox_layout& box = layout();
   std::memcpy(box.request, request.data(), request.size());
-  mailbox_word(box.request_size).store(static_cast<std::uint32_t>(request.size()),
-                                       std::memory_order_relaxed);
+  mailbox_word(box.request_size)
+      .store(static_cast<std::uint32_t>(request.size()), std::memory_order_relaxed);
   mailbox_word(box.request_seq).store(++posted_seq_, std::memory_order_release);
   ring();
 }
@@ -64,7 +64,8 @@ std::optional<std::size_t> request_mailbox::take_answer(std::span<std::byte> int
   }
   const std::size_t size = mailbox_word(box.reply_size).load(std::memory_order_relaxed);
   if (size > into.size()) {
-    throw Error(errc::bad_message, "gpumemd's answer in the request mailbox is larger than a frame");
+    throw Error(errc::bad_message,
+                "gpumemd's answer in the request mailbox is larger than a frame");
   }
   std::memcpy(into.data(), box.reply, size);
   return size;

@@ -364,7 +364,8 @@ proto::frame_view transport::exchange(message_type type, std::vector<unique_fd>&
     std::string broke = "it broke during an earlier call";
     if (socket_) {
       const bool by_mailbox =
-          mailbox_ && proto::mailbox_may_carry(*proto::find_request(static_cast<std::uint16_t>(type)));
+          mailbox_ &&
+          proto::mailbox_may_carry(*proto::find_request(static_cast<std::uint16_t>(type)));
       fds.clear();
       if (const auto frame =
               by_mailbox ? mailbox_round_trip(out_, broke) : round_trip(out_, fds, broke)) {
@@ -463,8 +464,9 @@ std::optional<proto::frame_view> transport::mailbox_round_trip(std::span<const s
   const auto status = proto::parse_frame(std::span(in_).first(*size), frame, error);
   if (status != proto::parse_status::complete || frame.frame_size() != *size ||
       frame.head.request_id != head.request_id) {
-    throw Error(errc::bad_message, "gpumemd's answer in the request mailbox does not match the "
-                                   "request");
+    throw Error(errc::bad_message,
+                "gpumemd's answer in the request mailbox does not match the "
+                "request");
   }
   return frame;
 }

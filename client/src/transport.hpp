@@ -117,14 +117,14 @@ class transport {
   /// Marks the stream out of step and throws Error(timed_out) for what the daemon did not do.
   [[noreturn]] void time_out(const char* doing);
 
-  unique_fd socket_;  ///< empty while the connection is broken
+  unique_fd socket_;                        ///< empty while the connection is broken
   std::optional<request_mailbox> mailbox_;  ///< the connection's, when it has one
   std::string path_;
   std::vector<uid_t> trusted_;
   proto::wire_name label_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds reconnect_for_;
-  bool mailbox_wanted_;  ///< $GPUMEM_MAILBOX is not 0
+  bool mailbox_wanted_;     ///< $GPUMEM_MAILBOX is not 0
   bool timed_out_ = false;  ///< a reply is missing: the stream is out of step for good
   /// The daemon stayed away for all of reconnect_for_: later calls try to reconnect once each.
   bool gave_up_ = false;

@@ -68,8 +68,8 @@ proto::empty_payload request_handler::on_ping(client_state&, const proto::empty_
 }
 
 proto::mailbox_reply request_handler::on_open_mailbox(client_state& client,
-                                                     const proto::empty_payload&,
-                                                     reply_attachment&) {
+                                                      const proto::empty_payload&,
+                                                      reply_attachment&) {
   if (client.mailbox_open) {
     throw request_error(errc::invalid_argument, "this connection has a request mailbox already");
   }

@@ -38,8 +38,8 @@ request_mailbox::taken request_mailbox::take(std::vector<std::byte>& into) {
 void request_mailbox::answer(std::span<const std::byte> reply) noexcept {
   proto::mailbox_layout& box = layout();
   std::memcpy(box.reply, reply.data(), reply.size());
-  mailbox_word(box.reply_size).store(static_cast<std::uint32_t>(reply.size()),
-                                     std::memory_order_relaxed);
+  mailbox_word(box.reply_size)
+      .store(static_cast<std::uint32_t>(reply.size()), std::memory_order_relaxed);
   mailbox_word(box.reply_seq).store(taken_seq_, std::memory_order_release);
   sync::futex_wake(&box.reply_seq);
 }

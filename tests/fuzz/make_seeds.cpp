@@ -16,9 +16,9 @@
 namespace {
 
 using namespace gpumem::proto;
+using gpumem::fuzz::kThroughMailbox;
 using gpumem::fuzz::script_writer;
 using gpumem::fuzz::step;
-using gpumem::fuzz::kThroughMailbox;
 
 wire_name name(const char* text) {
   wire_name made{};

@@ -649,7 +649,7 @@ inline constexpr std::uint16_t kFdAtMostOne = 0xfffe;
   X(wake_reservation, 36, reservation_target, reservation_status, 0, "wake one")              \
   X(get_reservation_status, 37, reservation_target, reservation_status, 0, "where one is")    \
   X(subscribe_events, 38, empty_payload, event_record, 0, "stream the daemon's events")       \
-  X(get_metrics, 39, metrics_request, metrics_reply, 0, "metrics as Prometheus text")       \
+  X(get_metrics, 39, metrics_request, metrics_reply, 0, "metrics as Prometheus text")         \
   X(open_mailbox, 40, empty_payload, mailbox_reply, 2, "requests through shared memory")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
