@@ -80,6 +80,9 @@ class GPUMEM_API CudaError : public Error {
 
 enum class Access { read_write, read_only };
 
+/// Where the daemon offers it, a connection sends the requests whose reply carries no descriptor
+/// through its request mailbox in shared memory rather than the socket: the same calls and
+/// guarantees at less cost. $GPUMEM_MAILBOX=0 keeps everything on the socket.
 struct ConnectOptions {
   std::string socket_path{};  ///< empty: $GPUMEM_SOCKET, then the default locations
   std::string label{};        ///< shown by `gpumemctl clients`; empty: the program's name
