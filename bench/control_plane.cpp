@@ -376,6 +376,11 @@ measurement summarise(std::span<const connection_result> results, double seconds
   return {static_cast<double>(requests) / seconds, percentile(0.50), percentile(0.99), 0, 0};
 }
 
+clock_type::time_point seconds_from_now(double seconds) {
+  return clock_type::now() +
+         std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+}
+
 struct run_plan {
   server_kind server;
   request_kind request;
@@ -459,9 +464,7 @@ measurement run_epoll(const run_plan& plan) {
       fail_errno("send");
     }
   };
-  const auto start = clock_type::now();
-  const auto stop = start + std::chrono::duration_cast<clock_type::duration>(
-                                std::chrono::duration<double>(plan.seconds));
+  const auto stop = seconds_from_now(plan.seconds);
   for (connection& each : connections) send_next(each);
   std::vector<epoll_event> ready(connections.size());
   std::size_t in_flight = connections.size();
@@ -525,9 +528,7 @@ measurement run_mailboxes(const run_plan& plan) {
     each.sent = clock_type::now();
     each.box->post(out);
   };
-  const auto start = clock_type::now();
-  const auto stop = start + std::chrono::duration_cast<clock_type::duration>(
-                                std::chrono::duration<double>(plan.seconds));
+  const auto stop = seconds_from_now(plan.seconds);
   for (connection& each : connections) send_next(each);
   std::vector<futex_waitv> waiters(connections.size());
   std::size_t in_flight = connections.size();
