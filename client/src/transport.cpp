@@ -450,13 +450,19 @@ std::optional<proto::frame_view> transport::mailbox_round_trip(std::span<const s
     const auto now = clock::now();
     if (now >= next_check) {
       if (hung_up()) {
+        // The daemon may have answered just before it hung up (a refusal that ends the
+        // session): an answer that came is the call's, and the call must not go again.
+        if ((size = mailbox_->take_answer(in_))) break;
         broke = "gpumemd closed the connection";
         return std::nullopt;
       }
       check_interval = std::min<clock::duration>(check_interval * 2, kLongestHangUpCheck);
       next_check = now + check_interval;
     }
-    if (now >= deadline) time_out("answer");
+    if (now >= deadline) {
+      if ((size = mailbox_->take_answer(in_))) break;
+      time_out("answer");
+    }
     mailbox_->sleep(std::min(next_check, deadline) - now);
   }
   proto::frame_view frame;

@@ -38,7 +38,9 @@ client_poller::client_poller(boost::asio::io_context& io)
 std::uint64_t client_poller::add(int fd, session& client, watched what) {
   const std::uint64_t key = next_key_++;
   epoll_event interest{};
-  // A doorbell is never read: edge-triggered, every write to it is an event of its own.
+  // A doorbell is never read: edge-triggered, each write to it after a wait took its last event
+  // makes a new one (rings between two waits make one; the session looks for the newest
+  // request, so none is missed).
   interest.events = kInputEvents;
   interest.data.u64 = key;
   if (::epoll_ctl(set_.native_handle(), EPOLL_CTL_ADD, fd, &interest) != 0) {

@@ -1,6 +1,7 @@
 #include "net/request_mailbox.hpp"
 
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
@@ -20,6 +21,12 @@ request_mailbox::request_mailbox()
   mapping_ = os::mapping::share(memory_.get(), proto::kMailboxBytes, os::access::read_write);
 }
 
+request_mailbox::~request_mailbox() {
+  // Pages the daemon touched (the reply slot, above all) are charged to it for as long as the
+  // memfd lives, and the client may keep it after the connection ends: punch them out.
+  (void)::madvise(mapping_.get(), proto::kMailboxBytes, MADV_REMOVE);
+}
+
 request_mailbox::taken request_mailbox::take(std::vector<std::byte>& into) {
   proto::mailbox_layout& box = layout();
   const std::uint32_t seq = mailbox_word(box.request_seq).load(std::memory_order_acquire);
@@ -30,8 +37,7 @@ request_mailbox::taken request_mailbox::take(std::vector<std::byte>& into) {
     into.clear();
     return taken::oversized;
   }
-  into.resize(size);
-  std::memcpy(into.data(), box.request, size);
+  into.assign(box.request, box.request + size);
   return taken::request;
 }
 

@@ -20,6 +20,11 @@ class request_mailbox {
  public:
   /// @throws std::system_error naming the step that failed (memfd, eventfd, mmap).
   request_mailbox();
+  /// Gives the mailbox's pages back: a client that keeps the memfd keeps none of the daemon's
+  /// memory with it.
+  ~request_mailbox();
+  request_mailbox(const request_mailbox&) = delete;
+  request_mailbox& operator=(const request_mailbox&) = delete;
 
   /// The memfd, for the client to map, until forget_memory().
   int memory() const noexcept { return memory_.get(); }

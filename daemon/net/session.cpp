@@ -434,10 +434,7 @@ void session::on_mailbox_ring() {
       }
       break;
   }
-  if (state_.refused) {
-    reply_then_stop_for("refused by the access policy or its quotas");
-    return;
-  }
+  // No refusal ends the session here: only hello's does, and hello never comes this way.
   flush_soon();
 }
 
@@ -481,6 +478,8 @@ void session::answer_mailbox() {
 }
 
 void session::stream_events(std::uint32_t request_id) {
+  // The connection carries a stream of replies from here on: no more calls through a mailbox.
+  close_mailbox();
   event_request_ = request_id;
   books_.events.set_waker(state_.client, [weak = weak_from_this()] {
     const auto self = weak.lock();
@@ -624,6 +623,9 @@ bool session::queue_replies(io_batch& batch) {
 
 void session::replies_sent(std::size_t sent, const std::error_code& error) {
   const bool all_sent = !stopped_ && record_sent(batched_fd_count_, sent, error);
+  // The changes were written before the batch went (queue_replies()): the mailbox's answer
+  // does not wait for room in the socket.
+  answer_mailbox();
   books_.start_deferred_work();   // as flush() does, whether or not the socket took everything
   if (all_sent) flush_replies();  // what one sendmsg could not carry, and the input held for it
 }

@@ -16,6 +16,8 @@
 namespace {
 
 using namespace gpumem::proto;
+using gpumem::fuzz::kNoNewRequest;
+using gpumem::fuzz::kOversized;
 using gpumem::fuzz::kThroughMailbox;
 using gpumem::fuzz::script_writer;
 using gpumem::fuzz::step;
@@ -451,6 +453,8 @@ void request_seeds(corpus& out) {
   mailed.send(0, message_type::get_pool, sample<get_pool_request>(), kThroughMailbox);
   mailed.send(0, message_type::open_mailbox, empty_payload{}, kThroughMailbox);
   mailed.raw(0, lying, kThroughMailbox);
+  mailed.raw(0, lying, kThroughMailbox | kOversized);
+  mailed.raw(0, {}, kThroughMailbox | kNoNewRequest);
   mailed.send(0, message_type::open_mailbox, empty_payload{}).then(step::read, 0);
   mailed.send(0, message_type::release, release_first, kThroughMailbox);
   mailed.then(step::process_exit, 0);

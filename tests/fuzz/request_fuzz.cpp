@@ -7,6 +7,7 @@
 // everyone is gone, and the books must be empty and the process's descriptors as they were.
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -101,6 +102,12 @@ const daemon_config& small_config() {
   return config;
 }
 
+/// Whether the daemon's end of @p socket is closed (polled, never waits).
+bool hung_up(int socket) {
+  pollfd watched{socket, POLLRDHUP, 0};
+  return ::poll(&watched, 1, 0) > 0 && (watched.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
+}
+
 /// A client's request mailbox, written by hand as a misbehaving client could: the daemon's copy
 /// of what it reads is all that keeps it safe.
 class hand_written_mailbox {
@@ -109,12 +116,17 @@ class hand_written_mailbox {
       : doorbell_(std::move(doorbell)),
         mapping_(os::mapping::share(memory.get(), proto::kMailboxBytes, os::access::read_write)) {}
 
-  void post(std::span<const std::byte> bytes) {
+  /// Puts @p bytes in the request slot (with fuzz::kOversized, a size word beyond the slot) and
+  /// rings; with fuzz::kNoNewRequest only rings.
+  void post(std::span<const std::byte> bytes, std::uint8_t how) {
     proto::mailbox_layout& box = layout();
-    const std::size_t size = std::min(bytes.size(), sizeof box.request);
-    std::memcpy(box.request, bytes.data(), size);
-    proto::mailbox_word(box.request_size).store(static_cast<std::uint32_t>(size));
-    proto::mailbox_word(box.request_seq).store(++posted_);
+    if ((how & fuzz::kNoNewRequest) == 0) {
+      const std::size_t size = std::min(bytes.size(), sizeof box.request);
+      std::copy_n(bytes.begin(), size, box.request);
+      const std::size_t said = how & fuzz::kOversized ? size + sizeof box.request : size;
+      proto::mailbox_word(box.request_size).store(static_cast<std::uint32_t>(said));
+      proto::mailbox_word(box.request_seq).store(++posted_);
+    }
     const std::uint64_t one = 1;
     if (::write(doorbell_.get(), &one, sizeof one) != sizeof one) fail("cannot ring a doorbell");
   }
@@ -143,6 +155,9 @@ struct client_process {
   std::vector<std::byte> unparsed;
   std::vector<unique_fd> fds;  ///< received and not yet matched with the reply they came with
   std::optional<hand_written_mailbox> mailbox;  ///< from open_mailbox's answer, once read
+  /// subscribe_events may have gone on the socket (in a frame, or somewhere in raw bytes): the
+  /// daemon may have closed the mailbox since.
+  bool may_stream_events = false;
 };
 
 class in_process_daemon {
@@ -181,12 +196,18 @@ class in_process_daemon {
   }
 
   /// Posts @p bytes in the client's mailbox and checks the answer, if one came.
-  void post(client_process& client, std::span<const std::byte> bytes) {
+  void post(client_process& client, std::span<const std::byte> bytes, std::uint8_t how) {
     if (!client.mailbox) return;
-    client.mailbox->post(bytes);
+    client.mailbox->post(bytes, how);
     run();
     const auto answer = client.mailbox->answer();
-    if (!answer) return;  // the session ended
+    if (!answer) {
+      // Unanswered only where the connection ended (its mailbox with it) or streams events.
+      if (client.socket && !client.may_stream_events && !hung_up(client.socket.get())) {
+        fail("a request through the mailbox went unanswered on an open connection");
+      }
+      return;
+    }
     proto::frame_view frame;
     std::error_code error;
     if (proto::parse_frame(*answer, frame, error) != proto::parse_status::complete ||
@@ -197,9 +218,9 @@ class in_process_daemon {
     check_reply(frame);
   }
 
+  /// The client closes its socket; its process still maps its mailbox and may ring it.
   void disconnect(client_process& client) {
     client.socket.reset();
-    client.mailbox.reset();
     client.unparsed.clear();
     client.fds.clear();
   }
@@ -210,6 +231,7 @@ class in_process_daemon {
     }
     client.sessions.clear();
     disconnect(client);
+    client.mailbox.reset();
   }
 
   void read(client_process& client) {
@@ -356,8 +378,10 @@ void run_script(std::span<const std::uint8_t> input, const attachable_fds& attac
         std::memcpy(frame.data() + offsetof(proto::header, payload_size), &payload_size,
                     sizeof payload_size);
         if (fds & fuzz::kThroughMailbox) {
-          daemon.post(client, frame);
+          daemon.post(client, frame, 0);
         } else {
+          client.may_stream_events |=
+              type == static_cast<std::uint16_t>(proto::message_type::subscribe_events);
           daemon.send(client, frame, attachable.picked(fds));
         }
         break;
@@ -366,8 +390,9 @@ void run_script(std::span<const std::uint8_t> input, const attachable_fds& attac
         const std::uint16_t size = script.u16();
         const std::uint8_t fds = script.u8();
         if (fds & fuzz::kThroughMailbox) {
-          daemon.post(client, script.take(size));
+          daemon.post(client, script.take(size), fds);
         } else {
+          client.may_stream_events = true;
           daemon.send(client, script.take(size), attachable.picked(fds));
         }
         break;

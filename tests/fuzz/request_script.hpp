@@ -32,8 +32,11 @@ inline constexpr std::uint8_t kStepCount = 8;
 inline constexpr std::size_t kAttachableFds = 3;  // a memfd, a pipe's read end, its write end
 /// Set in a frame or raw step's descriptor byte: the bytes go through the client's request
 /// mailbox (proto/mailbox.hpp) instead of its socket, once a read took open_mailbox's answer;
-/// descriptors cannot go that way.
+/// descriptors cannot go that way. With it, in a raw step: kOversized makes the slot's size word
+/// say more than the slot holds, kNoNewRequest rings without putting a request in.
 inline constexpr std::uint8_t kThroughMailbox = 0x80;
+inline constexpr std::uint8_t kOversized = 0x40;
+inline constexpr std::uint8_t kNoNewRequest = 0x20;
 
 class script_reader {
  public:
