@@ -30,6 +30,15 @@ separate_arguments(flags)
 run(c++ -std=c++20 ${SOURCE_DIR}/tests/install_consumer/main.cpp ${flags}
     -Wl,-rpath,${WORK_DIR}/prefix/lib -o ${WORK_DIR}/consumer_pc)
 run(${WORK_DIR}/consumer_pc)
+# Debian 12's clang (14) lacks std::source_location, which the public headers once used.
+find_program(CLANGXX clang++)
+if(CLANGXX)
+  run(${CLANGXX} -std=c++20 -Wall -Wextra -Werror ${SOURCE_DIR}/tests/install_consumer/main.cpp
+      ${flags} -Wl,-rpath,${WORK_DIR}/prefix/lib -o ${WORK_DIR}/consumer_clang)
+  run(${WORK_DIR}/consumer_clang)
+else()
+  message("clang++ is not installed: the consumer was not built with clang")
+endif()
 
 # -l:libgpumem.a: the archive, though libgpumem.so lies beside it; the rest is Libs.private.
 execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${WORK_DIR}/prefix/lib/pkgconfig

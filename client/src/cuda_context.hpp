@@ -16,7 +16,8 @@ namespace gpumem::detail {
 inline void check_cuda(CUresult status, const char* call,
                        std::source_location where = std::source_location::current()) {
   if (status != CUDA_SUCCESS) {
-    throw CudaError(status, cuda::failure_text(status, call, where), where);
+    throw CudaError(status, cuda::failure_text(status, call, where),
+                    CallSite(where.file_name(), where.line(), where.function_name()));
   }
 }
 

@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -62,20 +61,37 @@ class GPUMEM_API Error : public std::system_error {
   errc status() const noexcept { return static_cast<errc>(code().value()); }
 };
 
+/// @brief A place in libgpumem's sources, as std::source_location gives it. Its own type, so that
+/// this header builds where std::source_location is missing (clang before 15 with libstdc++,
+/// Debian 12's clang 14 among them).
+class GPUMEM_API CallSite {
+ public:
+  CallSite(const char* file, std::uint_least32_t line, const char* function) noexcept
+      : file_(file), line_(line), function_(function) {}
+  const char* file_name() const noexcept { return file_; }
+  std::uint_least32_t line() const noexcept { return line_; }
+  const char* function_name() const noexcept { return function_; }
+
+ private:
+  const char* file_;  ///< static storage, as std::source_location's
+  std::uint_least32_t line_;
+  const char* function_;
+};
+
 /// @brief A CUDA driver call made by libgpumem failed: code() is errc::cuda_error, and what()
 /// names the call, the driver's words and where libgpumem made it.
 class GPUMEM_API CudaError : public Error {
  public:
-  CudaError(int cuda_status, const std::string& what, std::source_location where)
+  CudaError(int cuda_status, const std::string& what, CallSite where)
       : Error(errc::cuda_error, what), cuda_status_(cuda_status), where_(where) {}
   /// The driver's CUresult, e.g. CUDA_ERROR_OUT_OF_MEMORY (an int: this header needs no cuda.h).
   int cuda_status() const noexcept { return cuda_status_; }
   /// The call's place in libgpumem's sources.
-  const std::source_location& where() const noexcept { return where_; }
+  const CallSite& where() const noexcept { return where_; }
 
  private:
   int cuda_status_;
-  std::source_location where_;
+  CallSite where_;
 };
 
 enum class Access { read_write, read_only };
