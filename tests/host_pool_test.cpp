@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpumem/shared/os/memfd.hpp"
+#include "support/failing_allocations.hpp"
 
 namespace gpumem::daemon {
 namespace {
@@ -156,6 +157,29 @@ TEST_F(HostPool, ARangeWhosePunchFailsIsNeverPlacedAgain) {
   EXPECT_EQ(pool_->usage().bytes_reserved, 2 * kPage) << "withheld, so still held";
   EXPECT_THROW(pool_->allocate(kPage), std::exception)
       << "the only free range still holds its last holder's bytes";
+}
+
+// Settling runs where nothing may throw: a freed range that the allocator cannot take back
+// for want of memory (it has no free neighbour) is withheld, as one whose punch failed.
+TEST_F(HostPool, ARangeThatCannotBeTakenBackForWantOfMemoryIsWithheldNotACrash) {
+  make(5);
+  std::vector<placement> pages;
+  for (int page = 0; page < 4; ++page) pages.push_back(filled(kPage, 7));  // the fifth is free
+  pool_->free(pages[1], kPage);  // between two live ranges: the allocator needs memory for it
+  {
+    const testing::failing_allocations none;
+    pool_->settle_frees();
+  }
+  EXPECT_EQ(pool_->usage().bytes_in_use, 3 * kPage);
+  EXPECT_EQ(pool_->usage().bytes_reserved, 4 * kPage) << "withheld, so still held";
+  pool_->free(pages[3], kPage);  // next to the free fifth page: taken back without allocating
+  {
+    const testing::failing_allocations none;
+    pool_->settle_frees();
+  }
+  EXPECT_EQ(pool_->usage().bytes_reserved, 3 * kPage);
+  EXPECT_EQ(pool_->allocate(2 * kPage).offset, pages[3].offset);
+  EXPECT_THROW(pool_->allocate(kPage), std::exception) << "the withheld page is never placed";
 }
 
 TEST_F(HostPool, AnAdoptedMemfdsFreeSpaceIsPunchedAndItsLiveRangesKeepTheirBytes) {

@@ -3,11 +3,41 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <new>
 #include <random>
 #include <vector>
 
+#include "support/failing_allocations.hpp"
+
 namespace gpumem {
 namespace {
+
+using testing::failing_allocations;
+using blocks = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+blocks free_blocks(const range_allocator& ranges) {
+  blocks found;
+  ranges.for_each_free_block(
+      [&](std::uint64_t offset, std::uint64_t size) { found.emplace_back(offset, size); });
+  return found;
+}
+
+/// Free blocks never touch (every free coalesced) and make the capacity with the allocated
+/// bytes; the largest is the one the size index names.
+void expect_consistent(const range_allocator& ranges) {
+  const blocks found = free_blocks(ranges);
+  std::uint64_t free = 0;
+  std::uint64_t largest = 0;
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    free += found[i].second;
+    largest = std::max(largest, found[i].second);
+    if (i > 0) {
+      EXPECT_GT(found[i].first, found[i - 1].first + found[i - 1].second);
+    }
+  }
+  EXPECT_EQ(free + ranges.bytes_allocated(), ranges.capacity());
+  EXPECT_EQ(largest, ranges.largest_free_block());
+}
 
 TEST(RangeAllocator, RoundsToTheAlignmentAndFillsTheRange) {
   range_allocator ranges(16 * 4096, 4096);
@@ -71,6 +101,7 @@ TEST(RangeAllocator, RandomWorkloadNeverOverlaps) {
     ASSERT_LE(live[i].first + live[i].second, ranges.capacity());
   }
   EXPECT_EQ(total, ranges.bytes_allocated());
+  expect_consistent(ranges);
 }
 
 // A restarted daemon puts back the blocks its predecessor had handed out, then allocates
@@ -86,6 +117,53 @@ TEST(RangeAllocator, TakeMarksExactlyTheGivenBlockAndRefusesOverlaps) {
   EXPECT_EQ(ranges.largest_free_block(), 10u * 4096);  // pages 6 to 15
   ranges.free(4 * 4096, 4096 + 1);
   EXPECT_EQ(ranges.largest_free_block(), 16u * 4096);
+}
+
+// The daemon settles frees where nothing may throw: a free next to a free block, and every
+// allocation, reuse that block's entries instead of allocating.
+TEST(RangeAllocator, AllocatingAndFreeingNextToAFreeBlockAllocateNoMemory) {
+  range_allocator ranges(16 * 4096, 4096);
+  const std::uint64_t a = *ranges.allocate(4096);
+  const std::uint64_t b = *ranges.allocate(4096);
+  const std::uint64_t c = *ranges.allocate(4096);
+  {
+    const failing_allocations none;
+    EXPECT_EQ(ranges.allocate(2 * 4096), 3u * 4096);  // splits the free tail
+    ranges.free(3 * 4096, 2 * 4096);                  // joins the free tail again
+    ranges.free(c, 4096);                             // joins it from below
+  }
+  ranges.free(a, 4096);  // no free neighbour: new entries, allocated here
+  {
+    const failing_allocations none;
+    ranges.free(b, 4096);                       // joins both neighbours
+    EXPECT_EQ(ranges.allocate(16 * 4096), 0u);  // takes the whole range
+  }
+  EXPECT_EQ(ranges.bytes_allocated(), 16u * 4096);
+  expect_consistent(ranges);
+}
+
+TEST(RangeAllocator, AFreeOrTakeThatCannotAllocateThrowsAndChangesNothing) {
+  range_allocator ranges(4 * 4096, 4096);
+  for (int page = 0; page < 4; ++page) ASSERT_TRUE(ranges.allocate(4096));
+  {
+    const failing_allocations none;
+    EXPECT_THROW(ranges.free(4096, 4096), std::bad_alloc);  // no free neighbour
+  }
+  EXPECT_EQ(ranges.bytes_allocated(), 4u * 4096);
+  EXPECT_TRUE(free_blocks(ranges).empty());
+  ranges.free(4096, 4096);
+  ranges.free(2 * 4096, 4096);
+  ranges.free(3 * 4096, 4096);
+  EXPECT_EQ(free_blocks(ranges), (blocks{{4096, 3 * 4096}}));
+  {
+    const failing_allocations none;
+    EXPECT_THROW((void)ranges.take(2 * 4096, 4096), std::bad_alloc);  // splits it in three
+  }
+  EXPECT_EQ(free_blocks(ranges), (blocks{{4096, 3 * 4096}}));
+  EXPECT_EQ(ranges.bytes_allocated(), 4096u);
+  EXPECT_TRUE(ranges.take(2 * 4096, 4096));
+  EXPECT_EQ(free_blocks(ranges), (blocks{{4096, 4096}, {3 * 4096, 4096}}));
+  expect_consistent(ranges);
 }
 
 }  // namespace

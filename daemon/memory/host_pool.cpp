@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <new>
 #include <system_error>
 #include <utility>
 
@@ -75,15 +76,23 @@ void host_pool::settle_frees() noexcept {
     if (next < unsettled_.size() && unsettled_[next].offset == run_end) continue;
     const std::uint64_t run_start = unsettled_[run_first].offset;
     if (punch(run_start, run_end - run_start)) {
-      for (std::size_t i = run_first; i < next; ++i) {
-        ranges_.free(unsettled_[i].offset, unsettled_[i].size);
-      }
+      for (std::size_t i = run_first; i < next; ++i) place_again(unsettled_[i]);
     } else {
       count_withheld(run_end - run_start);
     }
     run_first = next;
   }
   unsettled_.clear();
+}
+
+void host_pool::place_again(const freed_range& range) noexcept {
+  try {
+    ranges_.free(range.offset, range.size);
+  } catch (const std::bad_alloc&) {
+    // The allocator needed memory for a block with no free neighbour (it then changes
+    // nothing): withheld, as a range whose punch failed, rather than a crash.
+    count_withheld(*ranges_.rounded(range.size));
+  }
 }
 
 void host_pool::zero_free_space() {

@@ -24,8 +24,12 @@ std::optional<std::uint64_t> range_allocator::allocate(std::uint64_t size) {
   const auto fit = free_by_size_.lower_bound({*need, 0});
   if (fit == free_by_size_.end()) return std::nullopt;
   const auto [block_size, offset] = *fit;
-  erase_free(free_by_offset_.find(offset));
-  if (block_size > *need) insert_free(offset + *need, block_size - *need);
+  const auto block = free_by_offset_.find(offset);
+  if (block_size > *need) {
+    move_free(block, offset + *need, block_size - *need);
+  } else {
+    erase_free(block);
+  }
   allocated_ += *need;
   return offset;
 }
@@ -38,32 +42,43 @@ bool range_allocator::take(std::uint64_t offset, std::uint64_t size) {
   --block;
   const auto [start, length] = *block;
   if (offset + *need > start + length) return false;
-  erase_free(block);
-  if (offset > start) insert_free(start, offset - start);
-  if (start + length > offset + *need) insert_free(offset + *need, start + length - offset - *need);
+  const std::uint64_t end = offset + *need;
+  // The one step that may allocate (and throw) comes first, before anything changed.
+  if (offset > start && start + length > end) insert_free(end, start + length - end);
+  if (offset > start) {
+    move_free(block, start, offset - start);
+  } else if (start + length > end) {
+    move_free(block, end, start + length - end);
+  } else {
+    erase_free(block);
+  }
   allocated_ += *need;
   return true;
 }
 
 void range_allocator::free(std::uint64_t offset, std::uint64_t size) {
-  std::uint64_t start = offset;
-  std::uint64_t length = *rounded(size);
+  const std::uint64_t length = *rounded(size);
   assert(allocated_ >= length);
+  const auto next = free_by_offset_.lower_bound(offset);
+  auto previous = free_by_offset_.end();
+  if (next != free_by_offset_.begin() &&
+      std::prev(next)->first + std::prev(next)->second == offset) {
+    previous = std::prev(next);
+  }
+  const bool joins_next = next != free_by_offset_.end() && offset + length == next->first;
+  const std::uint64_t start = previous != free_by_offset_.end() ? previous->first : offset;
+  const std::uint64_t end = joins_next ? next->first + next->second : offset + length;
+  // A neighbour's entries take the new extent; only a block with no free neighbour needs new
+  // ones, and their allocation comes first, before anything changed.
+  if (previous != free_by_offset_.end()) {
+    if (joins_next) erase_free(next);
+    move_free(previous, start, end - start);
+  } else if (joins_next) {
+    move_free(next, start, end - start);
+  } else {
+    insert_free(start, end - start);
+  }
   allocated_ -= length;
-  auto next = free_by_offset_.lower_bound(start);
-  if (next != free_by_offset_.begin()) {
-    auto previous = std::prev(next);
-    if (previous->first + previous->second == start) {
-      start = previous->first;
-      length += previous->second;
-      erase_free(previous);
-    }
-  }
-  if (next != free_by_offset_.end() && start + length == next->first) {
-    length += next->second;
-    erase_free(next);
-  }
-  insert_free(start, length);
 }
 
 std::uint64_t range_allocator::largest_free_block() const noexcept {
@@ -71,11 +86,27 @@ std::uint64_t range_allocator::largest_free_block() const noexcept {
 }
 
 void range_allocator::insert_free(std::uint64_t offset, std::uint64_t size) {
-  free_by_offset_.emplace(offset, size);
-  free_by_size_.emplace(size, offset);
+  const auto placed = free_by_offset_.emplace(offset, size).first;
+  try {
+    free_by_size_.emplace(size, offset);
+  } catch (...) {
+    free_by_offset_.erase(placed);
+    throw;
+  }
 }
 
-void range_allocator::erase_free(std::map<std::uint64_t, std::uint64_t>::iterator block) {
+void range_allocator::move_free(by_offset::iterator block, std::uint64_t offset,
+                                std::uint64_t size) noexcept {
+  auto sized = free_by_size_.extract({block->second, block->first});
+  sized.value() = {size, offset};
+  free_by_size_.insert(std::move(sized));
+  auto placed = free_by_offset_.extract(block);
+  placed.key() = offset;
+  placed.mapped() = size;
+  free_by_offset_.insert(std::move(placed));
+}
+
+void range_allocator::erase_free(by_offset::iterator block) noexcept {
   free_by_size_.erase({block->second, block->first});
   free_by_offset_.erase(block);
 }

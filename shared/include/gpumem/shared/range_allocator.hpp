@@ -29,6 +29,9 @@ class range_allocator {
   bool take(std::uint64_t offset, std::uint64_t size);
 
   /// @brief Returns a block; @p size as given to allocate().
+  /// @throws std::bad_alloc, changing nothing, only when the block has no free neighbour (the
+  /// others reuse a neighbour's entries). allocate() never allocates memory; take() only when
+  /// it splits a free block in three. Each either completes or changes nothing.
   void free(std::uint64_t offset, std::uint64_t size);
 
   std::uint64_t capacity() const noexcept { return capacity_; }
@@ -41,13 +44,18 @@ class range_allocator {
   }
 
  private:
+  using by_offset = std::map<std::uint64_t, std::uint64_t>;  // offset -> size
+
+  /// Adds a free block's two entries: allocates, and on a throw adds neither.
   void insert_free(std::uint64_t offset, std::uint64_t size);
-  void erase_free(std::map<std::uint64_t, std::uint64_t>::iterator block);
+  /// Gives a free block's entries a new offset and size, reusing their nodes: allocates nothing.
+  void move_free(by_offset::iterator block, std::uint64_t offset, std::uint64_t size) noexcept;
+  void erase_free(by_offset::iterator block) noexcept;
 
   std::uint64_t capacity_;
   std::uint64_t alignment_;
   std::uint64_t allocated_ = 0;
-  std::map<std::uint64_t, std::uint64_t> free_by_offset_;           // offset -> size
+  by_offset free_by_offset_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> free_by_size_;  // (size, offset)
 };
 
