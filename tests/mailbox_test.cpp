@@ -20,6 +20,7 @@
 #include "gpumem/shared/os/memfd.hpp"
 #include "request_mailbox.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/raw_client.hpp"
 #include "support/systemd_supervisor.hpp"
 
@@ -28,6 +29,7 @@ namespace {
 using namespace std::chrono_literals;
 using gpumem::detail::request_mailbox;
 using gpumem::testing::daemon_process;
+using gpumem::testing::eventually;
 using gpumem::testing::raw_client;
 using gpumem::testing::systemd_supervisor;
 namespace proto = gpumem::proto;
@@ -43,15 +45,6 @@ std::size_t mailbox_mappings(pid_t daemon) {
     count += line.find("gpumemd:mailbox") != std::string::npos;
   }
   return count;
-}
-
-bool eventually(const auto& holds, std::chrono::milliseconds within = 2s) {
-  const auto deadline = std::chrono::steady_clock::now() + within;
-  while (!holds()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 /// One connection greeted by hand, with its mailbox, speaking through it.

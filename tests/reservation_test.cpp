@@ -9,13 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <thread>
 
 #include "gpumem/gpumem.h"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/pattern.hpp"
 #include "support/raw_client.hpp"
 
@@ -34,15 +34,6 @@ child_process peer(const daemon_process& daemon, const std::vector<std::string>&
 
 std::string next_line(child_process& process, std::chrono::milliseconds within = 10s) {
   return process.read_line(within).value_or("(no line)");
-}
-
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds within = 5s) {
-  const auto give_up = std::chrono::steady_clock::now() + within;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
 }
 
 /// What the daemon lists of reservation @p id, asked on a connection of its own.
