@@ -11,11 +11,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <thread>
 
-#include "answer_spin.hpp"
-#include "env_number.hpp"
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/socket_path.hpp"
 
@@ -63,11 +60,16 @@ constexpr auto kLongestReconnectPause = std::chrono::milliseconds(500);
 /// The milliseconds in the environment variable @p name; nullopt when it is unset or empty.
 std::optional<std::chrono::milliseconds> milliseconds_from_env(const char* name,
                                                                bool zero_allowed) {
-  const auto milliseconds =
-      number_from_env(name, zero_allowed ? 0 : 1, std::numeric_limits<long long>::max(),
-                      zero_allowed ? "a number of milliseconds (0: never)" : "a positive number");
-  if (!milliseconds) return std::nullopt;
-  return std::chrono::milliseconds(*milliseconds);
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long long milliseconds = std::strtoll(text, &end, 10);
+  if (*end != '\0' || milliseconds < (zero_allowed ? 0 : 1)) {
+    throw Error(errc::invalid_argument,
+                std::string("$") + name + " is '" + text + "', not a " +
+                    (zero_allowed ? "number of milliseconds (0: never)" : "positive number"));
+  }
+  return std::chrono::milliseconds(milliseconds);
 }
 
 /// While a call waits in the mailbox, how often the socket is checked for the daemon's end: at
@@ -177,7 +179,6 @@ transport::transport(const ConnectOptions& options)
       timeout_(timeout_from(options.timeout)),
       reconnect_for_(reconnect_from(options.reconnect_for)),
       mailbox_wanted_(mailbox_from_env()),
-      answer_spin_(std::chrono::nanoseconds(0), longest_answer_spin()),
       owner_pid_(::getpid()),
       fork_generation_(fork_generation.load()) {
   (void)fork_watch_installed;
@@ -444,16 +445,9 @@ std::optional<proto::frame_view> transport::mailbox_round_trip(std::span<const s
   mailbox_->post(request);
   auto check_interval = std::chrono::duration_cast<clock::duration>(kFirstHangUpCheck);
   auto next_check = start + check_interval;
-  // The spin stays below the first hang-up check (kLongestAnswerSpin), so it skips none.
-  const auto spin_until = start + answer_spin_.now();
-  bool slept = false;
   std::optional<std::size_t> size;
-  for (unsigned spins = 0; !(size = mailbox_->take_answer(in_)); ++spins) {
+  while (!(size = mailbox_->take_answer(in_))) {
     const auto now = clock::now();
-    if (now < spin_until) {
-      sync::spin_turn(spins);
-      continue;
-    }
     if (now >= next_check) {
       if (hung_up()) {
         // The daemon may have answered just before it hung up (a refusal that ends the
@@ -469,10 +463,8 @@ std::optional<proto::frame_view> transport::mailbox_round_trip(std::span<const s
       if ((size = mailbox_->take_answer(in_))) break;
       time_out("answer");
     }
-    slept = true;
     mailbox_->sleep(std::min(next_check, deadline) - now);
   }
-  answer_spin_.learn(clock::now() - start, slept);
   proto::frame_view frame;
   std::error_code error;
   const auto status = proto::parse_frame(std::span(in_).first(*size), frame, error);

@@ -98,9 +98,7 @@ enum class Access { read_write, read_only };
 
 /// Where the daemon offers it, a connection sends the requests whose reply carries no descriptor
 /// through its request mailbox in shared memory rather than the socket: the same calls and
-/// guarantees at less cost. $GPUMEM_MAILBOX=0 keeps everything on the socket. A call there
-/// spins for its answer (a learnt budget, at most $GPUMEM_ANSWER_SPIN_US, default 50 us where
-/// the process may use 2 CPUs or more) before it sleeps.
+/// guarantees at less cost. $GPUMEM_MAILBOX=0 keeps everything on the socket.
 struct ConnectOptions {
   std::string socket_path{};  ///< empty: $GPUMEM_SOCKET, then the default locations
   std::string label{};        ///< shown by `gpumemctl clients`; empty: the program's name

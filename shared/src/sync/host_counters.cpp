@@ -1,5 +1,7 @@
 #include "gpumem/shared/sync/host_counters.hpp"
 
+#include <sched.h>
+
 #include <atomic>
 
 #include "gpumem/shared/sync/futex.hpp"
@@ -76,7 +78,12 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
     const auto now = clock::now();
     if (deadline && now >= *deadline) return wait_status::timeout;
     if (now < spin_until) {
-      spin_turn(spins);
+      // Pause first; then yield, so that on a busy machine the party awaited gets to run.
+      if (spins < 64) {
+        cpu_relax();
+      } else {
+        ::sched_yield();
+      }
       continue;
     }
     std::chrono::nanoseconds nap = kLongestSleep;
