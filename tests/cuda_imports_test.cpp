@@ -80,6 +80,10 @@ TEST_P(CudaImportsFailing, ImportPoolLeavesNothingBehind) {
     EXPECT_EQ(error.cuda_status(), fake().fail_with);
     EXPECT_TRUE(std::string(error.where().file_name()).ends_with("cuda_imports.cpp"));
     EXPECT_NE(std::string(error.what()).find(error.where().file_name()), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find(":" + std::to_string(error.where().line())),
+              std::string::npos);
+    EXPECT_NE(std::string(error.where().function_name()).find("import_pool"), std::string::npos)
+        << error.where().function_name();
   }
   EXPECT_EQ(fake().retained(), retained_before);
   EXPECT_EQ(live_driver_objects(), 0u);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <new>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -120,45 +121,91 @@ TEST(RangeAllocator, TakeMarksExactlyTheGivenBlockAndRefusesOverlaps) {
 }
 
 // The daemon settles frees where nothing may throw: a free next to a free block, and every
-// allocation, reuse that block's entries instead of allocating.
+// allocation, reuse that block's entries instead of allocating. Results are checked after each
+// guard: a failed check allocates its message.
 TEST(RangeAllocator, AllocatingAndFreeingNextToAFreeBlockAllocateNoMemory) {
   range_allocator ranges(16 * 4096, 4096);
   const std::uint64_t a = *ranges.allocate(4096);
   const std::uint64_t b = *ranges.allocate(4096);
   const std::uint64_t c = *ranges.allocate(4096);
+  std::optional<std::uint64_t> split;
   {
     const failing_allocations none;
-    EXPECT_EQ(ranges.allocate(2 * 4096), 3u * 4096);  // splits the free tail
-    ranges.free(3 * 4096, 2 * 4096);                  // joins the free tail again
-    ranges.free(c, 4096);                             // joins it from below
+    split = ranges.allocate(2 * 4096);  // splits the free tail
+    ranges.free(3 * 4096, 2 * 4096);    // joins the free tail again
+    ranges.free(c, 4096);               // joins it from below
   }
-  ranges.free(a, 4096);  // no free neighbour: new entries, allocated here
+  EXPECT_EQ(split, 3u * 4096);
+  EXPECT_EQ(free_blocks(ranges), (blocks{{2 * 4096, 14 * 4096}}));
+  ranges.free(a, 4096);                            // no free neighbour: new entries, allocated here
+  const std::uint64_t d = *ranges.allocate(4096);  // page 0 again
+  ranges.free(d, 4096);
   {
     const failing_allocations none;
-    ranges.free(b, 4096);                       // joins both neighbours
-    EXPECT_EQ(ranges.allocate(16 * 4096), 0u);  // takes the whole range
+    ranges.free(b, 4096);  // joins both neighbours
   }
+  EXPECT_EQ(free_blocks(ranges), (blocks{{0, 16 * 4096}}));
+  const std::uint64_t e = *ranges.allocate(4096);
+  const std::uint64_t f = *ranges.allocate(4096);
+  ranges.free(e, 4096);  // page 0 free, page 1 taken, the rest free
+  {
+    const failing_allocations none;
+    ranges.free(f, 4096);                // joins the block below and the one above
+    split = ranges.allocate(16 * 4096);  // takes the whole range
+  }
+  EXPECT_EQ(split, 0u);
   EXPECT_EQ(ranges.bytes_allocated(), 16u * 4096);
+  expect_consistent(ranges);
+}
+
+TEST(RangeAllocator, AFreeNextOnlyToAFreeBlockBelowAllocatesNoMemory) {
+  range_allocator ranges(4 * 4096, 4096);
+  for (int page = 0; page < 4; ++page) ASSERT_TRUE(ranges.allocate(4096));
+  ranges.free(0, 4096);  // no free neighbour: allocated here
+  {
+    const failing_allocations none;
+    ranges.free(4096, 4096);  // only the block below is free
+  }
+  EXPECT_EQ(free_blocks(ranges), (blocks{{0, 2 * 4096}}));
+  bool taken = false;
+  {
+    const failing_allocations none;
+    taken = ranges.take(0, 4096);  // splits the block in two: reuses its entries
+  }
+  EXPECT_TRUE(taken);
+  EXPECT_EQ(free_blocks(ranges), (blocks{{4096, 4096}}));
   expect_consistent(ranges);
 }
 
 TEST(RangeAllocator, AFreeOrTakeThatCannotAllocateThrowsAndChangesNothing) {
   range_allocator ranges(4 * 4096, 4096);
   for (int page = 0; page < 4; ++page) ASSERT_TRUE(ranges.allocate(4096));
+  bool threw = false;
   {
     const failing_allocations none;
-    EXPECT_THROW(ranges.free(4096, 4096), std::bad_alloc);  // no free neighbour
+    try {
+      ranges.free(4096, 4096);  // no free neighbour
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
   }
+  EXPECT_TRUE(threw);
   EXPECT_EQ(ranges.bytes_allocated(), 4u * 4096);
   EXPECT_TRUE(free_blocks(ranges).empty());
   ranges.free(4096, 4096);
   ranges.free(2 * 4096, 4096);
   ranges.free(3 * 4096, 4096);
   EXPECT_EQ(free_blocks(ranges), (blocks{{4096, 3 * 4096}}));
+  threw = false;
   {
     const failing_allocations none;
-    EXPECT_THROW((void)ranges.take(2 * 4096, 4096), std::bad_alloc);  // splits it in three
+    try {
+      (void)ranges.take(2 * 4096, 4096);  // splits it in three
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
   }
+  EXPECT_TRUE(threw);
   EXPECT_EQ(free_blocks(ranges), (blocks{{4096, 3 * 4096}}));
   EXPECT_EQ(ranges.bytes_allocated(), 4096u);
   EXPECT_TRUE(ranges.take(2 * 4096, 4096));

@@ -6,6 +6,7 @@
 #include <source_location>
 #include <string>
 
+#include "call_site.hpp"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/cuda/handles.hpp"
@@ -16,8 +17,7 @@ namespace gpumem::detail {
 inline void check_cuda(CUresult status, const char* call,
                        std::source_location where = std::source_location::current()) {
   if (status != CUDA_SUCCESS) {
-    throw CudaError(status, cuda::failure_text(status, call, where),
-                    CallSite(where.file_name(), where.line(), where.function_name()));
+    throw CudaError(status, cuda::failure_text(status, call, where), call_site_access::make(where));
   }
 }
 

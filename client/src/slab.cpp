@@ -53,8 +53,8 @@ void Slab::free(const SlabPiece& piece) {
                                             std::to_string(self_->buffer.id()) + ": offset " +
                                             std::to_string(piece.offset));
   }
+  self_->ranges.free(piece.offset, piece.size);  // first: it may throw, changing nothing
   self_->live.erase(found);
-  self_->ranges.free(piece.offset, piece.size);
 }
 
 void* Slab::data(const SlabPiece& piece) const {

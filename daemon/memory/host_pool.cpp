@@ -69,6 +69,7 @@ void host_pool::settle_frees() noexcept {
             [](const freed_range& a, const freed_range& b) { return a.offset < b.offset; });
   // One punch per run of neighbouring ranges; the run's ranges are placeable only once it is
   // punched: placed before, a range would hand its last holder's bytes to the next.
+  std::size_t kept = 0;  // ranges left for the next turn, moved to the front
   std::size_t run_first = 0;
   for (std::size_t next = 1; next <= unsettled_.size(); ++next) {
     const freed_range& last = unsettled_[next - 1];
@@ -76,23 +77,22 @@ void host_pool::settle_frees() noexcept {
     if (next < unsettled_.size() && unsettled_[next].offset == run_end) continue;
     const std::uint64_t run_start = unsettled_[run_first].offset;
     if (punch(run_start, run_end - run_start)) {
-      for (std::size_t i = run_first; i < next; ++i) place_again(unsettled_[i]);
+      for (std::size_t i = run_first; i < next; ++i) {
+        // The allocator needs memory to take back a range with no free neighbour, and then
+        // changes nothing when it has none: the range waits for the next turn (its room in
+        // unsettled_ is kept), punched again then, which costs nothing more.
+        try {
+          ranges_.free(unsettled_[i].offset, unsettled_[i].size);
+        } catch (const std::bad_alloc&) {
+          unsettled_[kept++] = unsettled_[i];
+        }
+      }
     } else {
       count_withheld(run_end - run_start);
     }
     run_first = next;
   }
-  unsettled_.clear();
-}
-
-void host_pool::place_again(const freed_range& range) noexcept {
-  try {
-    ranges_.free(range.offset, range.size);
-  } catch (const std::bad_alloc&) {
-    // The allocator needed memory for a block with no free neighbour (it then changes
-    // nothing): withheld, as a range whose punch failed, rather than a crash.
-    count_withheld(*ranges_.rounded(range.size));
-  }
+  unsettled_.resize(kept);
 }
 
 void host_pool::zero_free_space() {

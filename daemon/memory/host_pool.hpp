@@ -51,9 +51,6 @@ class host_pool final : public pool {
     std::uint64_t offset;
     std::uint64_t size;  ///< as allocated, for range_allocator::free
   };
-  /// Gives a punched range back to the allocator, or withholds it where the allocator has no
-  /// memory to take it back.
-  void place_again(const freed_range& range) noexcept;
 
   unique_fd memfd_;
   unique_fd read_only_;  ///< the memfd opened again O_RDONLY: mmap refuses PROT_WRITE on it

@@ -41,7 +41,8 @@ bool range_allocator::take(std::uint64_t offset, std::uint64_t size) {
   if (block == free_by_offset_.begin()) return false;
   --block;
   const auto [start, length] = *block;
-  if (offset + *need > start + length) return false;
+  // Subtracted, not added: an offset from a previous daemon's records may lie near 2^64.
+  if (*need > length || offset - start > length - *need) return false;
   const std::uint64_t end = offset + *need;
   // The one step that may allocate (and throw) comes first, before anything changed.
   if (offset > start && start + length > end) insert_free(end, start + length - end);
@@ -86,7 +87,9 @@ std::uint64_t range_allocator::largest_free_block() const noexcept {
 }
 
 void range_allocator::insert_free(std::uint64_t offset, std::uint64_t size) {
-  const auto placed = free_by_offset_.emplace(offset, size).first;
+  const auto [placed, added] = free_by_offset_.emplace(offset, size);
+  assert(added);  // a new free block's offset is in no other free block
+  (void)added;
   try {
     free_by_size_.emplace(size, offset);
   } catch (...) {
@@ -98,6 +101,7 @@ void range_allocator::insert_free(std::uint64_t offset, std::uint64_t size) {
 void range_allocator::move_free(by_offset::iterator block, std::uint64_t offset,
                                 std::uint64_t size) noexcept {
   auto sized = free_by_size_.extract({block->second, block->first});
+  assert(!sized.empty());  // both indexes always name the same free blocks
   sized.value() = {size, offset};
   free_by_size_.insert(std::move(sized));
   auto placed = free_by_offset_.extract(block);

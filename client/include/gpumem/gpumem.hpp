@@ -61,21 +61,24 @@ class GPUMEM_API Error : public std::system_error {
   errc status() const noexcept { return static_cast<errc>(code().value()); }
 };
 
-/// @brief A place in libgpumem's sources, as std::source_location gives it. Its own type, so that
-/// this header builds where std::source_location is missing (clang before 15 with libstdc++,
-/// Debian 12's clang 14 among them).
+namespace detail {
+struct call_site_access;
+}
+
+/// @brief A place in libgpumem's sources. It holds the bytes of the std::source_location the
+/// library took there, one pointer, and reads them in the library: the header needs no
+/// <source_location> (which clang before 15 with libstdc++, Debian 12's clang 14 among them,
+/// lacks), and CudaError keeps the layout it had when it held a std::source_location.
 class GPUMEM_API CallSite {
  public:
-  CallSite(const char* file, std::uint_least32_t line, const char* function) noexcept
-      : file_(file), line_(line), function_(function) {}
-  const char* file_name() const noexcept { return file_; }
-  std::uint_least32_t line() const noexcept { return line_; }
-  const char* function_name() const noexcept { return function_; }
+  const char* file_name() const noexcept;
+  std::uint_least32_t line() const noexcept;
+  const char* function_name() const noexcept;
 
  private:
-  const char* file_;  ///< static storage, as std::source_location's
-  std::uint_least32_t line_;
-  const char* function_;
+  friend struct detail::call_site_access;
+  CallSite() noexcept = default;
+  alignas(void*) unsigned char site_[sizeof(void*)]{};
 };
 
 /// @brief A CUDA driver call made by libgpumem failed: code() is errc::cuda_error, and what()
