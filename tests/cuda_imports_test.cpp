@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <source_location>
 #include <string>
 
 #include "gpumem/gpumem.hpp"
@@ -84,6 +86,13 @@ TEST_P(CudaImportsFailing, ImportPoolLeavesNothingBehind) {
               std::string::npos);
     EXPECT_NE(std::string(error.where().function_name()).find("import_pool"), std::string::npos)
         << error.where().function_name();
+    // A program built against the header of the last release reads where() as the
+    // std::source_location it was then (abi/libgpumem.abi): the same bytes must still be one.
+    static_assert(sizeof(CallSite) == sizeof(std::source_location));
+    std::source_location as_released;
+    std::memcpy(static_cast<void*>(&as_released), &error.where(), sizeof as_released);
+    EXPECT_STREQ(as_released.file_name(), error.where().file_name());
+    EXPECT_EQ(as_released.line(), error.where().line());
   }
   EXPECT_EQ(fake().retained(), retained_before);
   EXPECT_EQ(live_driver_objects(), 0u);
