@@ -222,11 +222,7 @@ void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
   if (const CUresult status = cu_.cuMemFreeAsync(where.offset, release_stream_.get());
       status != CUDA_SUCCESS) {
-    try {
-      spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
-    } catch (...) {
-      // A log line that cannot be made (its text is allocated) must not end the daemon.
-    }
+    spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
   }
 }
 

@@ -80,7 +80,7 @@ void host_pool::settle_frees() noexcept {
       for (std::size_t i = run_first; i < next; ++i) {
         // The allocator needs memory to take back a range with no free neighbour, and then
         // changes nothing when it has none: the range waits for the next turn (its room in
-        // unsettled_ is kept), punched again then, which costs nothing more.
+        // unsettled_ is kept) and is punched again then, where nothing is left to punch.
         try {
           ranges_.free(unsettled_[i].offset, unsettled_[i].size);
         } catch (const std::bad_alloc&) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/reservation.hpp"
@@ -15,7 +16,6 @@
 #include "kernels.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
-#include "support/eventually.hpp"
 #include "support/metric_value.hpp"
 #include "support/temporary_file.hpp"
 
@@ -62,7 +62,12 @@ class GpuPool : public ::testing::Test {
     return {};
   }
   bool wait_for_cuda_bytes(std::uint64_t expected, std::chrono::milliseconds within) {
-    return eventually([&] { return cuda_pool().bytes_in_use == expected; }, within);
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (cuda_pool().bytes_in_use != expected) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(2ms);
+    }
+    return true;
   }
 
   std::unique_ptr<daemon_process> daemon;
@@ -122,7 +127,11 @@ TEST_F(GpuPool, TheOwnersDeathLeavesTheBufferToItsHolder) {
   auto held = client->open("orphan", {.stream = stream});
   owner.signal(SIGKILL);
   owner.wait();
-  ASSERT_TRUE(eventually([&] { return client->allocations().at(0).owner_client == 0; }, 1s));
+  for (auto deadline = std::chrono::steady_clock::now() + 1s;
+       client->allocations().at(0).owner_client != 0;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::sleep_for(1ms);
+  }
   EXPECT_EQ(mismatches_on_device(held.data(), held.size(), 21, stream), 0u);
   EXPECT_EQ(cuda_pool().bytes_in_use, 16u << 20);
   held.release();
@@ -225,8 +234,11 @@ TEST_F(GpuPool, AKilledReservationHoldersMemoryReturnsToTheDevice) {
   EXPECT_LT(device_free_memory() + kBytes / 2, before) << "a gigabyte is committed";
   holder.signal(SIGKILL);
   holder.wait();
-  ASSERT_TRUE(eventually([&] { return device_free_memory() + kBytes / 2 >= before; }, 2s, 10ms))
-      << "the chunks were never released";
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (device_free_memory() + kBytes / 2 < before) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the chunks were never released";
+    std::this_thread::sleep_for(10ms);
+  }
 }
 
 TEST(GpuPeers, APoolOnOneDeviceIsReadByAProcessOnAnotherThroughPeerAccess) {
@@ -355,7 +367,12 @@ TEST(GpuSpares, EveryInstancesSpareBlocksAreMadeOnlyInThePoolsSizeAndServeTheirO
   const std::string spare_ready = "gpumemd_pool_spare_ready_bytes{" + labels + "}";
   // The driver's count of what the instances hold, allocations and spares, once their frees ran.
   const auto device_bytes_become = [&](std::uint64_t bytes) {
-    return eventually([&] { return small().driver_used_current == bytes; });
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (small().driver_used_current != bytes) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(2ms);
+    }
+    return true;
   };
 
   auto first = allocate(4 * kMiB, 0600);  // two 4 MiB spares follow, in the room left
@@ -366,8 +383,11 @@ TEST(GpuSpares, EveryInstancesSpareBlocksAreMadeOnlyInThePoolsSizeAndServeTheirO
   // The second instance wanted no spare: a wish counts in the spare bytes from the request
   // that makes it (8 MiB above). Once the first instance's blocks are filed (just after the
   // driver counts them), none is being made either, so what the driver holds is final.
-  ASSERT_TRUE(eventually([&] { return metric(spare_ready) == static_cast<double>(8 * kMiB); }))
-      << metric(spare_ready);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (metric(spare_ready) != static_cast<double>(8 * kMiB)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << metric(spare_ready);
+    std::this_thread::sleep_for(2ms);
+  }
   EXPECT_EQ(metric(spare_bytes), metric(spare_ready)) << "nothing being made";
   EXPECT_EQ(small().driver_used_current, 16 * kMiB) << "the configured size, not more";
 
