@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
   row("cudaMalloc + cudaIpcGetMemHandle + cudaIpcOpenMemHandle", legacy[0]);
   std::printf("each right after the client's own cudaMalloc + cudaFree:\n");
   row("gpumemd allocate (import + stream wait enqueued)", single[allocate_after_cuda]);
-  row("gpumemd ping (socket round trip)", single[ping_after_cuda]);
+  row("gpumemd ping (round trip, mailbox or socket)", single[ping_after_cuda]);
   std::printf("the same two, each right after another request:\n");
   row("gpumemd allocate", single[allocate_after_request]);
   row("gpumemd ping", single[ping_after_request]);

@@ -187,8 +187,10 @@ void cuda_pool::drop_spares() noexcept {
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
   // No holder ever used a spare, so its free waits for nobody's release; on the allocation
   // stream, the next allocation reuses the memory in stream order.
-  for (const auto& [size, block] : blocks) {
-    cu_.cuMemFreeAsync(block.pointer, allocation_stream_.get());
+  for (const auto& [size, kept] : blocks) {
+    for (const exported_block& block : kept) {
+      cu_.cuMemFreeAsync(block.pointer, allocation_stream_.get());
+    }
   }
 }
 
@@ -222,7 +224,11 @@ void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
   if (const CUresult status = cu_.cuMemFreeAsync(where.offset, release_stream_.get());
       status != CUDA_SUCCESS) {
-    spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
+    try {
+      spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
+    } catch (...) {
+      // A log line that cannot be made (its text is allocated) must not end the daemon.
+    }
   }
 }
 

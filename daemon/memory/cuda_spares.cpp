@@ -81,13 +81,10 @@ void cuda_spares::start_wanted() noexcept {
   wake_.notify_one();
 }
 
-std::vector<std::pair<std::uint64_t, exported_block>> cuda_spares::drain() {
+cuda_spares::blocks_by_size cuda_spares::drain() noexcept {
   std::lock_guard lock(mutex_);
-  std::vector<std::pair<std::uint64_t, exported_block>> blocks;
-  for (const auto& [size, kept] : ready_) {
-    for (const exported_block& block : kept) blocks.emplace_back(size, block);
-  }
-  ready_.clear();
+  blocks_by_size blocks;
+  blocks.swap(ready_);
   wanted_.clear();
   uncount(bytes_);
   ++generation_;

@@ -76,8 +76,13 @@ class cuda_spares {
   void want(std::uint64_t size) noexcept;
   /// @brief Lets the worker make what was wanted since the last call.
   void start_wanted() noexcept;
+  /// Prepared blocks by their size; no vector is empty.
+  using blocks_by_size = std::unordered_map<std::uint64_t, std::vector<exported_block>>;
+
   /// @brief Every prepared block, for the owner to free; what is being made is dropped too.
-  std::vector<std::pair<std::uint64_t, exported_block>> drain();
+  /// Allocates nothing (the blocks are handed over whole), so an owner may drain when memory
+  /// has run out.
+  blocks_by_size drain() noexcept;
   /// @brief Bytes held or being made.
   std::uint64_t bytes() const;
   /// @brief Bytes of the blocks made and ready to take: bytes() less what is wanted or being made.
@@ -95,7 +100,7 @@ class cuda_spares {
   family_room& room_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::unordered_map<std::uint64_t, std::vector<exported_block>> ready_;  ///< none empty
+  blocks_by_size ready_;
   /// A size once per block to make or being made: at most kBlocksPerSize of each of kMaxSizes
   /// sizes, room for which is made here, so that want() never allocates.
   std::vector<std::uint64_t> wanted_ = [] {

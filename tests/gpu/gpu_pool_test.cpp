@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/reservation.hpp"
@@ -16,6 +15,7 @@
 #include "kernels.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/metric_value.hpp"
 #include "support/temporary_file.hpp"
 
@@ -62,12 +62,7 @@ class GpuPool : public ::testing::Test {
     return {};
   }
   bool wait_for_cuda_bytes(std::uint64_t expected, std::chrono::milliseconds within) {
-    const auto deadline = std::chrono::steady_clock::now() + within;
-    while (cuda_pool().bytes_in_use != expected) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(2ms);
-    }
-    return true;
+    return eventually([&] { return cuda_pool().bytes_in_use == expected; }, within);
   }
 
   std::unique_ptr<daemon_process> daemon;
@@ -127,11 +122,7 @@ TEST_F(GpuPool, TheOwnersDeathLeavesTheBufferToItsHolder) {
   auto held = client->open("orphan", {.stream = stream});
   owner.signal(SIGKILL);
   owner.wait();
-  for (auto deadline = std::chrono::steady_clock::now() + 1s;
-       client->allocations().at(0).owner_client != 0;) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(eventually([&] { return client->allocations().at(0).owner_client == 0; }, 1s));
   EXPECT_EQ(mismatches_on_device(held.data(), held.size(), 21, stream), 0u);
   EXPECT_EQ(cuda_pool().bytes_in_use, 16u << 20);
   held.release();
@@ -234,11 +225,8 @@ TEST_F(GpuPool, AKilledReservationHoldersMemoryReturnsToTheDevice) {
   EXPECT_LT(device_free_memory() + kBytes / 2, before) << "a gigabyte is committed";
   holder.signal(SIGKILL);
   holder.wait();
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
-  while (device_free_memory() + kBytes / 2 < before) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the chunks were never released";
-    std::this_thread::sleep_for(10ms);
-  }
+  ASSERT_TRUE(eventually([&] { return device_free_memory() + kBytes / 2 >= before; }, 2s, 10ms))
+      << "the chunks were never released";
 }
 
 TEST(GpuPeers, APoolOnOneDeviceIsReadByAProcessOnAnotherThroughPeerAccess) {
@@ -367,12 +355,7 @@ TEST(GpuSpares, EveryInstancesSpareBlocksAreMadeOnlyInThePoolsSizeAndServeTheirO
   const std::string spare_ready = "gpumemd_pool_spare_ready_bytes{" + labels + "}";
   // The driver's count of what the instances hold, allocations and spares, once their frees ran.
   const auto device_bytes_become = [&](std::uint64_t bytes) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (small().driver_used_current != bytes) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(2ms);
-    }
-    return true;
+    return eventually([&] { return small().driver_used_current == bytes; });
   };
 
   auto first = allocate(4 * kMiB, 0600);  // two 4 MiB spares follow, in the room left
@@ -383,11 +366,8 @@ TEST(GpuSpares, EveryInstancesSpareBlocksAreMadeOnlyInThePoolsSizeAndServeTheirO
   // The second instance wanted no spare: a wish counts in the spare bytes from the request
   // that makes it (8 MiB above). Once the first instance's blocks are filed (just after the
   // driver counts them), none is being made either, so what the driver holds is final.
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (metric(spare_ready) != static_cast<double>(8 * kMiB)) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << metric(spare_ready);
-    std::this_thread::sleep_for(2ms);
-  }
+  ASSERT_TRUE(eventually([&] { return metric(spare_ready) == static_cast<double>(8 * kMiB); }))
+      << metric(spare_ready);
   EXPECT_EQ(metric(spare_bytes), metric(spare_ready)) << "nothing being made";
   EXPECT_EQ(small().driver_used_current, 16 * kMiB) << "the configured size, not more";
 
