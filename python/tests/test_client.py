@@ -1,11 +1,12 @@
 """The client as a whole: connecting, what it reports (as gpumemctl --json does), the stream
-arguments it accepts, and the type stubs of the native module."""
+arguments it accepts, and the type stubs and dynamic symbols of the native module."""
 
 from __future__ import annotations
 
 import ast
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -139,3 +140,21 @@ def test_the_stubs_describe_every_public_name_of_the_native_module():
     assert stub_names(stub) - {"StreamLike", "Timeout"} == public
     assert pathlib.Path(gpumem.__file__).with_name("py.typed").exists()
     assert set(gpumem.__all__) == public - {"__version__"} | {"connect"}
+
+
+def test_the_native_module_exports_its_init_function_alone():
+    # A symbol it exported (the client library's, or libstdc++'s where the toolchain links it
+    # statically) is unified with any other copy in the process: with numpy's libstdc++.so.6
+    # loaded first, an std::ifstream in the module crashed (python/native/exports.map).
+    from gpumem import _gpumem
+
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    listing = subprocess.run(
+        [nm, "--dynamic", "--defined-only", _gpumem.__file__],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert [line.split()[-1] for line in listing.splitlines() if line.strip()] == ["PyInit__gpumem"]
