@@ -22,6 +22,7 @@
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/proto/codec.hpp"
+#include "gpumem/shared/sync/spin_budget.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "request_mailbox.hpp"
 
@@ -124,7 +125,10 @@ class transport {
   proto::wire_name label_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds reconnect_for_;
-  bool mailbox_wanted_;     ///< $GPUMEM_MAILBOX is not 0
+  bool mailbox_wanted_;  ///< $GPUMEM_MAILBOX is not 0
+  /// How long a call spins for its answer in the mailbox before it sleeps, at most
+  /// $GPUMEM_ANSWER_SPIN_US (answer_spin_from_env in transport.cpp).
+  sync::spin_budget answer_spin_;
   bool timed_out_ = false;  ///< a reply is missing: the stream is out of step for good
   /// The daemon stayed away for all of reconnect_for_: later calls try to reconnect once each.
   bool gave_up_ = false;

@@ -101,7 +101,9 @@ enum class Access { read_write, read_only };
 
 /// Where the daemon offers it, a connection sends the requests whose reply carries no descriptor
 /// through its request mailbox in shared memory rather than the socket: the same calls and
-/// guarantees at less cost. $GPUMEM_MAILBOX=0 keeps everything on the socket.
+/// guarantees at less cost. $GPUMEM_MAILBOX=0 keeps everything on the socket. A call there
+/// sleeps until its answer comes; $GPUMEM_ANSWER_SPIN_US=N (1 to 1000) makes it spin up to N us
+/// first (a learnt budget), which saves the wake-up at the cost of CPU.
 struct ConnectOptions {
   std::string socket_path{};  ///< empty: $GPUMEM_SOCKET, then the default locations
   std::string label{};        ///< shown by `gpumemctl clients`; empty: the program's name

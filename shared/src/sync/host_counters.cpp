@@ -1,7 +1,5 @@
 #include "gpumem/shared/sync/host_counters.hpp"
 
-#include <sched.h>
-
 #include <atomic>
 
 #include "gpumem/shared/sync/futex.hpp"
@@ -78,12 +76,7 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
     const auto now = clock::now();
     if (deadline && now >= *deadline) return wait_status::timeout;
     if (now < spin_until) {
-      // Pause first; then yield, so that on a busy machine the party awaited gets to run.
-      if (spins < 64) {
-        cpu_relax();
-      } else {
-        ::sched_yield();
-      }
+      spin_turn(spins);
       continue;
     }
     std::chrono::nanoseconds nap = kLongestSleep;

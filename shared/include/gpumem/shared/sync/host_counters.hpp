@@ -46,7 +46,8 @@ class host_counters {
                         std::optional<clock::time_point> deadline) noexcept;
 
   counter_cell& cell_;
-  spin_budget spin_;
+  /// 20 us to 250 us: a round between running parties takes a few, a futex wake-up tens.
+  spin_budget spin_{std::chrono::microseconds(20), std::chrono::microseconds(250)};
 };
 
 // Daemon side: bounded, and never trusting the cell, which every client can write.

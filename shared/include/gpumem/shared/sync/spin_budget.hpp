@@ -10,38 +10,59 @@
 /// slowly, and a wait far longer than any spin shrinks it: parties that work for milliseconds
 /// between rounds sleep at once instead of burning a core.
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+
+#include "gpumem/shared/sync/futex.hpp"
 
 namespace gpumem::sync {
 
 class spin_budget {
  public:
   using duration = std::chrono::nanoseconds;
-  static constexpr duration kLeast = std::chrono::microseconds(20);
-  static constexpr duration kMost = std::chrono::microseconds(250);
+
+  /// A budget between @p least and @p most, starting at @p least. A least of zero lets waits
+  /// that always outlast the most (a loaded machine) stop spinning altogether.
+  constexpr spin_budget(duration least, duration most) noexcept
+      : least_(least.count()), most_(std::max(least, most).count()), budget_(least.count()) {}
 
   duration now() const noexcept { return duration(budget_.load(std::memory_order_relaxed)); }
 
   /// @brief Learns from a wait that took @p waited; @p slept says whether it went to sleep.
   void learn(duration waited, bool slept) noexcept {
     const duration budget = now();
+    const duration least(least_);
+    const duration most(most_);
     duration next = budget;
     if (!slept) {
-      next = std::max(kLeast, budget - budget / 64);
-    } else if (waited <= kMost) {
-      next = std::clamp(2 * waited, budget, kMost);
+      next = std::max(least, budget - budget / 64);
+    } else if (waited <= most) {
+      next = std::clamp(2 * waited, budget, most);
     } else {
-      next = std::max(kLeast, budget / 2);
+      next = std::max(least, budget / 2);
     }
     if (next != budget) budget_.store(next.count(), std::memory_order_relaxed);
   }
 
  private:
+  duration::rep least_;
+  duration::rep most_;
   /// Relaxed: a Barrier may be waited on from several threads, and a stale budget only moves
   /// one wait's switch from spinning to sleeping.
-  std::atomic<duration::rep> budget_{kLeast.count()};
+  std::atomic<duration::rep> budget_;
 };
+
+/// One turn of a spin on another process's progress: pause at first; then yield, so that on a
+/// busy machine the process awaited gets to run.
+inline void spin_turn(unsigned turns_so_far) noexcept {
+  if (turns_so_far < 64) {
+    cpu_relax();
+  } else {
+    ::sched_yield();
+  }
+}
 
 }  // namespace gpumem::sync
