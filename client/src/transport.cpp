@@ -82,10 +82,10 @@ static_assert(kLongestAnswerSpin <= kFirstHangUpCheck);
 /// The longest a call spins for its answer in the mailbox before it sleeps on the futex:
 /// $GPUMEM_ANSWER_SPIN_US, none unless set. Asleep, a call pays the futex wake-up after the
 /// daemon answers and the daemon pays for waking it, about half of a round trip on a GPU host
-/// (answer_spin_bench). It is not the default because the spin burns the caller's CPU where
-/// answers are slow to come: with as many busy clients as cores, 2.4-3 times the CPU per call
-/// for the same calls per second. Within the most, the budget is learnt per connection
-/// (sync::spin_budget, from zero), so calls that keep outlasting it mostly stop spinning.
+/// (answer_spin_bench). Within the most, the budget is learnt per connection (sync::spin_budget,
+/// from zero), so calls that keep outlasting it mostly stop spinning; a long most keeps spinning
+/// where answers are slow (50 us: 3.5-4 times the client CPU per call with as many busy clients
+/// as cores), which is why a process spins only when asked.
 std::chrono::microseconds answer_spin_from_env() {
   return std::chrono::microseconds(
       number_from_env("GPUMEM_ANSWER_SPIN_US", 0, kLongestAnswerSpin.count(),
