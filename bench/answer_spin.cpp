@@ -50,7 +50,8 @@ double cpu_seconds(const rusage& usage) {
          static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
-/// One client process's stretch: [calls, CPU seconds, p50 us, p99 us].
+/// One client process's stretch: [calls, CPU seconds, p50 us, p99 us, seconds it ran]. A client
+/// that was late to start (forks and connects on a small machine) runs for less than the stretch.
 std::vector<double> client_stretch(const std::string& socket, const setting& spin, call_kind kind,
                                    clock_type::time_point start, clock_type::time_point end) {
   if (spin.value != nullptr) {
@@ -72,7 +73,9 @@ std::vector<double> client_stretch(const std::string& socket, const setting& spi
   ::getrusage(RUSAGE_SELF, &before);
   std::vector<double> micros;
   micros.reserve(1 << 20);
-  for (auto now = clock_type::now(); now < end;) {
+  const auto began = clock_type::now();
+  auto now = began;
+  while (now < end) {
     call();
     const auto after = clock_type::now();
     micros.push_back(std::chrono::duration<double, std::micro>(after - now).count());
@@ -82,7 +85,7 @@ std::vector<double> client_stretch(const std::string& socket, const setting& spi
   ::getrusage(RUSAGE_SELF, &used);
   const bench::summary times = bench::summarise_blockwise(micros);
   return {static_cast<double>(micros.size()), cpu_seconds(used) - cpu_seconds(before), times.median,
-          times.p99};
+          times.p99, std::chrono::duration<double>(now - began).count()};
 }
 
 figures measure(const std::string& socket, const setting& spin, call_kind kind, int clients,
@@ -97,17 +100,19 @@ figures measure(const std::string& socket, const setting& spin, call_kind kind, 
         bench::start_child([&] { return client_stretch(socket, spin, kind, start, end); }));
   }
   double calls = 0;
+  double calls_per_second = 0;  // each client's own rate, over the time it ran
   double cpu = 0;
   std::vector<double> p50s;
   std::vector<double> p99s;
   for (const auto& child : children) {
     const auto values = bench::collect(child);
     calls += values.at(0);
+    if (values.at(4) > 0) calls_per_second += values.at(0) / values.at(4);
     cpu += values.at(1);
     p50s.push_back(values.at(2));
     p99s.push_back(values.at(3));
   }
-  return {calls / seconds, bench::summarise(p50s).median, bench::summarise(p99s).median,
+  return {calls_per_second, bench::summarise(p50s).median, bench::summarise(p99s).median,
           calls > 0 ? cpu / calls * 1e6 : 0};
 }
 

@@ -1,6 +1,6 @@
 // How long a call spins for its answer in the request mailbox before it sleeps
 // ($GPUMEM_ANSWER_SPIN_US, client/src/transport.cpp): the learnt budget, bad settings, and
-// spinning calls against a real gpumemd that dies under them.
+// spinning calls against a real gpumemd that dies or stops between them.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -10,25 +10,15 @@
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/shared/sync/spin_budget.hpp"
+#include "support/scoped_env.hpp"
 #include "support/systemd_supervisor.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using gpumem::sync::spin_budget;
+using gpumem::testing::scoped_env;
 using gpumem::testing::systemd_supervisor;
-
-/// Sets an environment variable for one scope.
-class scoped_env {
- public:
-  scoped_env(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~scoped_env() { ::unsetenv(name_); }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-
- private:
-  const char* name_;
-};
 
 TEST(AnswerSpin, TheBudgetGrowsWithShortSleepsDecaysWhileAnsweredAndStopsWhereWaitsOutlastIt) {
   spin_budget budget(0ns, 50us);
@@ -76,9 +66,9 @@ TEST(AnswerSpin, ABadGpumemAnswerSpinUsFailsTheConnectWithAnErrorThatNamesIt) {
   }
 }
 
-// Calls that spin (the longest spin the setting allows) are answered, and a daemon that dies under
-// a spinning call is noticed and the call goes on.
-TEST(AnswerSpin, SpinningCallsAreAnsweredAndOutliveADaemonKilledUnderThem) {
+// Calls that spin (the longest spin the setting allows) are answered, and after a daemon was
+// killed between them, the next call notices, reconnects and goes on.
+TEST(AnswerSpin, SpinningCallsAreAnsweredAndGoOnAfterADaemonKilledBetweenThem) {
   const scoped_env spin("GPUMEM_ANSWER_SPIN_US", "1000");
   systemd_supervisor daemon({});
   daemon.start();
@@ -93,6 +83,27 @@ TEST(AnswerSpin, SpinningCallsAreAnsweredAndOutliveADaemonKilledUnderThem) {
   auto reopened = client.open("spun.kept");
   EXPECT_EQ(static_cast<const unsigned char*>(reopened.data())[0], 42);
   client.ping();
+}
+
+// The spin never holds a call past its timeout: against a stopped daemon the call fails in time.
+TEST(AnswerSpin, ASpinningCallToAStoppedDaemonStillTimesOut) {
+  const scoped_env spin("GPUMEM_ANSWER_SPIN_US", "1000");
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto client = gpumem::Client::connect({.socket_path = daemon.socket_path(), .timeout = 50ms});
+  for (int call = 0; call < 200; ++call) client.ping();  // the budget learnt from short calls
+  ::kill(daemon.pid(), SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    client.ping();
+    ADD_FAILURE() << "a stopped daemon answered";
+  } catch (const gpumem::Error& error) {
+    EXPECT_EQ(error.status(), gpumem::errc::timed_out) << error.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::kill(daemon.pid(), SIGCONT);
+  EXPECT_GE(took, 50ms);
+  EXPECT_LT(took, 1s);
 }
 
 }  // namespace

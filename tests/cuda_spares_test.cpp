@@ -7,10 +7,13 @@
 #include <future>
 #include <thread>
 
+#include "support/eventually.hpp"
+
 namespace gpumem::daemon {
 namespace {
 
 using namespace std::chrono_literals;
+using gpumem::testing::eventually;
 
 constexpr std::uint64_t kLargeRoom = std::uint64_t{1} << 40;
 
@@ -39,19 +42,9 @@ struct fake_pool {
                      [this](const exported_block&) { ++discarded; }, room};
 };
 
-/// True once @p done holds, false after 5 s: for the tests that wait for the worker.
-template <class Condition>
-bool within_5s(Condition done) {
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; !done();
-       std::this_thread::sleep_for(1ms)) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-  }
-  return true;
-}
-
 std::optional<exported_block> take_within(cuda_spares& spares, std::uint64_t size) {
   std::optional<exported_block> block;
-  within_5s([&] { return (block = spares.take(size)).has_value(); });
+  eventually([&] { return (block = spares.take(size)).has_value(); });
   return block;
 }
 
@@ -79,13 +72,13 @@ TEST(CudaSpares, ATakenBlockIsMadeAgainSoThatTwoAreReadyOnceMore) {
   pool.gate.set_value();
   pool.spares.want(4096);
   pool.spares.start_wanted();
-  ASSERT_TRUE(within_5s([&] { return pool.made == 2; }));
+  ASSERT_TRUE(eventually([&] { return pool.made == 2; }));
   ASSERT_TRUE(pool.spares.take(4096));
   EXPECT_EQ(pool.spares.bytes(), 4096u) << "the other block stays ready";
   pool.spares.want(4096);  // what an allocation asks after taking one
   EXPECT_EQ(pool.spares.bytes(), 2 * 4096u) << "one more wanted, not two";
   pool.spares.start_wanted();
-  ASSERT_TRUE(within_5s([&] { return pool.made == 3; }));
+  ASSERT_TRUE(eventually([&] { return pool.made == 3; }));
   EXPECT_TRUE(take_within(pool.spares, 4096));
   EXPECT_TRUE(take_within(pool.spares, 4096));
   EXPECT_FALSE(pool.spares.take(4096));
@@ -131,7 +124,7 @@ TEST(CudaSpares, ReadyTellsWhetherTheOwnersNextTakeFindsABlock) {
   pool.spares.want(4096);
   EXPECT_FALSE(pool.spares.ready(4096)) << "wanted, not yet made";
   pool.spares.start_wanted();
-  ASSERT_TRUE(within_5s([&] { return pool.spares.ready(4096); }));
+  ASSERT_TRUE(eventually([&] { return pool.spares.ready(4096); }));
   EXPECT_FALSE(pool.spares.ready(8192)) << "only that size";
   ASSERT_TRUE(pool.spares.take(4096));
   EXPECT_EQ(room.spare_bytes(), 4096u) << "the taken block left the room's spares";
@@ -143,11 +136,11 @@ TEST(CudaSpares, ReadyBytesCountOnlyTheBlocksMadeAndNotYetTaken) {
   pool.spares.want(4096);
   pool.spares.want(8192);
   pool.spares.start_wanted();
-  ASSERT_TRUE(within_5s([&] { return pool.started == 1; }));
+  ASSERT_TRUE(eventually([&] { return pool.started == 1; }));
   EXPECT_EQ(pool.spares.ready_bytes(), 0u) << "wanted and being made, none ready";
   EXPECT_EQ(pool.spares.bytes(), 2 * 4096u + 2 * 8192u);
   pool.gate.set_value();
-  ASSERT_TRUE(within_5s([&] { return pool.spares.ready_bytes() == 2 * 4096u + 2 * 8192u; }));
+  ASSERT_TRUE(eventually([&] { return pool.spares.ready_bytes() == 2 * 4096u + 2 * 8192u; }));
   ASSERT_TRUE(pool.spares.take(8192));
   EXPECT_EQ(pool.spares.ready_bytes(), 2 * 4096u + 8192u);
   EXPECT_EQ(pool.spares.bytes(), pool.spares.ready_bytes()) << "nothing is being made";
@@ -162,7 +155,7 @@ TEST(CudaSpares, NothingIsMadeUntilTheOwnerStartsTheWorker) {
   EXPECT_EQ(pool.made.load(), 0);
   EXPECT_EQ(pool.spares.bytes(), 2 * 4096u) << "counted from the moment they are wanted";
   pool.spares.start_wanted();
-  ASSERT_TRUE(within_5s([&] { return pool.made == 2; }));
+  ASSERT_TRUE(eventually([&] { return pool.made == 2; }));
   EXPECT_TRUE(take_within(pool.spares, 4096));
   EXPECT_TRUE(take_within(pool.spares, 4096));
 }
@@ -186,7 +179,7 @@ TEST(CudaSpares, SizesThatDoNotFitOrAreTooLargeOrTooManyAreNotPrepared) {
   pool.gate.set_value();
   pool.spares.start_wanted();
   const int blocks = static_cast<int>(cuda_spares::kMaxSizes * cuda_spares::kBlocksPerSize);
-  ASSERT_TRUE(within_5s([&] { return pool.made == blocks; }));
+  ASSERT_TRUE(eventually([&] { return pool.made == blocks; }));
   pool.spares.want((cuda_spares::kMaxSizes + 4) * 256);
   EXPECT_EQ(pool.spares.bytes(), expected) << "the sizes made count as kept, as the wanted ones";
 }
@@ -212,7 +205,7 @@ TEST(CudaSpares, DrainGivesBackEveryReadyBlock) {
   ASSERT_TRUE(take_within(pool.spares, 512));
   pool.spares.want(512);
   pool.spares.start_wanted();
-  ASSERT_TRUE(within_5s([&] { return pool.made == 3; }));
+  ASSERT_TRUE(eventually([&] { return pool.made == 3; }));
   std::this_thread::sleep_for(50ms);  // it is stored under the lock right after it is made
   const auto drained = pool.spares.drain();
   ASSERT_EQ(drained.size(), 1u) << "one size";
@@ -228,10 +221,10 @@ TEST(CudaSpares, ABlockFinishedAfterADrainIsDiscardedNotLeaked) {
   fake_pool pool(room);
   pool.spares.want(1024);
   pool.spares.start_wanted();
-  ASSERT_TRUE(within_5s([&] { return pool.started == 1; }));  // the worker waits at the gate
+  ASSERT_TRUE(eventually([&] { return pool.started == 1; }));  // the worker waits at the gate
   EXPECT_TRUE(pool.spares.drain().empty());
   pool.gate.set_value();
-  ASSERT_TRUE(within_5s([&] { return pool.discarded >= 1; }));
+  ASSERT_TRUE(eventually([&] { return pool.discarded >= 1; }));
   EXPECT_FALSE(pool.spares.take(1024));
   EXPECT_EQ(pool.spares.bytes(), 0u);
   EXPECT_EQ(room.spare_bytes(), 0u) << "given back once, by the drain";
@@ -244,7 +237,7 @@ TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
   pool.spares.want(2048);
   pool.spares.start_wanted();
   pool.gate.set_value();
-  ASSERT_TRUE(within_5s([&] { return pool.spares.bytes() == 0; }));
+  ASSERT_TRUE(eventually([&] { return pool.spares.bytes() == 0; }));
   EXPECT_EQ(room.spare_bytes(), 0u);
   EXPECT_FALSE(pool.spares.take(2048));
 }

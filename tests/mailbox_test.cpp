@@ -22,6 +22,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/raw_client.hpp"
+#include "support/scoped_env.hpp"
 #include "support/systemd_supervisor.hpp"
 
 namespace {
@@ -31,6 +32,7 @@ using gpumem::detail::request_mailbox;
 using gpumem::testing::daemon_process;
 using gpumem::testing::eventually;
 using gpumem::testing::raw_client;
+using gpumem::testing::scoped_env;
 using gpumem::testing::systemd_supervisor;
 namespace proto = gpumem::proto;
 using proto::errc;
@@ -289,9 +291,10 @@ TEST(Mailbox, AMailboxGoesWithItsConnectionAndItsKilledProcess) {
 TEST(Mailbox, TheClientLibraryUsesTheMailboxUnlessGpumemMailboxIsZero) {
   daemon_process daemon;
   {
-    ::setenv("GPUMEM_MAILBOX", "0", 1);
-    auto on_the_socket = daemon.connect();
-    ::unsetenv("GPUMEM_MAILBOX");
+    auto on_the_socket = [&] {
+      const scoped_env socket_only("GPUMEM_MAILBOX", "0");
+      return daemon.connect();
+    }();
     on_the_socket.ping();
     auto buffer = on_the_socket.allocate(4096, {.device = gpumem::kHost});
     EXPECT_EQ(mailbox_mappings(daemon.pid()), 0u);
@@ -299,7 +302,7 @@ TEST(Mailbox, TheClientLibraryUsesTheMailboxUnlessGpumemMailboxIsZero) {
     through_the_mailbox.ping();
     EXPECT_EQ(mailbox_mappings(daemon.pid()), 1u);
   }
-  ::setenv("GPUMEM_MAILBOX", "sometimes", 1);
+  const scoped_env unclear("GPUMEM_MAILBOX", "sometimes");
   try {
     (void)daemon.connect();
     ADD_FAILURE() << "connected with GPUMEM_MAILBOX=sometimes";
@@ -308,7 +311,6 @@ TEST(Mailbox, TheClientLibraryUsesTheMailboxUnlessGpumemMailboxIsZero) {
     EXPECT_NE(std::string(error.what()).find("$GPUMEM_MAILBOX is 'sometimes'"), std::string::npos)
         << error.what();
   }
-  ::unsetenv("GPUMEM_MAILBOX");
 }
 
 // The call in flight when the daemon died goes again through the new connection's mailbox,

@@ -23,6 +23,7 @@
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/sanitizer.hpp"
+#include "support/scoped_env.hpp"
 #include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
@@ -496,9 +497,10 @@ TEST(NetHardening, AClientRefusesASocketOfAnUnexpectedOwner) {
     EXPECT_NE(file_refused.find("must belong to root"), std::string::npos) << file_refused;
     // Told that the daemon runs as nobody, the client accepts the file; the listener is root.
     Client::connect({.socket_path = daemon.socket_path(), .daemon_uid = kNobody}).ping();
-    ::setenv("GPUMEM_DAEMON_UID", "65534", 1);
-    Client::connect({.socket_path = daemon.socket_path()}).ping();
-    ::unsetenv("GPUMEM_DAEMON_UID");
+    {
+      const scoped_env nobody("GPUMEM_DAEMON_UID", "65534");
+      Client::connect({.socket_path = daemon.socket_path()}).ping();
+    }
     ASSERT_EQ(::chown(daemon.socket_path().c_str(), 0, 0), 0);
     ASSERT_EQ(::chown(daemon.folder().c_str(), kNobody, kNobody), 0);
     const std::string folder_refused = refusal({.socket_path = daemon.socket_path()});
@@ -514,9 +516,8 @@ TEST(NetHardening, AClientRefusesASocketOfAnUnexpectedOwner) {
     EXPECT_NE(refused.find("belongs to uid " + std::to_string(::geteuid())), std::string::npos)
         << refused;
     EXPECT_NE(refused.find("uid " + std::to_string(other)), std::string::npos) << refused;
-    ::setenv("GPUMEM_DAEMON_UID", std::to_string(other).c_str(), 1);
+    const scoped_env another("GPUMEM_DAEMON_UID", std::to_string(other));
     refusal({.socket_path = daemon.socket_path()});
-    ::unsetenv("GPUMEM_DAEMON_UID");
   }
   daemon.connect().ping();
 }
@@ -556,9 +557,10 @@ TEST(NetHardening, ACallToADaemonThatNeverAnswersTimesOut) {
   EXPECT_GE(took, 300ms);
   EXPECT_LT(took, 2s);
 
-  ::setenv("GPUMEM_TIMEOUT_MS", "200", 1);
-  const auto [env_status, env_took] = failed_connect({.socket_path = silent.path});
-  ::unsetenv("GPUMEM_TIMEOUT_MS");
+  const auto [env_status, env_took] = [&] {
+    const scoped_env short_timeout("GPUMEM_TIMEOUT_MS", "200");
+    return failed_connect({.socket_path = silent.path});
+  }();
   EXPECT_EQ(env_status, errc::timed_out);
   EXPECT_LT(env_took, 2s);
 
@@ -571,6 +573,23 @@ TEST(NetHardening, ACallToADaemonThatNeverAnswersTimesOut) {
             std::string::npos)
       << gpumem_last_error();
   EXPECT_EQ(gpumem_status_string(GPUMEM_TIMED_OUT), std::string("timed out"));
+}
+
+// A timeout the clock cannot hold (strtoll's overflow included) would make every deadline wrong:
+// it is refused before any connect.
+TEST(NetHardening, ATimeoutOutOfRangeInTheEnvironmentIsRefused) {
+  for (const char* bad : {"0", "-5", "1000000000001", "99999999999999999999999"}) {
+    const scoped_env set("GPUMEM_TIMEOUT_MS", bad);
+    try {
+      Client::connect({.socket_path = "/nonexistent/gpumemd.sock"});
+      ADD_FAILURE() << "GPUMEM_TIMEOUT_MS=" << bad << " was taken";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.status(), errc::invalid_argument) << error.what();
+      EXPECT_NE(std::string(error.what()).find(std::string("$GPUMEM_TIMEOUT_MS is '") + bad),
+                std::string::npos)
+          << error.what();
+    }
+  }
 }
 
 TEST(NetHardening, AStoppedDaemonFailsACallAfterTheTimeoutAndTheClientStaysOutOfStep) {

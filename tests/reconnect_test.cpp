@@ -16,6 +16,7 @@
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/raw_client.hpp"
+#include "support/scoped_env.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -97,9 +98,10 @@ TEST(Reconnect, ADaemonThatStaysAwayIsAnIoErrorAfterReconnectFor) {
 TEST(Reconnect, ReconnectForZeroIsAnIoErrorAtOnce) {
   daemon_process daemon;
   auto client = Client::connect({.socket_path = daemon.socket_path(), .reconnect_for = 0ms});
-  ::setenv("GPUMEM_RECONNECT_MS", "0", 1);
-  auto from_environment = daemon.connect();
-  ::unsetenv("GPUMEM_RECONNECT_MS");
+  auto from_environment = [&] {
+    const scoped_env never("GPUMEM_RECONNECT_MS", "0");
+    return daemon.connect();
+  }();
   gpumem_connect_options options{};
   options.socket_path = daemon.socket_path().c_str();
   options.has_reconnect_ms = 1;
@@ -120,11 +122,10 @@ TEST(Reconnect, ReconnectForZeroIsAnIoErrorAtOnce) {
   gpumem_disconnect(c_client);
   EXPECT_EQ(gpumem_status_string(GPUMEM_SESSION_LOST), std::string("session lost"));
 
-  ::setenv("GPUMEM_RECONNECT_MS", "soon", 1);
+  const scoped_env unclear("GPUMEM_RECONNECT_MS", "soon");
   EXPECT_EQ(
       failure_of([&] { Client::connect({.socket_path = daemon.socket_path()}); }).first.status(),
       errc::invalid_argument);
-  ::unsetenv("GPUMEM_RECONNECT_MS");
 }
 
 /// A session of this process, spoken by hand, that holds a barrier party: its row outlives

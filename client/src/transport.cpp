@@ -11,12 +11,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <thread>
 
-#include "env_number.hpp"
 #include "gpumem/shared/fd_passing.hpp"
 #include "gpumem/shared/socket_path.hpp"
+#include "gpumem/shared/sync/futex.hpp"
 
 extern char* program_invocation_short_name;
 
@@ -59,12 +58,35 @@ constexpr auto kConnectRetryInterval = std::chrono::milliseconds(5);
 constexpr auto kFirstReconnectPause = std::chrono::milliseconds(10);
 constexpr auto kLongestReconnectPause = std::chrono::milliseconds(500);
 
+/// @brief The whole number in the environment variable @p name.
+/// @return nullopt when it is unset or empty.
+/// @throws Error(invalid_argument) naming the variable, its text and @p meaning (what it should
+/// be) when it is not a number from @p least to @p most.
+std::optional<long long> number_from_env(const char* name, long long least, long long most,
+                                         const char* meaning) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text, &end, 10);
+  if (*end != '\0' || errno == ERANGE || value < least || value > most) {
+    throw Error(errc::invalid_argument,
+                std::string("$") + name + " is '" + text + "', not " + meaning);
+  }
+  return value;
+}
+
+/// The longest time the environment may give: a deadline that far ahead still fits the clock's
+/// nanoseconds (about 292 years) many times over.
+constexpr long long kLongestMilliseconds = 1'000'000'000'000;  // about 31 years
+
 /// The milliseconds in the environment variable @p name; nullopt when it is unset or empty.
 std::optional<std::chrono::milliseconds> milliseconds_from_env(const char* name,
                                                                bool zero_allowed) {
   const auto milliseconds =
-      number_from_env(name, zero_allowed ? 0 : 1, std::numeric_limits<long long>::max(),
-                      zero_allowed ? "a number of milliseconds (0: never)" : "a positive number");
+      number_from_env(name, zero_allowed ? 0 : 1, kLongestMilliseconds,
+                      zero_allowed ? "a number of milliseconds from 0 (never) to 10^12"
+                                   : "a number of milliseconds from 1 to 10^12");
   if (!milliseconds) return std::nullopt;
   return std::chrono::milliseconds(*milliseconds);
 }
@@ -74,15 +96,15 @@ std::optional<std::chrono::milliseconds> milliseconds_from_env(const char* name,
 constexpr auto kFirstHangUpCheck = std::chrono::milliseconds(1);
 constexpr auto kLongestHangUpCheck = std::chrono::milliseconds(16);
 
-/// The most $GPUMEM_ANSWER_SPIN_US may ask: below the first hang-up check, so that a spin skips
-/// none.
+/// The most $GPUMEM_ANSWER_SPIN_US may ask: at most the first hang-up check, so that a spin skips
+/// none. Nor does it outlast the deadline, since a timeout is at least a millisecond.
 constexpr auto kLongestAnswerSpin = std::chrono::microseconds(1000);
 static_assert(kLongestAnswerSpin <= kFirstHangUpCheck);
 
 /// The longest a call spins for its answer in the mailbox before it sleeps on the futex:
 /// $GPUMEM_ANSWER_SPIN_US, none unless set. Asleep, a call pays the futex wake-up after the
 /// daemon answers and the daemon pays for waking it, about half of a round trip on a GPU host
-/// (answer_spin_bench). Within the most, the budget is learnt per connection (sync::spin_budget,
+/// (answer_spin_bench). Within the most, the budget is learnt per client (sync::spin_budget,
 /// from zero), so calls that keep outlasting it mostly stop spinning; a long most keeps spinning
 /// where answers are slow (50 us: 3.5-4 times the client CPU per call with as many busy clients
 /// as cores), which is why a process spins only when asked.

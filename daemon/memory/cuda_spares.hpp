@@ -47,6 +47,8 @@ class cuda_spares {
   using maker = std::function<std::optional<exported_block>(std::uint64_t size)>;
   /// Frees a block nobody wants any more, on the worker thread.
   using discarder = std::function<void(const exported_block&)>;
+  /// Prepared blocks by their size; no vector is empty.
+  using blocks_by_size = std::unordered_map<std::uint64_t, std::vector<exported_block>>;
 
   static constexpr std::size_t kMaxSizes = 8;
   static constexpr std::size_t kBlocksPerSize = 2;
@@ -76,12 +78,9 @@ class cuda_spares {
   void want(std::uint64_t size) noexcept;
   /// @brief Lets the worker make what was wanted since the last call.
   void start_wanted() noexcept;
-  /// Prepared blocks by their size; no vector is empty.
-  using blocks_by_size = std::unordered_map<std::uint64_t, std::vector<exported_block>>;
-
   /// @brief Every prepared block, for the owner to free; what is being made is dropped too.
-  /// Allocates nothing (the blocks are handed over whole), so an owner may drain when memory
-  /// has run out.
+  /// Allocates nothing (the blocks are handed over whole), so it cannot throw: the owner's
+  /// drop_spares, which is noexcept, calls it.
   blocks_by_size drain() noexcept;
   /// @brief Bytes held or being made.
   std::uint64_t bytes() const;

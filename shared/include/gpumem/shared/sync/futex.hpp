@@ -2,6 +2,8 @@
 /// @file
 /// @brief Sleeping on a 32-bit word of shared memory until another process changes it.
 
+#include <sched.h>
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -23,6 +25,16 @@ inline void cpu_relax() noexcept {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+/// One turn of a spin on another process's progress: pause at first; then yield, so that on a
+/// busy machine the process awaited gets to run.
+inline void spin_turn(unsigned turns_so_far) noexcept {
+  if (turns_so_far < 64) {
+    cpu_relax();
+  } else {
+    ::sched_yield();
+  }
 }
 
 }  // namespace gpumem::sync

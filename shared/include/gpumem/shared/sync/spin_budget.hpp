@@ -10,13 +10,9 @@
 /// slowly, and a wait far longer than any spin shrinks it: parties that work for milliseconds
 /// between rounds sleep at once instead of burning a core.
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-
-#include "gpumem/shared/sync/futex.hpp"
 
 namespace gpumem::sync {
 
@@ -54,15 +50,5 @@ class spin_budget {
   /// one wait's switch from spinning to sleeping.
   std::atomic<duration::rep> budget_;
 };
-
-/// One turn of a spin on another process's progress: pause at first; then yield, so that on a
-/// busy machine the process awaited gets to run.
-inline void spin_turn(unsigned turns_so_far) noexcept {
-  if (turns_so_far < 64) {
-    cpu_relax();
-  } else {
-    ::sched_yield();
-  }
-}
 
 }  // namespace gpumem::sync
