@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// @brief Sleeping on a 32-bit word of shared memory until another process changes it.
+/// @brief Waiting for another process to change a 32-bit word of shared memory: sleeping on it
+/// (futex), and the turns of a spin before that.
 
 #include <sched.h>
 
