@@ -592,6 +592,22 @@ TEST(NetHardening, ATimeoutOutOfRangeInTheEnvironmentIsRefused) {
   }
 }
 
+TEST(NetHardening, ATimeoutOutOfRangeInTheOptionsIsRefused) {
+  constexpr auto kTooLong = std::chrono::milliseconds(1'000'000'000'001);
+  for (const ConnectOptions& options :
+       {ConnectOptions{.socket_path = "/nonexistent/gpumemd.sock", .timeout = kTooLong},
+        ConnectOptions{.socket_path = "/nonexistent/gpumemd.sock", .reconnect_for = kTooLong}}) {
+    try {
+      Client::connect(options);
+      ADD_FAILURE() << "a timeout of " << kTooLong.count() << " ms was taken";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.status(), errc::invalid_argument) << error.what();
+      EXPECT_NE(std::string(error.what()).find("ms, more than the most"), std::string::npos)
+          << error.what();
+    }
+  }
+}
+
 TEST(NetHardening, AStoppedDaemonFailsACallAfterTheTimeoutAndTheClientStaysOutOfStep) {
   daemon_process daemon;
   auto client = Client::connect({.socket_path = daemon.socket_path(), .timeout = 300ms});

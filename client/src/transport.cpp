@@ -76,8 +76,8 @@ std::optional<long long> number_from_env(const char* name, long long least, long
   return value;
 }
 
-/// The longest time the environment may give: a deadline that far ahead still fits the clock's
-/// nanoseconds (about 292 years) many times over.
+/// The longest timeout the environment or the options may give: a deadline that far ahead still
+/// fits the clock's nanoseconds (about 292 years) many times over.
 constexpr long long kLongestMilliseconds = 1'000'000'000'000;  // about 31 years
 
 /// The milliseconds in the environment variable @p name; nullopt when it is unset or empty.
@@ -124,7 +124,18 @@ bool mailbox_from_env() {
                                           "daemon offers it) or 0 (on the socket only)");
 }
 
+/// @throws Error(invalid_argument) naming @p option when @p configured is longer than the
+/// environment may give (kLongestMilliseconds): its deadline would overflow the clock.
+void check_not_too_long(std::chrono::milliseconds configured, const char* option) {
+  if (configured.count() > kLongestMilliseconds) {
+    throw Error(errc::invalid_argument, std::string("ConnectOptions::") + option + " is " +
+                                            std::to_string(configured.count()) +
+                                            " ms, more than the most, 10^12 ms");
+  }
+}
+
 std::chrono::milliseconds timeout_from(std::chrono::milliseconds configured) {
+  check_not_too_long(configured, "timeout");
   if (configured.count() > 0) return configured;
   return milliseconds_from_env("GPUMEM_TIMEOUT_MS", false).value_or(kDefaultTimeout);
 }
@@ -136,6 +147,7 @@ std::chrono::milliseconds reconnect_from(std::optional<std::chrono::milliseconds
   if (configured->count() < 0) {
     throw Error(errc::invalid_argument, "ConnectOptions::reconnect_for is negative");
   }
+  check_not_too_long(*configured, "reconnect_for");
   return *configured;
 }
 

@@ -108,8 +108,9 @@ struct ConnectOptions {
   std::string socket_path{};  ///< empty: $GPUMEM_SOCKET, then the default locations
   std::string label{};        ///< shown by `gpumemctl clients`; empty: the program's name
   /// How long one request may wait for the daemon's reply (and connecting for the daemon to
-  /// accept) before it fails with errc::timed_out. 0: $GPUMEM_TIMEOUT_MS, else 60 seconds.
-  /// Waits that take their own timeout (Lock::acquire, ...) are not round trips: unaffected.
+  /// accept) before it fails with errc::timed_out. 0: $GPUMEM_TIMEOUT_MS, else 60 seconds. At
+  /// most 10^12 ms (about 31 years), here and in the environment. Waits that take their own timeout
+  /// (Lock::acquire, ...) are not round trips: unaffected.
   std::chrono::milliseconds timeout{0};
   /// How long a call whose connection broke (gpumemd restarted) tries to connect again, with
   /// pauses from 10 ms doubling to 500 ms, before it fails with errc::io_error naming the
@@ -117,7 +118,7 @@ struct ConnectOptions {
   /// the call sent again: the daemon carries it out once. A daemon without the session's state
   /// (it restarted without its fd store, or another daemon answers) is errc::session_lost, for
   /// this call and every later one. 0: never reconnect (io_error at once). nullopt:
-  /// $GPUMEM_RECONNECT_MS, else 10 seconds.
+  /// $GPUMEM_RECONNECT_MS, else 10 seconds. At most 10^12 ms.
   std::optional<std::chrono::milliseconds> reconnect_for{};
   /// The uid gpumemd runs as: the socket, its folder and the listening process must belong to
   /// it or to root. -1: $GPUMEM_DAEMON_UID (a uid or a user name), else root, the caller's
