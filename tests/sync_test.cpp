@@ -468,6 +468,25 @@ TEST(Channel, ABatchOfNoItemsOrMoreThanTheSlotsOrThanHeldIsRefusedByName) {
   EXPECT_EQ(producer.slot_data(slot.sequence + 4), slot.data) << "the ring wraps";
 }
 
+TEST(Channel, AShapeWithNoSlotsOrTooManyIsRefusedByNameBeforeAnythingIsMade) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  for (const std::uint32_t slots : {0u, (1u << 24) + 1}) {
+    try {
+      client.channel("shaped", ChannelRole::producer, {.slots = slots, .slot_bytes = 1});
+      ADD_FAILURE() << "a ring of " << slots << " slots was made";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.status(), errc::invalid_argument);
+      EXPECT_NE(std::string(error.what()).find("channel 'shaped'"), std::string::npos);
+      EXPECT_NE(std::string(error.what()).find("at most 16777216 slots"), std::string::npos)
+          << error.what();
+    }
+  }
+  EXPECT_THROW(client.open("shaped.slots"), Error) << "the refused channel left its slots";
+  EXPECT_NO_THROW(
+      client.channel("shaped", ChannelRole::producer, {.slots = 1u << 24, .slot_bytes = 1}));
+}
+
 TEST(Channel, AKilledConsumerBreaksTheProducer) {
   daemon_process daemon;
   auto client = daemon.connect();

@@ -13,6 +13,9 @@ using detail::cuda_sync::wait_kind;
 namespace {
 
 constexpr std::uint32_t kProducer = 0;
+/// Far below device::kBrokenLead / 2: a kernel takes a count that far past its target for the
+/// daemon's jump of a dead party (gpumem/device.cuh), and a producer leads by its slots.
+constexpr std::uint32_t kMostSlots = 1u << 24;
 
 }  // namespace
 
@@ -223,12 +226,13 @@ Buffer& Channel::buffer() noexcept {
 }
 
 Channel Client::channel(std::string_view name, ChannelRole role, const ChannelOptions& options) {
-  if (options.slots == 0 || options.slot_bytes == 0 || options.consumers == 0 ||
-      options.consumers >= sync::kMaxParties) {
-    throw Error(errc::invalid_argument, "channel '" + std::string(name) +
-                                            "': slots, slot_bytes and consumers must be "
-                                            "positive, with fewer than " +
-                                            std::to_string(sync::kMaxParties) + " consumers");
+  if (options.slots == 0 || options.slots > kMostSlots || options.slot_bytes == 0 ||
+      options.consumers == 0 || options.consumers >= sync::kMaxParties) {
+    throw Error(errc::invalid_argument,
+                "channel '" + std::string(name) +
+                    "': slots, slot_bytes and consumers must be positive, with at most " +
+                    std::to_string(kMostSlots) + " slots and fewer than " +
+                    std::to_string(sync::kMaxParties) + " consumers");
   }
   const std::size_t bytes = std::size_t{options.slots} * options.slot_bytes;
   const std::string data_name = std::string(name) + ".slots";

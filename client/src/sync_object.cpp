@@ -4,8 +4,13 @@
 #include <cstddef>
 
 #include "connection.hpp"
+#include "gpumem/shared/sync/host_counters.hpp"
 
 namespace gpumem::detail {
+
+// Kernels (gpumem/device.cuh) tell a dead party's jump from a real count by this distance.
+static_assert(sync::kBrokenLead == device::kBrokenLead,
+              "the daemon's jump for a dead party's counter is the one kernels expect");
 
 using proto::message_type;
 

@@ -18,6 +18,13 @@
 //                      pass patterned items in stream order, BATCH at a time (default 1; the
 //                      consumer hands a batch on in two parts); the consumer checks each on the
 //                      GPU and prints "ok ITEMS" or "bad N"
+//   device-channel-produce NAME ITEMS CONSUMERS SLOTS BYTES
+//   device-channel-consume NAME ITEMS CONSUMERS SLOTS BYTES
+//                      the same in one kernel each (gpumem/device.cuh): the producer prints
+//                      "done", the consumer "ok ITEMS" or "bad N"; either "broken at N" when
+//                      the channel broke after N items
+//   device-barrier-rounds NAME PARTIES ROUNDS BUFFER
+//                      stream-barrier-rounds in one kernel; "ok", "bad N" or "broken at N"
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,12 +69,60 @@ class error_count {
   stream_t stream_;
 };
 
+/// What a kernel of sync_kernels.hpp passed (items or rounds) and whether the object broke.
+class kernel_outcome {
+ public:
+  kernel_outcome(gpumem::Client& client, stream_t stream)
+      : buffer_(client.allocate(2 * sizeof(unsigned), {.device = 0, .stream = stream})),
+        stream_(stream) {
+    zero_on_device(buffer_.data(), buffer_.size(), stream);
+  }
+  unsigned* device() { return static_cast<unsigned*>(buffer_.data()); }
+  /// "broken at N", else @p passed_all.
+  std::string verdict(const std::string& passed_all) {
+    unsigned words[2]{};
+    copy_to_host(words, buffer_.data(), sizeof words, stream_);
+    return words[1] != 0 ? "broken at " + std::to_string(words[0]) : passed_all;
+  }
+
+ private:
+  gpumem::Buffer buffer_;
+  stream_t stream_;
+};
+
+/// NAME ITEMS CONSUMERS SLOTS BYTES, as the channel commands take them.
+gpumem::ChannelOptions channel_shape(char** argv) {
+  return {.slots = static_cast<std::uint32_t>(std::stoul(argv[5])),
+          .slot_bytes = std::stoull(argv[6]),
+          .consumers = static_cast<std::uint32_t>(std::stoul(argv[4])),
+          .device = 0};
+}
+
+int pass_items_in_kernel(gpumem::Client& client, bool producing, char** argv, stream_t stream) {
+  const auto items = static_cast<unsigned>(std::stoul(argv[3]));
+  const gpumem::ChannelOptions options = channel_shape(argv);
+  auto channel = client.channel(
+      argv[2], producing ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
+  error_count errors(client, stream);
+  kernel_outcome outcome(client, stream);
+  if (producing) {
+    produce_in_kernel(channel.device(0), channel.slot_data(0), options.slots, options.slot_bytes,
+                      items, outcome.device(), stream);
+  } else {
+    consume_in_kernel(channel.device(0), channel.slot_data(0), options.slots, options.slot_bytes,
+                      items, errors.device(), outcome.device(), stream);
+  }
+  const auto bad = errors.read();
+  const std::string verdict = outcome.verdict(
+      producing ? "done"
+                : (bad == 0 ? "ok " + std::to_string(items) : "bad " + std::to_string(bad)));
+  say(verdict);
+  return verdict == "done" || verdict.starts_with("ok ") ? 0 : 1;
+}
+
 int pass_items(gpumem::Client& client, bool producing, char** argv, stream_t stream) {
   const std::uint64_t items = std::stoull(argv[3]);
-  const gpumem::ChannelOptions options{.slots = static_cast<std::uint32_t>(std::stoul(argv[5])),
-                                       .slot_bytes = std::stoull(argv[6]),
-                                       .consumers = static_cast<std::uint32_t>(std::stoul(argv[4])),
-                                       .device = 0};
+  const gpumem::ChannelOptions options = channel_shape(argv);
   auto channel = client.channel(
       argv[2], producing ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
   const std::uint64_t batch = argv[7] != nullptr ? std::stoull(argv[7]) : 1;
@@ -167,6 +222,19 @@ int run(int argc, char** argv) {
     say(bad == 0 ? "ok" : "bad " + std::to_string(bad));
     return bad == 0 ? 0 : 1;
   }
+  if (command == "device-barrier-rounds" && argc == 6) {
+    auto barrier = client.barrier(argv[2], static_cast<std::uint32_t>(std::stoul(argv[3])));
+    auto slots = client.open(argv[5], {.stream = stream});
+    error_count errors(client, stream);
+    kernel_outcome outcome(client, stream);
+    barrier_rounds_in_kernel(barrier.device(0), static_cast<std::uint32_t*>(slots.data()),
+                             static_cast<unsigned>(std::stoul(argv[4])), errors.device(),
+                             outcome.device(), stream);
+    const auto bad = errors.read();
+    const std::string verdict = outcome.verdict(bad == 0 ? "ok" : "bad " + std::to_string(bad));
+    say(verdict);
+    return verdict == "ok" ? 0 : 1;
+  }
   if (command == "barrier-join" && argc == 4) {
     auto barrier = client.barrier(argv[2], static_cast<std::uint32_t>(std::stoul(argv[3])));
     barrier.device(0);
@@ -176,6 +244,9 @@ int run(int argc, char** argv) {
   if ((command == "stream-channel-produce" || command == "stream-channel-consume") &&
       (argc == 7 || argc == 8)) {
     return pass_items(client, command == "stream-channel-produce", argv, stream);
+  }
+  if ((command == "device-channel-produce" || command == "device-channel-consume") && argc == 7) {
+    return pass_items_in_kernel(client, command == "device-channel-produce", argv, stream);
   }
   std::fprintf(stderr, "gpumem_gpu_sync_peer: bad arguments\n");
   return 2;

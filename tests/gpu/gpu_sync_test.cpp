@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <array>
 #include <thread>
 
 #include "gpumem/gpumem.hpp"
@@ -39,20 +40,29 @@ class GpuSync : public ::testing::Test {
     EXPECT_TRUE(line->starts_with(prefix)) << "expected '" << prefix << "', got '" << *line << "'";
   }
   /// A producer and two consumer peers pass items through channel @p name of @p shape (the
-  /// peer's ITEMS CONSUMERS SLOTS BYTES [BATCH]); each consumer must say @p verdict.
+  /// peer's ITEMS 2 SLOTS BYTES [BATCH]); each consumer must say @p verdict. The peers use the
+  /// forms named: "stream" (stream-ordered calls) or "device" (in a kernel).
   void pass_through_channel(const std::string& name, const std::vector<std::string>& shape,
-                            const std::string& verdict) const {
-    auto with = [&](const char* command) {
-      std::vector<std::string> args{command, name};
+                            const std::string& verdict, const std::string& producer_form = "stream",
+                            const std::array<std::string, 2>& consumer_forms = {"stream",
+                                                                                "stream"}) const {
+    auto with = [&](const std::string& form, const char* role) {
+      std::vector<std::string> args{form + "-channel-" + role, name};
       args.insert(args.end(), shape.begin(), shape.end());
       return peer(args);
     };
-    auto producer = with("stream-channel-produce");
-    auto first = with("stream-channel-consume");
-    auto second = with("stream-channel-consume");
+    auto producer = with(producer_form, "produce");
+    auto first = with(consumer_forms[0], "consume");
+    auto second = with(consumer_forms[1], "consume");
     expect_line(producer, "done");
     expect_line(first, verdict);
     expect_line(second, verdict);
+  }
+  /// The two words a kernel of sync_kernels.hpp reports: what it passed, whether it broke.
+  std::array<unsigned, 2> outcome_of(const Buffer& outcome) {
+    std::array<unsigned, 2> words{};
+    copy_to_host(words.data(), outcome.data(), sizeof words, stream);
+    return words;
   }
   /// A zeroed named device buffer.
   Buffer zeroed(const std::string& name, std::size_t size) {
@@ -175,6 +185,74 @@ TEST_F(GpuSync, StreamOrderedChannelDeliversEveryItemToEveryConsumer) {
 TEST_F(GpuSync, StreamOrderedChannelDeliversBatchesOfItemsToEveryConsumer) {
   // 501 items, 3 at a time through 8 slots: batches wrap the ring, the last one is short.
   pass_through_channel("gpu.batches", {"501", "2", "8", "65536", "3"}, "ok 501");
+}
+
+// The in-kernel forms (gpumem/device.cuh) against each other and the stream forms: one domain
+// shared by streams and kernels. Without MPS the GPU time-slices the processes' kernels, so
+// each hand-off may take a slice; the shapes are kept small for that.
+
+TEST_F(GpuSync, ChannelItemsPassFromAKernelToAKernelAndAStream) {
+  pass_through_channel("gpu.kernel-frames", {"64", "2", "4", "65536"}, "ok 64", "device",
+                       {"device", "stream"});
+}
+
+TEST_F(GpuSync, ChannelItemsPassFromAStreamToAKernel) {
+  pass_through_channel("gpu.to-kernel", {"64", "2", "4", "65536"}, "ok 64", "stream",
+                       {"device", "stream"});
+}
+
+TEST_F(GpuSync, BarrierRoundsPassBetweenKernelsAndAStream) {
+  const auto progress = zeroed("progress", 4096);
+  std::vector<child_process> parties;
+  parties.push_back(peer({"device-barrier-rounds", "gpu.kernel-rounds", "3", "50", "progress"}));
+  parties.push_back(peer({"device-barrier-rounds", "gpu.kernel-rounds", "3", "50", "progress"}));
+  parties.push_back(peer({"stream-barrier-rounds", "gpu.kernel-rounds", "3", "50", "progress"}));
+  for (auto& party : parties) expect_line(party, "ok");
+}
+
+TEST_F(GpuSync, AKernelWaitingOnADeadPartyOrArrivingAfterItDiedIsToldTheBarrierBroke) {
+  auto barrier = client->barrier("gpu.kernel-broken", 2);
+  auto doomed = peer({"barrier-join", "gpu.kernel-broken", "2"});
+  expect_line(doomed, "ready");
+  auto slots = zeroed("kernel-broken.slots", 4096);
+  auto errors = zeroed("kernel-broken.errors", sizeof(unsigned long long));
+  auto outcome = zeroed("kernel-broken.outcome", 2 * sizeof(unsigned));
+  barrier_rounds_in_kernel(barrier.device(0), static_cast<std::uint32_t*>(slots.data()), 1,
+                           static_cast<unsigned long long*>(errors.data()),
+                           static_cast<unsigned*>(outcome.data()), stream);
+  EXPECT_FALSE(idle_within(100ms)) << "the kernel passed a barrier a party never reached";
+  doomed.signal(SIGKILL);
+  ASSERT_TRUE(idle_within(2000ms)) << "a kernel waits on a dead party";
+  EXPECT_EQ(outcome_of(outcome), (std::array<unsigned, 2>{0, 1})) << "expected: no round, broken";
+  // The daemon set the broken word and then moved the dead party's count far ahead, for
+  // streams. The kernel above most likely saw the first before the second; one started now
+  // sees both at once, and must still tell that the party never arrived.
+  std::this_thread::sleep_for(100ms);
+  zero_on_device(outcome.data(), outcome.size(), stream);
+  barrier_rounds_in_kernel(barrier.device(0), static_cast<std::uint32_t*>(slots.data()), 1,
+                           static_cast<unsigned long long*>(errors.data()),
+                           static_cast<unsigned*>(outcome.data()), stream);
+  ASSERT_TRUE(idle_within(2000ms)) << "a kernel waits on a party that died before it started";
+  EXPECT_EQ(outcome_of(outcome), (std::array<unsigned, 2>{0, 1}))
+      << "a kernel that started after the death passed the round";
+}
+
+TEST_F(GpuSync, AKernelConsumerGetsEveryItemPublishedBeforeTheProducerLeftAndThenBroken) {
+  const gpumem::ChannelOptions shape{.slots = 4, .slot_bytes = 4096, .consumers = 1, .device = 0};
+  auto channel = client->channel("gpu.left", ChannelRole::consumer, shape);
+  auto errors = zeroed("left.errors", sizeof(unsigned long long));
+  auto outcome = zeroed("left.outcome", 2 * sizeof(unsigned));
+  consume_in_kernel(channel.device(0), channel.slot_data(0), shape.slots, shape.slot_bytes, 13,
+                    static_cast<unsigned long long*>(errors.data()),
+                    static_cast<unsigned*>(outcome.data()), stream);
+  auto producer = peer({"stream-channel-produce", "gpu.left", "10", "1", "4", "4096"});
+  expect_line(producer, "done");
+  ASSERT_EQ(producer.wait(), 0) << "the producer did not exit cleanly";
+  ASSERT_TRUE(idle_within(5000ms)) << "a kernel waits on a producer that left";
+  EXPECT_EQ(read<unsigned long long>(errors), 0u) << "bytes of an item that was never published";
+  EXPECT_EQ(outcome_of(outcome), (std::array<unsigned, 2>{10, 1}))
+      << "expected: the 10 items published, then broken";
+  EXPECT_TRUE(channel.broken());
 }
 
 }  // namespace

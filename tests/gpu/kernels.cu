@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels.hpp"
+#include "support/pattern.hpp"
 
 namespace gpumem::testing {
 
@@ -16,16 +17,10 @@ void check(cudaError_t status, const char* what) {
   }
 }
 
-__device__ std::uint8_t device_pattern_byte(std::size_t index, std::uint32_t seed) {
-  // The seed goes in before the multiplication, which carries it into the byte kept.
-  const std::uint64_t mixed = ((index + 1) + (std::uint64_t{seed} << 32)) * 0x9e3779b97f4a7c15ull;
-  return static_cast<std::uint8_t>(mixed >> 56);
-}
-
 __global__ void fill(std::uint8_t* data, std::size_t size, std::uint32_t seed) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < size;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    data[i] = device_pattern_byte(i, seed);
+    data[i] = pattern_byte(i, seed);
   }
 }
 
@@ -34,7 +29,7 @@ __global__ void compare(const std::uint8_t* data, std::size_t size, std::uint32_
   unsigned long long local = 0;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < size;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    local += data[i] != device_pattern_byte(i, seed);
+    local += data[i] != pattern_byte(i, seed);
   }
   if (local != 0) atomicAdd(bad, local);
 }

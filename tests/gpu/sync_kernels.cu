@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gpumem/device.cuh"
+#include "support/pattern.hpp"
 #include "sync_kernels.hpp"
 
 namespace gpumem::testing {
@@ -96,7 +97,90 @@ __global__ void spin_ping_pong_kernel(unsigned* turn, unsigned me, unsigned roun
   *done = completed;
 }
 
+__global__ void produce_kernel(device::counters_ref channel, std::uint8_t* slots,
+                               unsigned slot_count, std::size_t slot_bytes, unsigned items,
+                               unsigned* outcome) {
+  __shared__ bool slot_free;
+  if (threadIdx.x == 0) slot_free = true;
+  for (unsigned item = 0; item < items; ++item) {
+    if (threadIdx.x == 0) slot_free = device::wait_free_slot(channel, item, slot_count);
+    __syncthreads();
+    if (!slot_free) break;
+    std::uint8_t* slot = slots + std::size_t{item % slot_count} * slot_bytes;
+    for (std::size_t i = threadIdx.x; i < slot_bytes; i += blockDim.x) {
+      slot[i] = pattern_byte(i, item);
+    }
+    __syncthreads();  // every thread's bytes before the publication
+    if (threadIdx.x == 0) {
+      device::publish(channel, item + 1);
+      outcome[0] = item + 1;
+    }
+  }
+  if (threadIdx.x == 0) outcome[1] = slot_free ? 0 : 1;
+}
+
+__global__ void consume_kernel(device::counters_ref channel, const std::uint8_t* slots,
+                               unsigned slot_count, std::size_t slot_bytes, unsigned items,
+                               unsigned long long* errors, unsigned* outcome) {
+  __shared__ bool published;
+  if (threadIdx.x == 0) published = true;
+  for (unsigned item = 0; item < items; ++item) {
+    if (threadIdx.x == 0) published = device::wait_item(channel, item);
+    __syncthreads();
+    if (!published) break;
+    const std::uint8_t* slot = slots + std::size_t{item % slot_count} * slot_bytes;
+    unsigned long long bad = 0;
+    for (std::size_t i = threadIdx.x; i < slot_bytes; i += blockDim.x) {
+      bad += slot[i] != pattern_byte(i, item);
+    }
+    if (bad != 0) atomicAdd(errors, bad);
+    __syncthreads();  // every thread's reads before the release
+    if (threadIdx.x == 0) {
+      device::publish(channel, item + 1);
+      outcome[0] = item + 1;
+    }
+  }
+  if (threadIdx.x == 0) outcome[1] = published ? 0 : 1;
+}
+
+__global__ void barrier_rounds_kernel(device::counters_ref barrier, volatile std::uint32_t* slots,
+                                      unsigned rounds, unsigned long long* errors,
+                                      unsigned* outcome) {
+  for (unsigned round = 1; round <= rounds; ++round) {
+    slots[barrier.party] = round;
+    if (!device::arrive_and_wait(barrier, round)) {
+      outcome[1] = 1;
+      return;
+    }
+    for (unsigned party = 0; party < barrier.parties; ++party) {
+      if (slots[party] < round) atomicAdd(errors, 1ull);
+    }
+    outcome[0] = round;
+  }
+}
+
 }  // namespace
+
+void produce_in_kernel(device::counters_ref channel, void* slots, unsigned slot_count,
+                       std::size_t slot_bytes, unsigned items, unsigned* outcome, stream_t stream) {
+  produce_kernel<<<1, 256, 0, native(stream)>>>(channel, static_cast<std::uint8_t*>(slots),
+                                                slot_count, slot_bytes, items, outcome);
+  check(cudaGetLastError(), "produce launch");
+}
+
+void consume_in_kernel(device::counters_ref channel, const void* slots, unsigned slot_count,
+                       std::size_t slot_bytes, unsigned items, unsigned long long* errors,
+                       unsigned* outcome, stream_t stream) {
+  consume_kernel<<<1, 256, 0, native(stream)>>>(channel, static_cast<const std::uint8_t*>(slots),
+                                                slot_count, slot_bytes, items, errors, outcome);
+  check(cudaGetLastError(), "consume launch");
+}
+
+void barrier_rounds_in_kernel(device::counters_ref barrier, std::uint32_t* slots, unsigned rounds,
+                              unsigned long long* errors, unsigned* outcome, stream_t stream) {
+  barrier_rounds_kernel<<<1, 1, 0, native(stream)>>>(barrier, slots, rounds, errors, outcome);
+  check(cudaGetLastError(), "barrier rounds launch");
+}
 
 void spin_ping_pong(unsigned* turn, unsigned me, unsigned rounds, unsigned* done, stream_t stream) {
   spin_ping_pong_kernel<<<1, 1, 0, native(stream)>>>(turn, me, rounds, done);

@@ -33,6 +33,23 @@ void device_lock_ping_pong(device::lock_ref lock, unsigned* turn, unsigned me, u
                            unsigned* done, stream_t stream);
 void spin_ping_pong(unsigned* turn, unsigned me, unsigned rounds, unsigned* done, stream_t stream);
 
+// The in-kernel forms (gpumem/device.cuh). Each kernel reports in @p outcome: [0] the items
+// or rounds it passed, [1] 1 when it stopped because the object broke (a party died or left).
+
+/// A channel's producer in one block: for each of @p items, waits for the item's slot, fills it
+/// with the pattern seeded by the item's number (support/pattern.hpp), publishes it.
+void produce_in_kernel(device::counters_ref channel, void* slots, unsigned slot_count,
+                       std::size_t slot_bytes, unsigned items, unsigned* outcome, stream_t stream);
+/// A channel's consumer in one block: for each of @p items, waits for it, adds to *errors the
+/// bytes that differ from its pattern, releases it.
+void consume_in_kernel(device::counters_ref channel, const void* slots, unsigned slot_count,
+                       std::size_t slot_bytes, unsigned items, unsigned long long* errors,
+                       unsigned* outcome, stream_t stream);
+/// A barrier party in one thread: each round writes the round to slots[party], arrives and
+/// waits, then adds to *errors the parties whose slot is behind.
+void barrier_rounds_in_kernel(device::counters_ref barrier, std::uint32_t* slots, unsigned rounds,
+                              unsigned long long* errors, unsigned* outcome, stream_t stream);
+
 void zero_on_device(void* data, std::size_t size, stream_t stream);
 /// Copies @p size bytes device to host and waits.
 void copy_to_host(void* host, const void* device, std::size_t size, stream_t stream);

@@ -7,7 +7,15 @@
 
 namespace gpumem::testing {
 
-inline std::uint8_t pattern_byte(std::size_t index, std::uint32_t seed) {
+// Kernels (tests/gpu) fill and check the same pattern, so the host half of a test can check
+// what a kernel wrote and the reverse.
+#ifdef __CUDACC__
+#define GPUMEM_TEST_HOST_DEVICE __host__ __device__
+#else
+#define GPUMEM_TEST_HOST_DEVICE
+#endif
+
+GPUMEM_TEST_HOST_DEVICE inline std::uint8_t pattern_byte(std::size_t index, std::uint32_t seed) {
   // The seed goes in before the multiplication, which carries it into the byte kept.
   const std::uint64_t mixed = ((index + 1) + (std::uint64_t{seed} << 32)) * 0x9e3779b97f4a7c15ull;
   return static_cast<std::uint8_t>(mixed >> 56);

@@ -14,6 +14,11 @@ struct lock_ref {
   unsigned int slot;         ///< this process's slot: what the word holds while it holds it
 };
 
+/// How far the daemon moves the counter of a party that died or left, after it sets the
+/// broken word: far enough that no stream waits on it forever, and far enough past any target
+/// a live party can have that a kernel can tell the jump from a real count (device.cuh).
+inline constexpr unsigned int kBrokenLead = 1u << 30;
+
 /// Per-party monotonic counters (barrier rounds; channel items published and consumed).
 struct counters_ref {
   unsigned int* counts;  ///< one per party
