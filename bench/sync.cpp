@@ -582,8 +582,8 @@ int main(int argc, char** argv) {
         return items * double(kItem) / nanos_since(start);
       });
     });
-    // The least any stream-ordered hand-on can cost: the same copies, each followed by one
-    // stream write and nothing else (no wait, no second process). On an H200 the GPU spent
+    // What one stream-ordered hand-on per item costs the copies with nothing else around it:
+    // each copy followed by one stream write, one process, no wait. On an H200 the GPU spent
     // 1.8 us on a write and 1.1-1.2 us on a wait already satisfied, against 3.8-5 us for a
     // 1 MiB copy; the host submitted a write in 0.9-1.3 us and then waited for the GPU.
     const auto copies_with_a_write = in_parties(1, [&](int) {
@@ -617,7 +617,7 @@ int main(int argc, char** argv) {
     print_ratio("bare memops, 1 MiB items (GB/s)", bare_one_at_a_time, copies[0], "GB/s",
                 "the mechanism's cost over the copies alone");
     print_ratio("copies with one stream write each (GB/s)", copies_with_a_write[0], copies[0],
-                "GB/s", "the ceiling for one item at a time: one hand-on, no wait");
+                "GB/s", "one hand-on per item, no wait, one process");
   }
 #endif
   return 0;
