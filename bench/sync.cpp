@@ -618,6 +618,54 @@ int main(int argc, char** argv) {
                 "the mechanism's cost over the copies alone");
     print_ratio("copies with one stream write each (GB/s)", copies_with_a_write[0], copies[0],
                 "GB/s", "one hand-on per item, no wait, one process");
+
+    // The same channel with both ends in kernels (gpumem/device.cuh), which run together only
+    // under MPS: a producer kernel hands slots on as the consumer releases them; a consumer
+    // kernel of kBlocks blocks takes one item per block at a time, waits for it, copies it out
+    // and releases it after the items before it. Against the same kernel copying the same
+    // slots with no channel, in the same processes.
+    if (!mps) {
+      std::printf(
+          "channel in kernels skipped: kernels of two processes run together only "
+          "under MPS\n");
+    } else {
+      constexpr unsigned kSlots = 16;
+      constexpr unsigned kBlocks = 16;
+      const auto in_kernels = [&](bool through_channel) {
+        reset_scratch();
+        return in_parties(2, [&](int party) {
+          auto client = gpumem::Client::connect(connect);
+          stream_t stream = make_stream();
+          const gpumem::ChannelOptions options{.slots = kSlots, .slot_bytes = kItem, .device = 0};
+          auto pipe = client.channel(
+              std::string("bench.kernel-frames.") + (through_channel ? "channel" : "alone"),
+              party == 0 ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
+          const auto ref = pipe.device(0);
+          auto to = client.allocate(kBlocks * kItem, {.device = 0, .stream = stream});
+          synchronize(stream);
+          start_together(s, 2);
+          if (party == 0) {
+            if (through_channel) {
+              hand_on_in_kernel(ref, kSlots, (gpumem::bench::kSegments + 1) * items, stream);
+              synchronize(stream);
+            }
+            return 0.0;
+          }
+          unsigned first = 0;
+          return gpumem::bench::median_of_segments([&](int) {
+            auto start = clock_type::now();
+            copy_items_in_kernel(through_channel ? &ref : nullptr, pipe.slot_data(0), kSlots, kItem,
+                                 first, items, to.data(), kBlocks, stream);
+            first += items;
+            synchronize(stream);
+            return items * double(kItem) / nanos_since(start);  // GB/s
+          });
+        })[1];
+      };
+      const double through_kernels = in_kernels(true);
+      print_ratio("channel in kernels, 1 MiB items (GB/s)", through_kernels, in_kernels(false),
+                  "GB/s", "target >= 0.9, the same kernel's copies alone");
+    }
   }
 #endif
   return 0;

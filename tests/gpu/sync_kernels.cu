@@ -159,7 +159,64 @@ __global__ void barrier_rounds_kernel(device::counters_ref barrier, volatile std
   }
 }
 
+__global__ void hand_on_kernel(device::counters_ref channel, unsigned slot_count, unsigned items) {
+  for (unsigned published = 0; published < items;) {
+    // Everything the slowest consumer released is free again: publish up to it at once.
+    unsigned released = published + slot_count;
+    for (unsigned consumer = 1; consumer < channel.parties; ++consumer) {
+      const unsigned count =
+          cuda::atomic_ref<unsigned, cuda::thread_scope_system>(channel.counts[consumer])
+              .load(cuda::memory_order_acquire);
+      released = min(released, count + slot_count);
+    }
+    if (released == published) {
+      if (!device::wait_free_slot(channel, published, slot_count)) return;
+      continue;
+    }
+    published = min(released, items);
+    device::publish(channel, published);
+  }
+}
+
+__global__ void copy_items_kernel(device::counters_ref channel, bool through_channel,
+                                  const uint4* slots, unsigned slot_count, std::size_t item_words,
+                                  unsigned first, unsigned count, uint4* to) {
+  __shared__ bool published;
+  uint4* out = to + std::size_t{blockIdx.x} * item_words;
+  for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
+    const unsigned item = first + k;
+    if (through_channel && threadIdx.x == 0) published = device::wait_item(channel, item);
+    __syncthreads();
+    if (through_channel && !published) return;
+    const uint4* from = slots + std::size_t{item % slot_count} * item_words;
+    for (std::size_t word = threadIdx.x; word < item_words; word += blockDim.x) {
+      out[word] = from[word];
+    }
+    __syncthreads();  // every thread's reads before the release
+    if (through_channel && threadIdx.x == 0) {
+      if (!device::wait_for(channel, channel.party, item)) return;  // the items before it
+      device::publish(channel, item + 1);
+    }
+  }
+}
+
 }  // namespace
+
+void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned items,
+                       stream_t stream) {
+  hand_on_kernel<<<1, 1, 0, native(stream)>>>(channel, slot_count, items);
+  check(cudaGetLastError(), "hand-on launch");
+}
+
+void copy_items_in_kernel(const device::counters_ref* channel, const void* slots,
+                          unsigned slot_count, std::size_t item_bytes, unsigned first,
+                          unsigned count, void* to, unsigned blocks, stream_t stream) {
+  copy_items_kernel<<<blocks, 1024, 0, native(stream)>>>(
+      channel != nullptr ? *channel : device::counters_ref{}, channel != nullptr,
+      static_cast<const uint4*>(slots), slot_count, item_bytes / sizeof(uint4), first, count,
+      static_cast<uint4*>(to));
+  check(cudaGetLastError(), "copy items launch");
+}
 
 void produce_in_kernel(device::counters_ref channel, void* slots, unsigned slot_count,
                        std::size_t slot_bytes, unsigned items, unsigned* outcome, stream_t stream) {

@@ -50,6 +50,18 @@ void consume_in_kernel(device::counters_ref channel, const void* slots, unsigned
 void barrier_rounds_in_kernel(device::counters_ref barrier, std::uint32_t* slots, unsigned rounds,
                               unsigned long long* errors, unsigned* outcome, stream_t stream);
 
+/// A channel's producer that only hands slots on, in one thread: publishes every slot as soon
+/// as the consumers released it, until @p items are published (the slots hold bytes already).
+void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned items,
+                       stream_t stream);
+/// Copies items @p first .. @p first + @p count - 1 of @p item_bytes (a multiple of 16) out of
+/// a ring of @p slot_count slots into @p to (@p blocks items' room), each block one item at a
+/// time. With @p channel (not null): each block waits for its item and releases it once the
+/// items before it are released, so releases stay in order. Without: the same copies alone.
+void copy_items_in_kernel(const device::counters_ref* channel, const void* slots,
+                          unsigned slot_count, std::size_t item_bytes, unsigned first,
+                          unsigned count, void* to, unsigned blocks, stream_t stream);
+
 void zero_on_device(void* data, std::size_t size, stream_t stream);
 /// Copies @p size bytes device to host and waits.
 void copy_to_host(void* host, const void* device, std::size_t size, stream_t stream);
