@@ -13,9 +13,10 @@ using detail::cuda_sync::wait_kind;
 namespace {
 
 constexpr std::uint32_t kProducer = 0;
-/// Far below device::kBrokenLead / 2: a kernel takes a count that far past its target for the
-/// daemon's jump of a dead party (gpumem/device.cuh), and a producer leads by its slots.
+/// A producer leads a consumer by its slots at most, and a kernel takes a count half of
+/// kBrokenLead past its target for the daemon's jump of a dead party (gpumem/device.cuh).
 constexpr std::uint32_t kMostSlots = 1u << 24;
+static_assert(kMostSlots < device::kBrokenLead / 2);
 
 }  // namespace
 

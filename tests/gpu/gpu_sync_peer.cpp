@@ -98,20 +98,15 @@ gpumem::ChannelOptions channel_shape(char** argv) {
           .device = 0};
 }
 
-int pass_items_in_kernel(gpumem::Client& client, bool producing, char** argv, stream_t stream) {
+int pass_items_by_kernel(gpumem::Client& client, bool producing, char** argv, stream_t stream) {
   const auto items = static_cast<unsigned>(std::stoul(argv[3]));
   const gpumem::ChannelOptions options = channel_shape(argv);
   auto channel = client.channel(
       argv[2], producing ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
   error_count errors(client, stream);
   kernel_outcome outcome(client, stream);
-  if (producing) {
-    produce_in_kernel(channel.device(0), channel.slot_data(0), options.slots, options.slot_bytes,
-                      items, outcome.device(), stream);
-  } else {
-    consume_in_kernel(channel.device(0), channel.slot_data(0), options.slots, options.slot_bytes,
-                      items, errors.device(), outcome.device(), stream);
-  }
+  pass_items_in_kernel(channel.device(0), producing, channel.slot_data(0), options.slots,
+                       options.slot_bytes, items, errors.device(), outcome.device(), stream);
   const auto bad = errors.read();
   const std::string verdict = outcome.verdict(
       producing ? "done"
@@ -246,7 +241,7 @@ int run(int argc, char** argv) {
     return pass_items(client, command == "stream-channel-produce", argv, stream);
   }
   if ((command == "device-channel-produce" || command == "device-channel-consume") && argc == 7) {
-    return pass_items_in_kernel(client, command == "device-channel-produce", argv, stream);
+    return pass_items_by_kernel(client, command == "device-channel-produce", argv, stream);
   }
   std::fprintf(stderr, "gpumem_gpu_sync_peer: bad arguments\n");
   return 2;

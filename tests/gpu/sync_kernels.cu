@@ -97,50 +97,37 @@ __global__ void spin_ping_pong_kernel(unsigned* turn, unsigned me, unsigned roun
   *done = completed;
 }
 
-__global__ void produce_kernel(device::counters_ref channel, std::uint8_t* slots,
-                               unsigned slot_count, std::size_t slot_bytes, unsigned items,
-                               unsigned* outcome) {
-  __shared__ bool slot_free;
-  if (threadIdx.x == 0) slot_free = true;
+/// One block passes items through a channel: the producer fills each item's slot with the
+/// item's pattern, a consumer counts the bytes that differ from it.
+__global__ void pass_items_kernel(device::counters_ref channel, bool producing, std::uint8_t* slots,
+                                  unsigned slot_count, std::size_t slot_bytes, unsigned items,
+                                  unsigned long long* errors, unsigned* outcome) {
+  __shared__ bool its_turn;
+  if (threadIdx.x == 0) its_turn = true;
   for (unsigned item = 0; item < items; ++item) {
-    if (threadIdx.x == 0) slot_free = device::wait_free_slot(channel, item, slot_count);
-    __syncthreads();
-    if (!slot_free) break;
-    std::uint8_t* slot = slots + std::size_t{item % slot_count} * slot_bytes;
-    for (std::size_t i = threadIdx.x; i < slot_bytes; i += blockDim.x) {
-      slot[i] = pattern_byte(i, item);
-    }
-    __syncthreads();  // every thread's bytes before the publication
     if (threadIdx.x == 0) {
-      device::publish(channel, item + 1);
-      outcome[0] = item + 1;
+      its_turn = producing ? device::wait_free_slot(channel, item, slot_count)
+                           : device::wait_item(channel, item);
     }
-  }
-  if (threadIdx.x == 0) outcome[1] = slot_free ? 0 : 1;
-}
-
-__global__ void consume_kernel(device::counters_ref channel, const std::uint8_t* slots,
-                               unsigned slot_count, std::size_t slot_bytes, unsigned items,
-                               unsigned long long* errors, unsigned* outcome) {
-  __shared__ bool published;
-  if (threadIdx.x == 0) published = true;
-  for (unsigned item = 0; item < items; ++item) {
-    if (threadIdx.x == 0) published = device::wait_item(channel, item);
     __syncthreads();
-    if (!published) break;
-    const std::uint8_t* slot = slots + std::size_t{item % slot_count} * slot_bytes;
+    if (!its_turn) break;
+    std::uint8_t* slot = slots + std::size_t{item % slot_count} * slot_bytes;
     unsigned long long bad = 0;
     for (std::size_t i = threadIdx.x; i < slot_bytes; i += blockDim.x) {
-      bad += slot[i] != pattern_byte(i, item);
+      if (producing) {
+        slot[i] = pattern_byte(i, item);
+      } else {
+        bad += slot[i] != pattern_byte(i, item);
+      }
     }
     if (bad != 0) atomicAdd(errors, bad);
-    __syncthreads();  // every thread's reads before the release
+    __syncthreads();  // every thread's bytes, written or read, before the hand-on
     if (threadIdx.x == 0) {
       device::publish(channel, item + 1);
       outcome[0] = item + 1;
     }
   }
-  if (threadIdx.x == 0) outcome[1] = published ? 0 : 1;
+  if (threadIdx.x == 0) outcome[1] = its_turn ? 0 : 1;
 }
 
 __global__ void barrier_rounds_kernel(device::counters_ref barrier, volatile std::uint32_t* slots,
@@ -161,7 +148,8 @@ __global__ void barrier_rounds_kernel(device::counters_ref barrier, volatile std
 
 __global__ void hand_on_kernel(device::counters_ref channel, unsigned slot_count, unsigned items) {
   for (unsigned published = 0; published < items;) {
-    // Everything the slowest consumer released is free again: publish up to it at once.
+    // Everything the slowest consumer released is free again: publish up to it at once. (A
+    // dead consumer's count jumps far ahead and stops holding it back: enough for a benchmark.)
     unsigned released = published + slot_count;
     for (unsigned consumer = 1; consumer < channel.parties; ++consumer) {
       const unsigned count =
@@ -181,21 +169,25 @@ __global__ void hand_on_kernel(device::counters_ref channel, unsigned slot_count
 __global__ void copy_items_kernel(device::counters_ref channel, bool through_channel,
                                   const uint4* slots, unsigned slot_count, std::size_t item_words,
                                   unsigned first, unsigned count, uint4* to) {
-  __shared__ bool published;
+  __shared__ bool its_turn;
+  if (threadIdx.x == 0) its_turn = true;
   uint4* out = to + std::size_t{blockIdx.x} * item_words;
   for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
     const unsigned item = first + k;
-    if (through_channel && threadIdx.x == 0) published = device::wait_item(channel, item);
+    if (through_channel && threadIdx.x == 0 && its_turn) {
+      its_turn = device::wait_item(channel, item);
+    }
     __syncthreads();
-    if (through_channel && !published) return;
+    if (!its_turn) return;
     const uint4* from = slots + std::size_t{item % slot_count} * item_words;
     for (std::size_t word = threadIdx.x; word < item_words; word += blockDim.x) {
       out[word] = from[word];
     }
     __syncthreads();  // every thread's reads before the release
     if (through_channel && threadIdx.x == 0) {
-      if (!device::wait_for(channel, channel.party, item)) return;  // the items before it
-      device::publish(channel, item + 1);
+      // The items before it first (another block's): releases stay in order.
+      its_turn = device::wait_for(channel, channel.party, item);
+      if (its_turn) device::publish(channel, item + 1);
     }
   }
 }
@@ -218,19 +210,13 @@ void copy_items_in_kernel(const device::counters_ref* channel, const void* slots
   check(cudaGetLastError(), "copy items launch");
 }
 
-void produce_in_kernel(device::counters_ref channel, void* slots, unsigned slot_count,
-                       std::size_t slot_bytes, unsigned items, unsigned* outcome, stream_t stream) {
-  produce_kernel<<<1, 256, 0, native(stream)>>>(channel, static_cast<std::uint8_t*>(slots),
-                                                slot_count, slot_bytes, items, outcome);
-  check(cudaGetLastError(), "produce launch");
-}
-
-void consume_in_kernel(device::counters_ref channel, const void* slots, unsigned slot_count,
-                       std::size_t slot_bytes, unsigned items, unsigned long long* errors,
-                       unsigned* outcome, stream_t stream) {
-  consume_kernel<<<1, 256, 0, native(stream)>>>(channel, static_cast<const std::uint8_t*>(slots),
-                                                slot_count, slot_bytes, items, errors, outcome);
-  check(cudaGetLastError(), "consume launch");
+void pass_items_in_kernel(device::counters_ref channel, bool producing, void* slots,
+                          unsigned slot_count, std::size_t slot_bytes, unsigned items,
+                          unsigned long long* errors, unsigned* outcome, stream_t stream) {
+  pass_items_kernel<<<1, 256, 0, native(stream)>>>(channel, producing,
+                                                   static_cast<std::uint8_t*>(slots), slot_count,
+                                                   slot_bytes, items, errors, outcome);
+  check(cudaGetLastError(), "pass items launch");
 }
 
 void barrier_rounds_in_kernel(device::counters_ref barrier, std::uint32_t* slots, unsigned rounds,

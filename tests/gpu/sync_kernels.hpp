@@ -36,15 +36,13 @@ void spin_ping_pong(unsigned* turn, unsigned me, unsigned rounds, unsigned* done
 // The in-kernel forms (gpumem/device.cuh). Each kernel reports in @p outcome: [0] the items
 // or rounds it passed, [1] 1 when it stopped because the object broke (a party died or left).
 
-/// A channel's producer in one block: for each of @p items, waits for the item's slot, fills it
-/// with the pattern seeded by the item's number (support/pattern.hpp), publishes it.
-void produce_in_kernel(device::counters_ref channel, void* slots, unsigned slot_count,
-                       std::size_t slot_bytes, unsigned items, unsigned* outcome, stream_t stream);
-/// A channel's consumer in one block: for each of @p items, waits for it, adds to *errors the
-/// bytes that differ from its pattern, releases it.
-void consume_in_kernel(device::counters_ref channel, const void* slots, unsigned slot_count,
-                       std::size_t slot_bytes, unsigned items, unsigned long long* errors,
-                       unsigned* outcome, stream_t stream);
+/// A channel's party in one block, for each of @p items: the producer waits for the item's
+/// slot, fills it with the pattern seeded by the item's number (support/pattern.hpp) and
+/// publishes it; a consumer waits for the item, adds to *errors the bytes that differ from its
+/// pattern and releases it.
+void pass_items_in_kernel(device::counters_ref channel, bool producing, void* slots,
+                          unsigned slot_count, std::size_t slot_bytes, unsigned items,
+                          unsigned long long* errors, unsigned* outcome, stream_t stream);
 /// A barrier party in one thread: each round writes the round to slots[party], arrives and
 /// waits, then adds to *errors the parties whose slot is behind.
 void barrier_rounds_in_kernel(device::counters_ref barrier, std::uint32_t* slots, unsigned rounds,
@@ -58,6 +56,8 @@ void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsign
 /// a ring of @p slot_count slots into @p to (@p blocks items' room), each block one item at a
 /// time. With @p channel (not null): each block waits for its item and releases it once the
 /// items before it are released, so releases stay in order. Without: the same copies alone.
+/// Every block must be resident at once (a block waits for the one before it): @p blocks at
+/// most the channel's slots and what the device runs together.
 void copy_items_in_kernel(const device::counters_ref* channel, const void* slots,
                           unsigned slot_count, std::size_t item_bytes, unsigned first,
                           unsigned count, void* to, unsigned blocks, stream_t stream);

@@ -127,20 +127,23 @@ __device__ inline void publish(counters_ref counters, unsigned int count) {
 /// @brief Waits until @p party reached @p target. False when the object broke first (a party
 /// died or left) and @p party had not reached it.
 __device__ inline bool wait_for(counters_ref counters, unsigned int party, unsigned int target) {
+  const auto broken = [&] {
+    return detail::system_word(*counters.broken).load(cuda::memory_order_acquire) != 0;
+  };
   detail::backoff wait;
   for (;;) {
     const unsigned int count =
         detail::system_word(counters.counts[party]).load(cuda::memory_order_acquire);
-    const bool broken = detail::system_word(*counters.broken).load(cuda::memory_order_acquire) != 0;
     if (detail::reached(count, target)) {
-      // The daemon sets the broken word, then moves a dead party's count kBrokenLead ahead so
-      // that streams stop waiting. A live count is never half that far past a target (a
-      // channel's producer leads by its slots at most, a barrier's parties by a round), so a
-      // count that far ahead is the jump, and the party's real count is the one before it.
-      const bool jumped = broken && count - target >= kBrokenLead / 2;
-      return !jumped || detail::reached(count - kBrokenLead, target);
+      // A live count is never half of kBrokenLead past a target (a channel's producer leads by
+      // its slots at most, a barrier's parties by a round). Farther is the daemon's jump for a
+      // party that died or left, and the party's real count is the one before it. The daemon
+      // writes the broken word before the jump (each of its stream writes is fenced), so with
+      // the count loaded first, a jumped count always comes with the broken word set.
+      if (count - target < kBrokenLead / 2 || !broken()) return true;
+      return detail::reached(count - kBrokenLead, target);
     }
-    if (broken) return false;
+    if (broken()) return false;
     wait.pause();
   }
 }
