@@ -15,6 +15,7 @@
 #include "gpumem/sync.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/open_fds.hpp"
 #include "support/pattern.hpp"
 #include "support/raw_client.hpp"
@@ -189,6 +190,38 @@ TEST(Restart, BarrierPlacesTakenBeforeTheRestartStayTaken) {
   } catch (const gpumem::Error& error) {
     EXPECT_EQ(error.status(), gpumem::errc::no_party_left) << error.what();
   }
+}
+
+TEST(Restart, ABrokenBarrierTakesNoNewcomerAfterTheRestartEither) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto stays = peer(daemon, {"barrier-join", "kept.broken", "3"});
+  ASSERT_TRUE(ready(stays).starts_with("ready"));
+  auto doomed = peer(daemon, {"barrier-join", "kept.broken", "3"});
+  ASSERT_TRUE(ready(doomed).starts_with("ready"));
+  doomed.signal(SIGKILL);
+  doomed.wait();
+  const auto refused = [&](gpumem::Client& client) {
+    try {
+      client.barrier("kept.broken", 3);
+      return false;
+    } catch (const gpumem::Error& error) {
+      EXPECT_EQ(error.status(), gpumem::errc::wrong_state) << error.what();
+      return true;
+    }
+  };
+  const auto broken = [](gpumem::Client& client) {
+    const auto listed = client.sync_objects();
+    return listed.size() == 1 && listed[0].broken;
+  };
+  {
+    auto client = daemon.connect();
+    ASSERT_TRUE(eventually([&] { return broken(client); })) << "the death broke nothing";
+  }
+  daemon.restart(SIGKILL);
+  auto client = daemon.connect();
+  EXPECT_TRUE(broken(client)) << "the restart forgot that the barrier broke";
+  EXPECT_TRUE(refused(client)) << "a newcomer took the dead party's place after the restart";
 }
 
 TEST(Restart, SigtermZeroesNothingALiveClientMaps) {

@@ -12,6 +12,7 @@
 #include "gpumem/gpumem.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/gpumemctl_process.hpp"
 #include "support/open_fds.hpp"
 #include "support/raw_client.hpp"
@@ -407,6 +408,72 @@ TEST(Barrier, AKilledPartyBreaksItForEveryoneWaiting) {
   auto other = std::async(std::launch::async, [&] { return second.arrive_and_wait(); });
   EXPECT_EQ(first.arrive_and_wait(), BarrierStatus::ok);
   EXPECT_EQ(other.get(), BarrierStatus::ok);
+}
+
+/// What opening @p open says when it must be refused for a broken object: its text.
+template <class Open>
+std::string refusal_of(Open&& open) {
+  try {
+    open();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::wrong_state) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "a party joined a broken object";
+  return "";
+}
+
+TEST(Barrier, APlaceADeadOrLeavingPartyVacatedIsRefusedUntilAReset) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto stays = client.barrier("vacated", 3);
+  auto doomed = peer(daemon, {"barrier-join", "vacated", "3"});
+  expect_line(doomed, "ready");
+  auto leaves = client.barrier("vacated", 3);
+  doomed.signal(SIGKILL);
+  ASSERT_TRUE(eventually([&] { return stays.broken(); })) << "the death broke nothing";
+  leaves = Barrier{};
+  // On the GPU the vacated party's count jumped ahead once; a newcomer that also left would
+  // jump it again, far enough that stream waits on it read as behind and never end.
+  const std::string refused = refusal_of([&] { client.barrier("vacated", 3); });
+  EXPECT_NE(refused.find("barrier 'vacated' is broken"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("gpumemctl reset vacated"), std::string::npos) << refused;
+
+  client.reset("vacated", 3);
+  EXPECT_FALSE(stays.broken());
+  auto second = client.barrier("vacated", 3);
+  auto third = client.barrier("vacated", 3);
+  auto others = std::async(std::launch::async, [&] {
+    const auto token = second.arrive();
+    const BarrierStatus third_saw = third.arrive_and_wait();
+    return std::pair(third_saw, second.wait(token));
+  });
+  EXPECT_EQ(stays.arrive_and_wait(), BarrierStatus::ok);
+  EXPECT_EQ(others.get(), std::pair(BarrierStatus::ok, BarrierStatus::ok));
+}
+
+TEST(Channel, AConsumerPlaceVacatedByALeaverIsRefusedUntilAReset) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  const ChannelOptions options{.slots = 2, .slot_bytes = 64, .consumers = 1};
+  auto producer = client.channel("left", ChannelRole::producer, options);
+  auto consumer = client.channel("left", ChannelRole::consumer, options);
+  consumer = Channel{};
+  EXPECT_TRUE(producer.broken());
+  const std::string refused =
+      refusal_of([&] { client.channel("left", ChannelRole::consumer, options); });
+  EXPECT_NE(refused.find("channel 'left' is broken"), std::string::npos) << refused;
+
+  client.reset("left", 2);
+  consumer = client.channel("left", ChannelRole::consumer, options);
+  const auto slot = producer.acquire_slot();
+  ASSERT_EQ(slot.status, BarrierStatus::ok);
+  std::memset(slot.data, 7, 64);
+  producer.publish();
+  const auto item = consumer.acquire();
+  ASSERT_EQ(item.status, BarrierStatus::ok);
+  EXPECT_EQ(static_cast<const unsigned char*>(item.data)[63], 7);
+  consumer.release();
 }
 
 TEST(Barrier, WaitForTimesOutAndPartiesAreCounted) {

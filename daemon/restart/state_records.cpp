@@ -219,7 +219,7 @@ void put_object(record_writer& out, const books& state, object_id id, const obje
   } else if (const versioned_reservation* entry = state.reservations.find(id)) {
     put_reservation(out, *entry);
   } else if (const auto cell = state.sync.cell_of(id)) {
-    out.put(std::uint8_t{3});
+    out.put(std::uint8_t{5});
     out.put(cell->page);
     out.put(cell->cell);
     out.put(cell->parties);
@@ -227,6 +227,7 @@ void put_object(record_writer& out, const books& state, object_id id, const obje
     out.put(cell->epoch);
     out.put(cell->corrupt);
     out.put(cell->kept);
+    out.put(cell->broken);
   } else {
     out.put(std::uint8_t{0});
   }
@@ -249,7 +250,8 @@ saved_object get_object(record_reader& in) {
     const auto holder = in.get<client_id>();
     row.holders[holder] = in.get<std::uint32_t>();
   }
-  switch (in.get<std::uint8_t>()) {
+  const auto backing = in.get<std::uint8_t>();
+  switch (backing) {
     case 1: {
       auto& allocation = object.allocation.emplace();
       allocation.pool = in.get<std::uint32_t>();
@@ -269,7 +271,8 @@ saved_object get_object(record_reader& in) {
     case 4:
       object.reservation = get_reservation(in);
       break;
-    case 3: {
+    case 3:  // before a cell said whether it was broken
+    case 5: {
       auto& cell = object.cell.emplace();
       cell.page = in.get<std::uint32_t>();
       cell.cell = in.get<std::uint32_t>();
@@ -280,6 +283,7 @@ saved_object get_object(record_reader& in) {
       cell.epoch = in.get<std::uint32_t>();
       cell.corrupt = in.get_bool();
       cell.kept = in.get_bool();
+      if (backing == 5) cell.broken = in.get_bool();
       break;
     }
     case 0:

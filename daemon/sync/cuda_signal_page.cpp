@@ -1,5 +1,7 @@
 #include "sync/cuda_signal_page.hpp"
 
+#include <array>
+
 #include "cuda_device.hpp"
 #include "gpumem/shared/sync/layout.hpp"
 #include "request_error.hpp"
@@ -47,6 +49,8 @@ void cuda_signal_page::map_into_daemon(std::int32_t device) {
   check(cu_.cuMemSetAccess(range_.get(), size_, &access, 1), "cuMemSetAccess");
   check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, repairs_),
         "cuStreamCreate");
+  check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, turns_),
+        "cuStreamCreate");
 }
 
 CUdeviceptr cuda_signal_page::address(std::uint32_t cell, std::size_t offset) const {
@@ -58,6 +62,9 @@ CUdeviceptr cuda_signal_page::address(std::uint32_t cell, std::size_t offset) co
 
 std::uint32_t cuda_signal_page::read(std::uint32_t cell, std::size_t offset) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+  // After the writes queued before it (a lock reset's, say): they wait for no client, so this
+  // ends as soon as the GPU has run them.
+  check(cu_.cuStreamSynchronize(repairs_.get()), "cuStreamSynchronize");
   std::uint32_t value = 0;
   check(cu_.cuMemcpyDtoH(&value, address(cell, offset), sizeof value), "cuMemcpyDtoH");
   return value;
@@ -73,15 +80,33 @@ void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::ui
                                  std::uint32_t next_turn) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   const CUdeviceptr word = address(cell, offset);
-  check(cu_.cuStreamWaitValue32(repairs_.get(), word, turn, CU_STREAM_WAIT_VALUE_EQ),
+  check(cu_.cuStreamWaitValue32(turns_.get(), word, turn, CU_STREAM_WAIT_VALUE_EQ),
         "cuStreamWaitValue32");
-  check(cu_.cuStreamWriteValue32(repairs_.get(), word, next_turn, 0), "cuStreamWriteValue32");
+  check(cu_.cuStreamWriteValue32(turns_.get(), word, next_turn, 0), "cuStreamWriteValue32");
 }
 
 void cuda_signal_page::clear(std::uint32_t cell) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-  check(cu_.cuMemsetD32(address(cell, 0), 0, sync::kSignalCellSize / sizeof(std::uint32_t)),
-        "cuMemsetD32");
+  // Stream writes behind the cell's earlier repairs: a dead party's jump made before a reset
+  // must not land after it (a memset on the null stream, which a non-blocking stream does not
+  // wait for, could be overtaken). Writes, not a memset, so that no kernel has to find an SM
+  // free: under MPS another client's kernels may hold them all.
+  constexpr std::size_t kWords = sizeof(sync::signal_cell) / sizeof(std::uint32_t);
+  static_assert(kWords < 256, "one cuStreamBatchMemOp takes fewer than 256 operations");
+  std::array<CUstreamBatchMemOpParams, kWords> zeroes{};
+  for (std::size_t word = 0; word < kWords; ++word) {
+    auto& write = zeroes[word].writeValue;
+    write.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    write.address = address(cell, word * sizeof(std::uint32_t));
+    write.value = 0;
+    // The earlier repairs' writes are visible before the first zero; the rest need no fence.
+    write.flags =
+        word == 0 ? CU_STREAM_WRITE_VALUE_DEFAULT : CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+  }
+  check(cu_.cuStreamBatchMemOp(repairs_.get(), kWords, zeroes.data(), 0), "cuStreamBatchMemOp");
+  // Done before the reset's or the next open's reply, so that no client's stream writes a
+  // count that the zeroes then wipe. The stream holds only writes: this waits on no client.
+  check(cu_.cuStreamSynchronize(repairs_.get()), "cuStreamSynchronize");
 }
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver) {

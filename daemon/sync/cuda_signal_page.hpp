@@ -2,7 +2,10 @@
 /// @file
 /// @brief The signal page on a CUDA device: one VMM chunk (stream memory operations are
 /// refused on pool memory), mapped in the daemon too so that it can repair words after a
-/// death, with a stream of its own for the repairs that must wait their turn.
+/// death or a reset. Two streams of its own: `repairs_` for writes and clears, which never
+/// wait, so they land in the order they were made and soon; `turns_` for the turns passed on
+/// for a dead stream-lock holder, which wait for other clients' streams. On one stream a turn
+/// that never comes held up every repair behind it, another object's too.
 
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/cuda/handles.hpp"
@@ -28,7 +31,7 @@ class cuda_signal_page final : public signal_page {
 
  private:
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
-  /// Maps handle_ into the daemon and makes the repairs' stream.
+  /// Maps handle_ into the daemon and makes the streams.
   void map_into_daemon(std::int32_t device);
 
   const cuda::driver_api& cu_;
@@ -40,6 +43,7 @@ class cuda_signal_page final : public signal_page {
   cuda::address_range range_;
   cuda::mapped_range mapped_;
   cuda::stream repairs_;
+  cuda::stream turns_;
 };
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver);

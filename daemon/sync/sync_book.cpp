@@ -209,6 +209,15 @@ void sync_book::mark_corrupt(object_id id, const object_row& row, cell_entry& en
 
 std::uint32_t sync_book::take_party(cell_entry& entry, const object_row& row, client_id client,
                                     proto::sync_role role) {
+  // A vacated party's GPU count already jumped kBrokenLead ahead. A second client in its place
+  // that left too would jump it again, 2^31 ahead, which stream waits read as behind: they
+  // would wait forever. So a broken object takes nobody until a reset starts it over.
+  if (entry.broken) {
+    throw request_error(errc::wrong_state,
+                        fmt::format("{} '{}' is broken (a party died or left): nobody joins it "
+                                    "until `gpumemctl reset {}` starts it over",
+                                    kind_name(row.kind), row.name, row.name));
+  }
   std::uint32_t first = 0;
   std::uint32_t last = entry.parties;
   if (role == proto::sync_role::producer) last = 1;
@@ -537,6 +546,7 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
 void sync_book::break_party(object_id id, const object_row& row, cell_entry& entry,
                             std::uint32_t party) {
   rows_.touch(id);
+  entry.broken = true;
   auto& cell = cell_as<sync::counter_cell>(entry);
   if (const char* rule = sync::check_counter_cell(cell, counter_facts_of(row, entry))) {
     mark_corrupt(id, row, entry, rule);
@@ -593,6 +603,7 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
     entry.parties = parties;
     entry.party_clients.resize(parties, 0);
     entry.epoch += 1;
+    entry.broken = false;
     if (rewritten_because != nullptr) {
       sync::rewrite(cell, page, entry.cell, parties, entry.epoch);
     } else {
@@ -622,7 +633,7 @@ std::optional<sync_book::saved_cell> sync_book::cell_of(object_id id) const {
   const cell_entry& entry = found->second;
   return saved_cell{entry.page,          entry.cell,  entry.parties,
                     entry.party_clients, entry.epoch, entry.corrupt_rule != nullptr,
-                    entry.kept};
+                    entry.kept,          entry.broken};
 }
 
 std::optional<sync_book::saved_attachment> sync_book::attachment_of(client_id client) const {
@@ -664,6 +675,7 @@ void sync_book::adopt_cell(object_id id, const saved_cell& saved) {
         fmt::format("object {}: cell {} of page {} is gone or taken", id, saved.cell, saved.page));
   }
   cell_entry entry{saved.page, saved.cell, saved.parties, saved.party_clients, saved.epoch};
+  entry.broken = saved.broken;
   const object_row* row = rows_.find(id);
   if (saved.corrupt && row != nullptr) {
     // The rule's text is not kept: the cell is checked again, and still refused if it passes.
@@ -731,6 +743,8 @@ proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
               std::count_if(entry.party_clients.begin(), entry.party_clients.end(),
                             [](client_id each) { return each != 0; }));
           record.flags = load(cell.state);
+          // The daemon's own word for it, whatever a client wrote on the page since.
+          if (entry.broken) record.flags |= sync::counter_cell::kBroken;
           record.epoch = load(cell.epoch);
         }
         if (entry.corrupt_rule != nullptr) record.flags |= proto::sync_record::kCorrupt;

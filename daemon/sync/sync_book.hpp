@@ -120,6 +120,7 @@ class sync_book {
     std::uint32_t epoch = 0;
     bool corrupt = false;
     bool kept = false;
+    bool broken = false;
   };
   struct saved_attachment {
     std::uint16_t slot = 0;
@@ -155,6 +156,9 @@ class sync_book {
     std::uint32_t epoch = 0;               ///< the cell's epoch: only a reset moves it
     const char* corrupt_rule = nullptr;    ///< set when found corrupt: the rule it broke
     bool kept = false;                     ///< a lock nobody holds, kept for its state
+    /// A barrier or channel a party died or left since the last reset: nobody joins it until
+    /// the next reset, so no party's GPU count jumps twice (see take_party()).
+    bool broken = false;
   };
   struct attached_client {
     std::uint16_t slot;

@@ -90,9 +90,10 @@ class GpuSync : public ::testing::Test {
     copy_to_host(&value, buffer.data(), sizeof value, stream);
     return value;
   }
-  bool idle_within(std::chrono::milliseconds bound) {
+  bool idle_within(std::chrono::milliseconds bound) { return idle_within(stream, bound); }
+  static bool idle_within(stream_t which, std::chrono::milliseconds bound) {
     const auto deadline = std::chrono::steady_clock::now() + bound;
-    while (!stream_idle(stream)) {
+    while (!stream_idle(which)) {
       if (std::chrono::steady_clock::now() > deadline) return false;
       std::this_thread::sleep_for(1ms);
     }
@@ -184,6 +185,48 @@ TEST_F(GpuSync, AStreamWaitingOnADeadPartyIsReleasedAndTheBarrierBroken) {
   doomed.signal(SIGKILL);
   EXPECT_TRUE(idle_within(2000ms)) << "a stream waits on a dead party";
   EXPECT_TRUE(barrier.broken());
+}
+
+TEST_F(GpuSync, ABarrierIsRepairedAndResetWhileALockTurnOfADeadProcessWaits) {
+  // A stream-ordered lock whose holder's stream stops at a gate before it unlocks, and a
+  // process queued behind it that dies: the daemon's turn for the dead process waits for the
+  // holder's stream. The repairs of a barrier on the same signal page must not wait with it.
+  auto lock = client->lock("gpu.stalled");
+  auto gate = client->barrier("gpu.gate", 2);
+  auto opener = client->barrier("gpu.gate", 2);
+  const stream_t held = make_stream();
+  const stream_t other = make_stream();
+  lock.lock(held);
+  gate.wait(gate.arrive(held), held);
+  lock.unlock(held);
+  auto queued = peer({"stream-lock-queue", "gpu.stalled"});
+  expect_line(queued, "queued");
+  queued.signal(SIGKILL);
+  ASSERT_TRUE(eventually([&] { return client->sync_objects().at(0).owner_deaths == 1; }))
+      << "the daemon passed on no turn for the dead process";
+
+  auto barrier = client->barrier("gpu.behind", 2);
+  auto doomed = peer({"barrier-join", "gpu.behind", "2"});
+  expect_line(doomed, "ready");
+  barrier.wait(barrier.arrive(stream), stream);
+  doomed.signal(SIGKILL);
+  EXPECT_TRUE(idle_within(2000ms)) << "a barrier's repair waited for another object's turn";
+
+  // Reset while the turn still waits, then let the lock go on: nothing of the barrier's
+  // repair may land after the reset.
+  client->reset("gpu.behind", 2);
+  opener.arrive(other);
+  lock.lock(other);
+  lock.unlock(other);
+  EXPECT_TRUE(idle_within(other, 2000ms)) << "the lock's turns did not pass on";
+  auto second = client->barrier("gpu.behind", 2);
+  barrier.wait(barrier.arrive(stream), stream);
+  EXPECT_FALSE(idle_within(100ms)) << "after the reset a stream passed a round nobody reached";
+  second.arrive(other);
+  EXPECT_TRUE(idle_within(2000ms)) << "the round after the reset never completed";
+  EXPECT_FALSE(barrier.broken());
+  destroy_stream(other);
+  destroy_stream(held);
 }
 
 TEST_F(GpuSync, StreamOrderedChannelDeliversEveryItemToEveryConsumer) {

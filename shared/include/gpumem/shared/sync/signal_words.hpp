@@ -16,15 +16,18 @@ class signal_words {
   signal_words& operator=(const signal_words&) = delete;
   virtual ~signal_words() = default;
 
-  /// @brief The 32-bit word at @p offset in @p cell, as the GPU last wrote it.
+  /// @brief The 32-bit word at @p offset in @p cell, as the GPU last wrote it, after the
+  /// writes and clears queued before it.
   virtual std::uint32_t read(std::uint32_t cell, std::size_t offset) = 0;
-  /// @brief Stores @p value in stream order after the repairs queued before it.
+  /// @brief Stores @p value in stream order after the writes and clears queued before it,
+  /// never behind a turn (pass_turn()).
   virtual void write(std::uint32_t cell, std::size_t offset, std::uint32_t value) = 0;
   /// @brief Stream-ordered: once the word equals @p turn, stores @p next_turn (passing on the
   /// turn of a stream-ordered lock that a dead client will never take), without blocking.
   virtual void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                          std::uint32_t next_turn) = 0;
-  /// @brief Zeroes a cell for its next object.
+  /// @brief Zeroes a cell for its next object or epoch, after the writes queued before it,
+  /// and returns once it is zero.
   virtual void clear(std::uint32_t cell) = 0;
 };
 
