@@ -99,9 +99,9 @@ void cuda_signal_page::clear(std::uint32_t cell) {
     write.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
     write.address = address(cell, word * sizeof(std::uint32_t));
     write.value = 0;
-    // The earlier repairs' writes are visible before the first zero; the rest need no fence.
-    write.flags =
-        word == 0 ? CU_STREAM_WRITE_VALUE_DEFAULT : CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+    // CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER would save the fences, but on an H200 (driver
+    // 580.159) cuStreamBatchMemOp refused it with CUDA_ERROR_INVALID_VALUE.
+    write.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
   }
   check(cu_.cuStreamBatchMemOp(repairs_.get(), kWords, zeroes.data(), 0), "cuStreamBatchMemOp");
   // Done before the reset's or the next open's reply, so that no client's stream writes a

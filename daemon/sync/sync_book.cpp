@@ -600,15 +600,17 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
     }
     auto& cell = cell_as<sync::counter_cell>(entry);
     if (rewritten_because == nullptr) rewritten_because = check(row, entry);
+    // The cell first: when its GPU words cannot be cleared, the object stays as it was.
+    const std::uint32_t epoch = entry.epoch + 1;
+    if (rewritten_because != nullptr) {
+      sync::rewrite(cell, page, entry.cell, parties, epoch);
+    } else {
+      sync::reset(cell, page, entry.cell, parties, epoch);
+    }
     entry.parties = parties;
     entry.party_clients.resize(parties, 0);
-    entry.epoch += 1;
+    entry.epoch = epoch;
     entry.broken = false;
-    if (rewritten_because != nullptr) {
-      sync::rewrite(cell, page, entry.cell, parties, entry.epoch);
-    } else {
-      sync::reset(cell, page, entry.cell, parties, entry.epoch);
-    }
   }
   entry.corrupt_rule = nullptr;
   if (rewritten_because != nullptr) {

@@ -22,8 +22,8 @@ void reset(counter_cell& cell, signal_words* page, std::uint32_t index, std::uin
 
 void rewrite(counter_cell& cell, signal_words* page, std::uint32_t index, std::uint32_t parties,
              std::uint32_t epoch) {
-  std::atomic_ref<std::uint32_t>(cell.domain).store(0, std::memory_order_relaxed);
   reset(cell, page, index, parties, epoch);
+  std::atomic_ref<std::uint32_t>(cell.domain).store(0, std::memory_order_relaxed);
 }
 
 }  // namespace gpumem::sync
