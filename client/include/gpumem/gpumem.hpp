@@ -361,10 +361,12 @@ class GPUMEM_API Client {
   /// @throws Error: invalid_name, already_exists (the name is a barrier or channel).
   Lock lock(std::string_view name, const SyncOptions& options = {});
   /// @brief Joins the barrier named @p name as one of its @p parties parties.
-  /// @throws Error: invalid_argument (it exists with another party count), no_party_left.
+  /// @throws Error: invalid_argument (it exists with another party count), no_party_left,
+  /// wrong_state (a party died or left since the last reset: it is broken until one).
   Barrier barrier(std::string_view name, std::uint32_t parties, const SyncOptions& options = {});
   /// @brief Joins the channel named @p name as its producer or as one of its consumers; its
   /// slots are a buffer named "<name>.slots" made by whoever comes first.
+  /// @throws Error: as barrier(), and invalid_argument for a shape it cannot have.
   Channel channel(std::string_view name, ChannelRole role, const ChannelOptions& options);
   std::vector<SyncInfo> sync_objects();
   /// @brief This client's uid's use and quotas; every uid's for an administrator.
