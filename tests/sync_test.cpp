@@ -437,7 +437,7 @@ TEST(Barrier, APlaceADeadOrLeavingPartyVacatedIsRefusedUntilAReset) {
   // jump it again, far enough that stream waits on it read as behind and never end.
   const std::string refused = refusal_of([&] { client.barrier("vacated", 3); });
   EXPECT_NE(refused.find("barrier 'vacated' is broken"), std::string::npos) << refused;
-  EXPECT_NE(refused.find("gpumemctl reset vacated"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("gpumemctl reset vacated --parties 3"), std::string::npos) << refused;
 
   client.reset("vacated", 3);
   EXPECT_FALSE(stays.broken());

@@ -24,7 +24,8 @@ inline void check_open(const void* state, const char* type) {
 
 class sync_object {
  public:
-  /// @throws Error from the daemon: invalid_name, invalid_argument, no_party_left, ...
+  /// @throws Error from the daemon: invalid_name, invalid_argument, no_party_left,
+  /// wrong_state (a broken barrier or channel), ...
   /// @param mode of the object when this call creates it.
   sync_object(std::shared_ptr<connection> link, std::string_view name, Mode mode,
               proto::sync_kind kind, std::uint32_t parties, proto::sync_role role);

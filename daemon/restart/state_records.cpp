@@ -219,7 +219,9 @@ void put_object(record_writer& out, const books& state, object_id id, const obje
   } else if (const versioned_reservation* entry = state.reservations.find(id)) {
     put_reservation(out, *entry);
   } else if (const auto cell = state.sync.cell_of(id)) {
-    out.put(std::uint8_t{5});
+    // A cell that is not broken keeps the older form, which a daemon of the version before
+    // reads too.
+    out.put(static_cast<std::uint8_t>(cell->broken ? 5 : 3));
     out.put(cell->page);
     out.put(cell->cell);
     out.put(cell->parties);
@@ -227,7 +229,7 @@ void put_object(record_writer& out, const books& state, object_id id, const obje
     out.put(cell->epoch);
     out.put(cell->corrupt);
     out.put(cell->kept);
-    out.put(cell->broken);
+    if (cell->broken) out.put(true);
   } else {
     out.put(std::uint8_t{0});
   }
@@ -271,7 +273,7 @@ saved_object get_object(record_reader& in) {
     case 4:
       object.reservation = get_reservation(in);
       break;
-    case 3:  // before a cell said whether it was broken
+    case 3:  // a cell that is not broken
     case 5: {
       auto& cell = object.cell.emplace();
       cell.page = in.get<std::uint32_t>();

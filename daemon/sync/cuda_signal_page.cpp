@@ -1,6 +1,9 @@
 #include "sync/cuda_signal_page.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <array>
+#include <chrono>
 
 #include "cuda_device.hpp"
 #include "gpumem/shared/sync/layout.hpp"
@@ -62,9 +65,8 @@ CUdeviceptr cuda_signal_page::address(std::uint32_t cell, std::size_t offset) co
 
 std::uint32_t cuda_signal_page::read(std::uint32_t cell, std::size_t offset) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-  // After the writes queued before it (a lock reset's, say): they wait for no client, so this
-  // ends as soon as the GPU has run them.
-  check(cu_.cuStreamSynchronize(repairs_.get()), "cuStreamSynchronize");
+  // After the writes queued before it (a reset's zeroes, say), as far as they land in time.
+  (void)repairs_landed();
   std::uint32_t value = 0;
   check(cu_.cuMemcpyDtoH(&value, address(cell, offset), sizeof value), "cuMemcpyDtoH");
   return value;
@@ -104,9 +106,22 @@ void cuda_signal_page::clear(std::uint32_t cell) {
     write.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
   }
   check(cu_.cuStreamBatchMemOp(repairs_.get(), kWords, zeroes.data(), 0), "cuStreamBatchMemOp");
-  // Done before the reset's or the next open's reply, so that no client's stream writes a
-  // count that the zeroes then wipe. The stream holds only writes: this waits on no client.
-  check(cu_.cuStreamSynchronize(repairs_.get()), "cuStreamSynchronize");
+  // Landed before the reset's or the next open's reply, so that no client's stream writes a
+  // count that the zeroes then wipe.
+  if (!repairs_landed()) {
+    spdlog::warn("signal cell {}: its zeroes did not land within {} us; going on without them",
+                 cell, kRepairsBound.count());
+  }
+}
+
+bool cuda_signal_page::repairs_landed() {
+  const auto give_up = std::chrono::steady_clock::now() + kRepairsBound;
+  for (;;) {
+    const CUresult status = cu_.cuStreamQuery(repairs_.get());
+    if (status == CUDA_SUCCESS) return true;
+    if (status != CUDA_ERROR_NOT_READY) check(status, "cuStreamQuery");
+    if (std::chrono::steady_clock::now() > give_up) return false;
+  }
 }
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver) {

@@ -4,8 +4,11 @@
 /// refused on pool memory), mapped in the daemon too so that it can repair words after a
 /// death or a reset. Two streams of its own: `repairs_` for writes and clears, which never
 /// wait, so they land in the order they were made and soon; `turns_` for the turns passed on
-/// for a dead stream-lock holder, which wait for other clients' streams. On one stream a turn
-/// that never comes held up every repair behind it, another object's too.
+/// for a dead stream-lock holder, which wait for other clients' streams (so the turns of all
+/// the page's locks still pass on in the order they were queued). On one stream a turn that
+/// did not come held up every repair behind it, other objects' too.
+
+#include <chrono>
 
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/cuda/handles.hpp"
@@ -30,7 +33,15 @@ class cuda_signal_page final : public signal_page {
   void clear(std::uint32_t cell) override;
 
  private:
+  static constexpr std::chrono::microseconds kRepairsBound{2000};
+
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
+  /// Whether every write queued on repairs_ has landed, asked for at most kRepairsBound. They
+  /// wait for no client and land in well under a millisecond, but a context's streams share
+  /// the GPU's hardware work queues once there are more streams than queues (on an H200, a
+  /// stream blocked in cuStreamWaitValue32 held up one other of 48, and 7 of 15 with
+  /// CUDA_DEVICE_MAX_CONNECTIONS=2), so a turn may hold them up: the daemon waits no longer.
+  bool repairs_landed();
   /// Maps handle_ into the daemon and makes the streams.
   void map_into_daemon(std::int32_t device);
 

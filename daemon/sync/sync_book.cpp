@@ -215,8 +215,8 @@ std::uint32_t sync_book::take_party(cell_entry& entry, const object_row& row, cl
   if (entry.broken) {
     throw request_error(errc::wrong_state,
                         fmt::format("{} '{}' is broken (a party died or left): nobody joins it "
-                                    "until `gpumemctl reset {}` starts it over",
-                                    kind_name(row.kind), row.name, row.name));
+                                    "until `gpumemctl reset {} --parties {}` starts it over",
+                                    kind_name(row.kind), row.name, row.name, entry.parties));
   }
   std::uint32_t first = 0;
   std::uint32_t last = entry.parties;
@@ -600,7 +600,10 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
     }
     auto& cell = cell_as<sync::counter_cell>(entry);
     if (rewritten_because == nullptr) rewritten_because = check(row, entry);
-    // The cell first: when its GPU words cannot be cleared, the object stays as it was.
+    // Whatever can fail first, then the cell: when its GPU words cannot be cleared, the object
+    // stays as it was.
+    std::vector<client_id> party_clients = entry.party_clients;
+    party_clients.resize(parties, 0);
     const std::uint32_t epoch = entry.epoch + 1;
     if (rewritten_because != nullptr) {
       sync::rewrite(cell, page, entry.cell, parties, epoch);
@@ -608,7 +611,7 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
       sync::reset(cell, page, entry.cell, parties, epoch);
     }
     entry.parties = parties;
-    entry.party_clients.resize(parties, 0);
+    entry.party_clients = std::move(party_clients);
     entry.epoch = epoch;
     entry.broken = false;
   }

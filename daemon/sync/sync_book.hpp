@@ -75,7 +75,8 @@ class sync_book {
     const sync_page* page_to_send;
   };
   /// @throws request_error: bad_message before attach, invalid_argument for a party count
-  /// that differs from the existing object's, no_party_left, out_of_memory.
+  /// that differs from the existing object's, no_party_left, wrong_state for a broken barrier
+  /// or channel, out_of_memory.
   opened open(client_id client, const proto::sync_open_request& request);
   void close(client_id client, const proto::sync_close_request& request);
   /// @throws request_error(not_found), not_supported for a stream-ordered lock,

@@ -32,6 +32,7 @@ namespace gpumem::cuda {
   X(cuStreamCreate)                     \
   X(cuStreamDestroy)                    \
   X(cuStreamSynchronize)                \
+  X(cuStreamQuery)                      \
   X(cuStreamWaitEvent)                  \
   X(cuStreamGetCtx)                     \
   X(cuStreamWriteValue32)               \

@@ -16,8 +16,8 @@ class signal_words {
   signal_words& operator=(const signal_words&) = delete;
   virtual ~signal_words() = default;
 
-  /// @brief The 32-bit word at @p offset in @p cell, as the GPU last wrote it, after the
-  /// writes and clears queued before it.
+  /// @brief The 32-bit word at @p offset in @p cell, as the GPU last wrote it: after the
+  /// writes and clears queued before it, unless they take longer than a bound.
   virtual std::uint32_t read(std::uint32_t cell, std::size_t offset) = 0;
   /// @brief Stores @p value in stream order after the writes and clears queued before it,
   /// never behind a turn (pass_turn()).
@@ -26,8 +26,8 @@ class signal_words {
   /// turn of a stream-ordered lock that a dead client will never take), without blocking.
   virtual void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                          std::uint32_t next_turn) = 0;
-  /// @brief Zeroes a cell for its next object or epoch, after the writes queued before it,
-  /// and returns once it is zero.
+  /// @brief Zeroes a cell for its next object or epoch, after the writes queued before it;
+  /// returns once it is zero, or after a bound (the daemon waits on nobody).
   virtual void clear(std::uint32_t cell) = 0;
 };
 
