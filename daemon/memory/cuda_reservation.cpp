@@ -172,7 +172,7 @@ void cuda_reservation::transfer(sleep_copy& host, direction way) const {
     check(cu_.cuMemcpyDtoH(host.data(), view.range.get(), bytes), "cuMemcpyDtoH");
   } else {
     check(cu_.cuMemcpyHtoD(view.range.get(), host.data(), bytes), "cuMemcpyHtoD");
-    check(cu_.cuCtxSynchronize(), "cuCtxSynchronize");
+    check(cu_.cuStreamSynchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
   }
   const auto copied = std::chrono::steady_clock::now();
   using ms = std::chrono::duration<double, std::milli>;
@@ -188,7 +188,10 @@ void cuda_reservation::clear() {
   if (bytes == 0) return;
   const daemon_view view = map_here();
   check(cu_.cuMemsetD8(view.range.get(), 0, bytes), "cuMemsetD8");
-  check(cu_.cuCtxSynchronize(), "cuCtxSynchronize");
+  // The null stream the memset ran on, not the whole context: every other stream of the
+  // daemon is non-blocking, and some wait on clients (a release on a client's event, a lock
+  // turn for a dead holder), which cuCtxSynchronize would wait for too.
+  check(cu_.cuStreamSynchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
 }
 
 reservation_maker cuda_reservation_maker(const cuda::driver_api& driver) {

@@ -4,9 +4,11 @@
 #include <signal.h>
 
 #include <array>
+#include <future>
 #include <thread>
 
 #include "gpumem/gpumem.hpp"
+#include "gpumem/reservation.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -76,6 +78,19 @@ class GpuSync : public ::testing::Test {
     std::array<unsigned, 2> words{};
     copy_to_host(words.data(), outcome.data(), sizeof words, stream);
     return words;
+  }
+  /// Stream-ordered @p lock is taken on @p held, whose stream then stops at @p gate (a barrier
+  /// of two whose other party the caller keeps) before it unlocks; a process queued behind it
+  /// is SIGKILLed. The daemon's turn for the dead process then waits for @p held to go on.
+  void hold_up_a_lock_turn(Lock& lock, Barrier& gate, stream_t held) {
+    lock.lock(held);
+    gate.wait(gate.arrive(held), held);
+    lock.unlock(held);
+    auto queued = peer({"stream-lock-queue", lock.name()});
+    expect_line(queued, "queued");
+    queued.signal(SIGKILL);
+    ASSERT_TRUE(eventually([&] { return client->sync_objects().at(0).owner_deaths == 1; }))
+        << "the daemon passed on no turn for the dead process";
   }
   /// A zeroed named device buffer.
   Buffer zeroed(const std::string& name, std::size_t size) {
@@ -188,22 +203,14 @@ TEST_F(GpuSync, AStreamWaitingOnADeadPartyIsReleasedAndTheBarrierBroken) {
 }
 
 TEST_F(GpuSync, ABarrierIsRepairedAndResetWhileALockTurnOfADeadProcessWaits) {
-  // A stream-ordered lock whose holder's stream stops at a gate before it unlocks, and a
-  // process queued behind it that dies: the daemon's turn for the dead process waits for the
-  // holder's stream. The repairs of a barrier on the same signal page must not wait with it.
+  // The repairs of a barrier on the same signal page as a held-up lock turn must not wait
+  // with it.
   auto lock = client->lock("gpu.stalled");
   auto gate = client->barrier("gpu.gate", 2);
   auto opener = client->barrier("gpu.gate", 2);
   const stream_t held = make_stream();
   const stream_t other = make_stream();
-  lock.lock(held);
-  gate.wait(gate.arrive(held), held);
-  lock.unlock(held);
-  auto queued = peer({"stream-lock-queue", "gpu.stalled"});
-  expect_line(queued, "queued");
-  queued.signal(SIGKILL);
-  ASSERT_TRUE(eventually([&] { return client->sync_objects().at(0).owner_deaths == 1; }))
-      << "the daemon passed on no turn for the dead process";
+  hold_up_a_lock_turn(lock, gate, held);
 
   auto barrier = client->barrier("gpu.behind", 2);
   auto doomed = peer({"barrier-join", "gpu.behind", "2"});
@@ -225,6 +232,30 @@ TEST_F(GpuSync, ABarrierIsRepairedAndResetWhileALockTurnOfADeadProcessWaits) {
   second.arrive(other);
   EXPECT_TRUE(idle_within(2000ms)) << "the round after the reset never completed";
   EXPECT_FALSE(barrier.broken());
+  destroy_stream(other);
+  destroy_stream(held);
+}
+
+TEST_F(GpuSync, AReservationWakesWhileALockTurnOfADeadProcessWaits) {
+  auto lock = client->lock("gpu.stalled");
+  auto gate = client->barrier("gpu.gate", 2);
+  auto opener = client->barrier("gpu.gate", 2);
+  const stream_t held = make_stream();
+  const stream_t other = make_stream();
+  hold_up_a_lock_turn(lock, gate, held);
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  auto weights = Reservation::create(*client, kBytes, {.device = 0, .initial = kBytes});
+  auto sleep_and_wake = std::async(std::launch::async, [&] {
+    weights.sleep();
+    weights.wake();
+  });
+  // The wake's copy back waited for the daemon's whole context, its turns included.
+  EXPECT_EQ(sleep_and_wake.wait_for(10s), std::future_status::ready)
+      << "a wake waited for a lock turn that another process holds up";
+  opener.arrive(other);
+  sleep_and_wake.get();
+  EXPECT_EQ(weights.state(), ReservationState::awake);
+  EXPECT_TRUE(idle_within(held, 2000ms)) << "the held-up stream did not go on";
   destroy_stream(other);
   destroy_stream(held);
 }

@@ -28,7 +28,6 @@ namespace gpumem::cuda {
   X(cuCtxSetCurrent)                    \
   X(cuCtxGetCurrent)                    \
   X(cuCtxGetDevice)                     \
-  X(cuCtxSynchronize)                   \
   X(cuStreamCreate)                     \
   X(cuStreamDestroy)                    \
   X(cuStreamSynchronize)                \
