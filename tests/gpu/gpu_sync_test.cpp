@@ -79,14 +79,34 @@ class GpuSync : public ::testing::Test {
     copy_to_host(words.data(), outcome.data(), sizeof words, stream);
     return words;
   }
-  /// Stream-ordered @p lock is taken on @p held, whose stream then stops at @p gate (a barrier
-  /// of two whose other party the caller keeps) before it unlocks; a process queued behind it
-  /// is SIGKILLed. The daemon's turn for the dead process then waits for @p held to go on.
-  void hold_up_a_lock_turn(Lock& lock, Barrier& gate, stream_t held) {
-    lock.lock(held);
-    gate.wait(gate.arrive(held), held);
-    lock.unlock(held);
-    auto queued = peer({"stream-lock-queue", lock.name()});
+  /// A stream-ordered lock taken on stream `held`, which then stops at a gate before it
+  /// unlocks; open() lets it go on (from stream `other`, free for the test's own work too).
+  struct gated_holder {
+    explicit gated_holder(Client& client)
+        : lock(client.lock("gpu.stalled")),
+          gate(client.barrier("gpu.gate", 2)),
+          opener(client.barrier("gpu.gate", 2)) {}
+    gated_holder(const gated_holder&) = delete;
+    gated_holder& operator=(const gated_holder&) = delete;
+    ~gated_holder() {
+      destroy_stream(other);
+      destroy_stream(held);
+    }
+    void open() { opener.arrive(other); }
+
+    Lock lock;
+    Barrier gate;
+    Barrier opener;
+    stream_t held = make_stream();
+    stream_t other = make_stream();
+  };
+  /// Takes @p holder's lock behind its gate, then SIGKILLs a process queued behind it: the
+  /// daemon's turn for the dead process waits until the gate opens.
+  void hold_up_a_lock_turn(gated_holder& holder) {
+    holder.lock.lock(holder.held);
+    holder.gate.wait(holder.gate.arrive(holder.held), holder.held);
+    holder.lock.unlock(holder.held);
+    auto queued = peer({"stream-lock-queue", holder.lock.name()});
     expect_line(queued, "queued");
     queued.signal(SIGKILL);
     ASSERT_TRUE(eventually([&] { return client->sync_objects().at(0).owner_deaths == 1; }))
@@ -205,12 +225,8 @@ TEST_F(GpuSync, AStreamWaitingOnADeadPartyIsReleasedAndTheBarrierBroken) {
 TEST_F(GpuSync, ABarrierIsRepairedAndResetWhileALockTurnOfADeadProcessWaits) {
   // The repairs of a barrier on the same signal page as a held-up lock turn must not wait
   // with it.
-  auto lock = client->lock("gpu.stalled");
-  auto gate = client->barrier("gpu.gate", 2);
-  auto opener = client->barrier("gpu.gate", 2);
-  const stream_t held = make_stream();
-  const stream_t other = make_stream();
-  hold_up_a_lock_turn(lock, gate, held);
+  gated_holder holder(*client);
+  hold_up_a_lock_turn(holder);
 
   auto barrier = client->barrier("gpu.behind", 2);
   auto doomed = peer({"barrier-join", "gpu.behind", "2"});
@@ -222,27 +238,21 @@ TEST_F(GpuSync, ABarrierIsRepairedAndResetWhileALockTurnOfADeadProcessWaits) {
   // Reset while the turn still waits, then let the lock go on: nothing of the barrier's
   // repair may land after the reset.
   client->reset("gpu.behind", 2);
-  opener.arrive(other);
-  lock.lock(other);
-  lock.unlock(other);
-  EXPECT_TRUE(idle_within(other, 2000ms)) << "the lock's turns did not pass on";
+  holder.open();
+  holder.lock.lock(holder.other);
+  holder.lock.unlock(holder.other);
+  EXPECT_TRUE(idle_within(holder.other, 2000ms)) << "the lock's turns did not pass on";
   auto second = client->barrier("gpu.behind", 2);
   barrier.wait(barrier.arrive(stream), stream);
   EXPECT_FALSE(idle_within(100ms)) << "after the reset a stream passed a round nobody reached";
-  second.arrive(other);
+  second.arrive(holder.other);
   EXPECT_TRUE(idle_within(2000ms)) << "the round after the reset never completed";
   EXPECT_FALSE(barrier.broken());
-  destroy_stream(other);
-  destroy_stream(held);
 }
 
 TEST_F(GpuSync, AReservationWakesWhileALockTurnOfADeadProcessWaits) {
-  auto lock = client->lock("gpu.stalled");
-  auto gate = client->barrier("gpu.gate", 2);
-  auto opener = client->barrier("gpu.gate", 2);
-  const stream_t held = make_stream();
-  const stream_t other = make_stream();
-  hold_up_a_lock_turn(lock, gate, held);
+  gated_holder holder(*client);
+  hold_up_a_lock_turn(holder);
   constexpr std::size_t kBytes = std::size_t{64} << 20;
   auto weights = Reservation::create(*client, kBytes, {.device = 0, .initial = kBytes});
   auto sleep_and_wake = std::async(std::launch::async, [&] {
@@ -252,12 +262,10 @@ TEST_F(GpuSync, AReservationWakesWhileALockTurnOfADeadProcessWaits) {
   // The wake's copy back waited for the daemon's whole context, its turns included.
   EXPECT_EQ(sleep_and_wake.wait_for(10s), std::future_status::ready)
       << "a wake waited for a lock turn that another process holds up";
-  opener.arrive(other);
+  holder.open();
   sleep_and_wake.get();
   EXPECT_EQ(weights.state(), ReservationState::awake);
-  EXPECT_TRUE(idle_within(held, 2000ms)) << "the held-up stream did not go on";
-  destroy_stream(other);
-  destroy_stream(held);
+  EXPECT_TRUE(idle_within(holder.held, 2000ms)) << "the held-up stream did not go on";
 }
 
 TEST_F(GpuSync, StreamOrderedChannelDeliversEveryItemToEveryConsumer) {
