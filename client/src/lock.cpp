@@ -39,6 +39,24 @@ struct Lock::state {
   }
   std::mutex stream_mutex;
   std::deque<std::uint16_t> stream_tickets;  ///< taken by lock(stream), oldest first
+
+  /// The device addresses a stream-ordered hold waits on and writes, found once per device and
+  /// kept, under stream_mutex: finding them takes the page's mutex and a map lookup each, and a
+  /// lock stays on one device.
+  struct stream_words {
+    int device = -1;
+    std::uint64_t serving = 0;  ///< the signal cell's `serving` on that device
+    std::uint64_t queue = 0;    ///< the host cell's queue[0], as that device sees it
+  };
+  stream_words words;
+  const stream_words& stream_words_on(int device) {
+    if (words.device != device) {
+      auto& cell = object.cell<sync::lock_cell>();
+      words = {device, object.signal_word(device, offsetof(sync::signal_cell, serving)),
+               object.page().host_word_on_device(&cell.queue[0])};
+    }
+    return words;
+  }
 };
 
 namespace {
@@ -155,10 +173,9 @@ void Lock::lock(Stream stream) {
   detail::check_open(state_.get(), "Lock");
   detail::cuda_sync::stream_ops ops(stream);
   state_->object.enter(sync::domain::stream, ops.device());
-  const std::uint64_t serving =
-      state_->object.signal_word(ops.device(), offsetof(sync::signal_cell, serving));
-  state_->object.page().host_word_on_device(&state_->object.cell<sync::lock_cell>().queue[0]);
   std::lock_guard guard(state_->stream_mutex);
+  // Found before the ticket is taken: a failure leaves no turn that nobody passes on.
+  const std::uint64_t serving = state_->stream_words_on(ops.device()).serving;
   const std::uint16_t ticket = state_->algorithm.take_stream_ticket();
   state_->stream_tickets.push_back(ticket);
   ops.wait_value(serving, ticket, wait_kind::equal);
@@ -173,16 +190,14 @@ void Lock::unlock(Stream stream) {
     throw Error(errc::not_lock_owner, "lock '" + name() + "': no stream-ordered hold to release");
   }
   const std::uint16_t ticket = state_->stream_tickets.front();
-  auto& cell = state_->object.cell<sync::lock_cell>();
-  const std::uint64_t serving =
-      state_->object.signal_word(ops.device(), offsetof(sync::signal_cell, serving));
+  const auto& words = state_->stream_words_on(ops.device());
   const std::uint64_t entry =
-      state_->object.page().host_word_on_device(&cell.queue[ticket % sync::kLockQueueLength]);
+      words.queue + (ticket % sync::kLockQueueLength) * sizeof(sync::lock_cell::queue[0]);
   const auto steps = sync::stream_release_writes(ticket);
   std::array<detail::cuda_sync::value_write, steps.size()> writes{};
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const bool on_signal_page = steps[i].word == sync::stream_write::word_type::serving;
-    writes[i] = {on_signal_page ? serving : entry, steps[i].value};
+    writes[i] = {on_signal_page ? words.serving : entry, steps[i].value};
   }
   ops.write_values(writes);  // one submission: the hand-off is the next holder's critical path
   state_->stream_tickets.pop_front();
