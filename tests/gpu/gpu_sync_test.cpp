@@ -42,6 +42,13 @@ class GpuSync : public ::testing::Test {
     ASSERT_TRUE(line.has_value()) << "expected '" << prefix << "', got nothing";
     EXPECT_TRUE(line->starts_with(prefix)) << "expected '" << prefix << "', got '" << *line << "'";
   }
+  /// The other party of barrier @p name of two, a peer process that joined it: the one a test
+  /// SIGKILLs.
+  child_process doomed_party(const std::string& name) const {
+    auto doomed = peer({"barrier-join", name, "2"});
+    expect_line(doomed, "ready");
+    return doomed;
+  }
   /// A producer and two consumer peers pass items through channel @p name of @p shape (the
   /// peer's ITEMS 2 SLOTS BYTES [BATCH]); each consumer must say @p verdict. The peers use the
   /// forms named: "stream" (stream-ordered calls) or "device" (in a kernel).
@@ -213,8 +220,7 @@ TEST_F(GpuSync, StreamOrderedBarrierRoundsAcrossProcesses) {
 
 TEST_F(GpuSync, AStreamWaitingOnADeadPartyIsReleasedAndTheBarrierBroken) {
   auto barrier = client->barrier("gpu.broken", 2);
-  auto doomed = peer({"barrier-join", "gpu.broken", "2"});
-  expect_line(doomed, "ready");
+  auto doomed = doomed_party("gpu.broken");
   barrier.wait(barrier.arrive(stream), stream);
   EXPECT_FALSE(idle_within(100ms)) << "the stream passed a barrier a party never reached";
   doomed.signal(SIGKILL);
@@ -229,8 +235,7 @@ TEST_F(GpuSync, ABarrierIsRepairedAndResetWhileALockTurnOfADeadProcessWaits) {
   hold_up_a_lock_turn(holder);
 
   auto barrier = client->barrier("gpu.behind", 2);
-  auto doomed = peer({"barrier-join", "gpu.behind", "2"});
-  expect_line(doomed, "ready");
+  auto doomed = doomed_party("gpu.behind");
   barrier.wait(barrier.arrive(stream), stream);
   doomed.signal(SIGKILL);
   EXPECT_TRUE(idle_within(2000ms)) << "a barrier's repair waited for another object's turn";
@@ -297,8 +302,7 @@ TEST_F(GpuSync, BarrierRoundsPassBetweenKernelsAndAStream) {
 
 TEST_F(GpuSync, AKernelWaitingOnADeadPartyOrArrivingAfterItDiedIsToldTheBarrierBroke) {
   auto barrier = client->barrier("gpu.kernel-broken", 2);
-  auto doomed = peer({"barrier-join", "gpu.kernel-broken", "2"});
-  expect_line(doomed, "ready");
+  auto doomed = doomed_party("gpu.kernel-broken");
   auto slots = zeroed("kernel-broken.slots", 4096);
   auto errors = zeroed("kernel-broken.errors", sizeof(unsigned long long));
   auto outcome = zeroed("kernel-broken.outcome", 2 * sizeof(unsigned));
