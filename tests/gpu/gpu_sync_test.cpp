@@ -43,7 +43,8 @@ class GpuSync : public ::testing::Test {
     EXPECT_TRUE(line->starts_with(prefix)) << "expected '" << prefix << "', got '" << *line << "'";
   }
   /// The other party of barrier @p name of two, a peer process that joined it: the one a test
-  /// SIGKILLs.
+  /// SIGKILLs. A test checks HasFatalFailure() after it: a peer that never joined would leave
+  /// the test's own wait on the barrier hanging.
   child_process doomed_party(const std::string& name) const {
     auto doomed = peer({"barrier-join", name, "2"});
     expect_line(doomed, "ready");
@@ -221,6 +222,7 @@ TEST_F(GpuSync, StreamOrderedBarrierRoundsAcrossProcesses) {
 TEST_F(GpuSync, AStreamWaitingOnADeadPartyIsReleasedAndTheBarrierBroken) {
   auto barrier = client->barrier("gpu.broken", 2);
   auto doomed = doomed_party("gpu.broken");
+  ASSERT_FALSE(HasFatalFailure()) << "the other party never joined";
   barrier.wait(barrier.arrive(stream), stream);
   EXPECT_FALSE(idle_within(100ms)) << "the stream passed a barrier a party never reached";
   doomed.signal(SIGKILL);
@@ -236,6 +238,7 @@ TEST_F(GpuSync, ABarrierIsRepairedAndResetWhileALockTurnOfADeadProcessWaits) {
 
   auto barrier = client->barrier("gpu.behind", 2);
   auto doomed = doomed_party("gpu.behind");
+  ASSERT_FALSE(HasFatalFailure()) << "the other party never joined";
   barrier.wait(barrier.arrive(stream), stream);
   doomed.signal(SIGKILL);
   EXPECT_TRUE(idle_within(2000ms)) << "a barrier's repair waited for another object's turn";
@@ -303,6 +306,7 @@ TEST_F(GpuSync, BarrierRoundsPassBetweenKernelsAndAStream) {
 TEST_F(GpuSync, AKernelWaitingOnADeadPartyOrArrivingAfterItDiedIsToldTheBarrierBroke) {
   auto barrier = client->barrier("gpu.kernel-broken", 2);
   auto doomed = doomed_party("gpu.kernel-broken");
+  ASSERT_FALSE(HasFatalFailure()) << "the other party never joined";
   auto slots = zeroed("kernel-broken.slots", 4096);
   auto errors = zeroed("kernel-broken.errors", sizeof(unsigned long long));
   auto outcome = zeroed("kernel-broken.outcome", 2 * sizeof(unsigned));

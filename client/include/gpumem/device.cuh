@@ -47,8 +47,10 @@ using lock_backoff = backoff<1024>;
 
 /// A counter wait only reads, and a hand-off waits out the pause it is in when the count lands.
 /// Measured on an H200 (a channel's consumer kernel of 16 blocks releasing 1 MiB items in order
-/// to a producer kernel): pauses of up to 1 us or 512 ns ran at 0.73 of the same copies with no
-/// channel, up to 256 ns or 128 ns at 0.90-0.91, and a spin with no pause at 0.91.
+/// to a producer kernel), with a fence before each release store: pauses of up to 1 us or
+/// 512 ns ran at 0.73 of the same copies with no channel, up to 256 ns or 64 ns at 0.87-0.88,
+/// a spin with no pause at 0.87. With the release store alone (publish()), up to 256 ns or
+/// 128 ns and a spin all ran at 0.90-0.91.
 using counter_backoff = backoff<256>;
 
 __device__ inline unsigned long long now_ns() {
@@ -122,8 +124,8 @@ __device__ void with_lock(lock_ref lock, Critical&& critical) {
     if (sharing.thread_rank() == turn) critical();
     sharing.sync();
   }
-  // Every lane's writes are ordered before lane 0's release by the group's synchronisation;
-  // the release store itself is the system-scope fence (see publish()).
+  // The group's synchronisation orders every lane's writes before lane 0's release store,
+  // which orders them ahead of itself (see publish()).
   if (sharing.thread_rank() == 0) gpumem::device::unlock(lock);
 }
 
@@ -131,10 +133,10 @@ __device__ void with_lock(lock_ref lock, Critical&& critical) {
 /// published or released). One thread per party calls it, after the work it covers.
 /// The block's other threads get their work in by a __syncthreads() before it.
 __device__ inline void publish(counters_ref counters, unsigned int count) {
-  // A system-scope release store orders before it everything that precedes it in causality
-  // order, other threads' work before a __syncthreads() included: it compiles to the one
-  // MEMBAR.SYS a fence would. A fence before it made a second one, which cost a channel in
-  // kernels on an H200 0.87 of the copies with no channel against 0.91 without it.
+  // A system-scope release store orders ahead of itself everything before it in causality
+  // order, the block's work synchronised by a __syncthreads() included; it compiles to one
+  // MEMBAR.SYS and the store. A fence before it made a second MEMBAR.SYS: with it, a channel
+  // in kernels on an H200 ran at 0.87 of the copies alone; without it, at 0.91.
   detail::system_word(counters.counts[counters.party]).store(count, cuda::memory_order_release);
 }
 
