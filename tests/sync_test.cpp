@@ -452,12 +452,24 @@ TEST(Barrier, APlaceADeadOrLeavingPartyVacatedIsRefusedUntilAReset) {
   EXPECT_EQ(others.get(), std::pair(BarrierStatus::ok, BarrierStatus::ok));
 }
 
-TEST(Channel, AConsumerPlaceVacatedByALeaverIsRefusedUntilAReset) {
+/// A gpumemd, a client of it, and channel @p name's producer and its one consumer, opened by
+/// that client, with 64-byte slots.
+struct one_consumer_channel {
+  one_consumer_channel(const std::string& name, std::uint32_t slots)
+      : client(daemon.connect()),
+        options{.slots = slots, .slot_bytes = 64, .consumers = 1},
+        producer(client.channel(name, ChannelRole::producer, options)),
+        consumer(client.channel(name, ChannelRole::consumer, options)) {}
   daemon_process daemon;
-  auto client = daemon.connect();
-  const ChannelOptions options{.slots = 2, .slot_bytes = 64, .consumers = 1};
-  auto producer = client.channel("left", ChannelRole::producer, options);
-  auto consumer = client.channel("left", ChannelRole::consumer, options);
+  Client client;
+  ChannelOptions options;
+  Channel producer;
+  Channel consumer;
+};
+
+TEST(Channel, AConsumerPlaceVacatedByALeaverIsRefusedUntilAReset) {
+  one_consumer_channel left("left", 2);
+  auto& [daemon, client, options, producer, consumer] = left;
   consumer = Channel{};
   EXPECT_TRUE(producer.broken());
   const std::string refused =
@@ -508,11 +520,8 @@ TEST(Channel, AHundredThousandItemsArriveCompleteAndInOrderAtEveryConsumer) {
 }
 
 TEST(Channel, ABatchOfNoItemsOrMoreThanTheSlotsOrThanHeldIsRefusedByName) {
-  daemon_process daemon;
-  auto client = daemon.connect();
-  const ChannelOptions options{.slots = 4, .slot_bytes = 64, .consumers = 1};
-  auto producer = client.channel("batches", ChannelRole::producer, options);
-  auto consumer = client.channel("batches", ChannelRole::consumer, options);
+  one_consumer_channel batches("batches", 4);
+  auto& [daemon, client, options, producer, consumer] = batches;
   const auto refused = [](auto&& call, const char* rule) {
     try {
       call();
