@@ -115,12 +115,21 @@ void cuda_signal_page::clear(std::uint32_t cell) {
 }
 
 bool cuda_signal_page::repairs_landed() {
-  const auto give_up = std::chrono::steady_clock::now() + kRepairsBound;
+  // Once a wait ran out, the next ones only look until the stream has drained: a queue held up
+  // costs the daemon one bound, not one per request a client can make meanwhile.
+  const auto give_up =
+      std::chrono::steady_clock::now() + (held_up_ ? std::chrono::microseconds{0} : kRepairsBound);
   for (;;) {
     const CUresult status = cu_.cuStreamQuery(repairs_.get());
-    if (status == CUDA_SUCCESS) return true;
+    if (status == CUDA_SUCCESS) {
+      held_up_ = false;
+      return true;
+    }
     if (status != CUDA_ERROR_NOT_READY) check(status, "cuStreamQuery");
-    if (std::chrono::steady_clock::now() > give_up) return false;
+    if (std::chrono::steady_clock::now() >= give_up) {
+      held_up_ = true;
+      return false;
+    }
   }
 }
 

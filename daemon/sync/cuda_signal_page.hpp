@@ -40,7 +40,8 @@ class cuda_signal_page final : public signal_page {
   /// wait for no client and land in well under a millisecond, but a context's streams share
   /// the GPU's hardware work queues once there are more streams than queues (on an H200, a
   /// stream blocked in cuStreamWaitValue32 held up one other of 48, and 7 of 15 with
-  /// CUDA_DEVICE_MAX_CONNECTIONS=2), so a turn may hold them up: the daemon waits no longer.
+  /// CUDA_DEVICE_MAX_CONNECTIONS=2), so a turn may hold them up: the daemon waits no longer,
+  /// and not again until they have landed (held_up_).
   bool repairs_landed();
   /// Maps handle_ into the daemon and makes the streams.
   void map_into_daemon(std::int32_t device);
@@ -55,6 +56,7 @@ class cuda_signal_page final : public signal_page {
   cuda::mapped_range mapped_;
   cuda::stream repairs_;
   cuda::stream turns_;
+  bool held_up_ = false;  ///< the last wait for repairs_ ran out, and it has not drained since
 };
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver);

@@ -1,5 +1,8 @@
 #include "support/fake_driver.hpp"
 
+#include <fcntl.h>
+
+#include <cstring>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -62,6 +65,12 @@ CUresult error_name(CUresult, const char** text) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
+CUresult device_count(int* count) {
+  if (fails("cuDeviceGetCount")) return books.fail_with;
+  *count = 1;
+  return CUDA_SUCCESS;
+}
+
 CUresult device_get(CUdevice* device, int ordinal) {
   if (fails("cuDeviceGet")) return books.fail_with;
   *device = ordinal;
@@ -103,6 +112,31 @@ CUresult stream_create(CUstream* stream, unsigned) {
 
 CUresult stream_destroy(CUstream stream) {
   return free_handle(kind::stream, raw(stream), true, "cuStreamDestroy");
+}
+
+/// Stream work the fake does not do, only counts: it answers fail_with when asked to fail
+/// (CUDA_ERROR_NOT_READY for a stream that does not drain, say).
+CUresult stream_work(const char* call) {
+  ++books.calls[call];
+  return fails(call) ? books.fail_with : CUDA_SUCCESS;
+}
+
+CUresult stream_query(CUstream) {
+  return stream_work("cuStreamQuery");
+}
+
+CUresult batch_mem_op(CUstream, unsigned, CUstreamBatchMemOpParams*, unsigned) {
+  return stream_work("cuStreamBatchMemOp");
+}
+
+CUresult memset_d32(CUdeviceptr, unsigned, std::size_t) {
+  return stream_work("cuMemsetD32");
+}
+
+/// Device memory reads as zeroes.
+CUresult copy_to_host(void* to, CUdeviceptr, std::size_t bytes) {
+  std::memset(to, 0, bytes);
+  return stream_work("cuMemcpyDtoH");
 }
 
 CUresult event_create(CUevent* event, unsigned) {
@@ -147,6 +181,14 @@ CUresult mem_create(CUmemGenericAllocationHandle* handle, std::size_t, const CUm
 CUresult mem_import(CUmemGenericAllocationHandle* handle, void*, CUmemAllocationHandleType) {
   if (fails("cuMemImportFromShareableHandle")) return books.fail_with;
   *handle = make(kind::allocation);
+  return CUDA_SUCCESS;
+}
+
+/// A descriptor of /dev/null stands for the exported memory.
+CUresult export_handle(void* shareable, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                       unsigned long long) {
+  if (fails("cuMemExportToShareableHandle")) return books.fail_with;
+  *static_cast<int*>(shareable) = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   return CUDA_SUCCESS;
 }
 
@@ -214,6 +256,7 @@ cuda::driver_api make_table() {
   cuda::driver_api table{};
   table.cuGetErrorName = &error_name;
   table.cuGetErrorString = &error_name;
+  table.cuDeviceGetCount = &device_count;
   table.cuDeviceGet = &device_get;
   table.cuDevicePrimaryCtxRetain = &primary_retain;
   table.cuDevicePrimaryCtxRelease = &primary_release;
@@ -221,6 +264,10 @@ cuda::driver_api make_table() {
   table.cuCtxSetCurrent = &set_current;
   table.cuStreamCreate = &stream_create;
   table.cuStreamDestroy = &stream_destroy;
+  table.cuStreamQuery = &stream_query;
+  table.cuStreamBatchMemOp = &batch_mem_op;
+  table.cuMemsetD32 = &memset_d32;
+  table.cuMemcpyDtoH = &copy_to_host;
   table.cuEventCreate = &event_create;
   table.cuIpcOpenEventHandle = &ipc_open_event;
   table.cuEventDestroy = &event_destroy;
@@ -229,6 +276,7 @@ cuda::driver_api make_table() {
   table.cuMemPoolDestroy = &pool_destroy;
   table.cuMemCreate = &mem_create;
   table.cuMemImportFromShareableHandle = &mem_import;
+  table.cuMemExportToShareableHandle = &export_handle;
   table.cuMemRelease = &mem_release;
   table.cuMemAddressReserve = &address_reserve;
   table.cuMemAddressFree = &address_free;
