@@ -1,7 +1,5 @@
 #include "sync/cuda_signal_page.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include <array>
 #include <chrono>
 
@@ -109,8 +107,10 @@ void cuda_signal_page::clear(std::uint32_t cell) {
   // Landed before the reset's or the next open's reply, so that no client's stream writes a
   // count that the zeroes then wipe.
   if (!repairs_landed()) {
-    spdlog::warn("signal cell {}: its zeroes did not land within {} us; going on without them",
-                 cell, kRepairsBound.count());
+    late_zeroes_.warn(
+        "signal cell {}: its zeroes had not landed (within {} us, or since the "
+        "repairs stream was last held up); going on without them",
+        cell, kRepairsBound.count());
   }
 }
 

@@ -13,6 +13,7 @@
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/cuda/handles.hpp"
 #include "gpumem/shared/unique_fd.hpp"
+#include "rate_limited_log.hpp"
 #include "sync/signal_page.hpp"
 
 namespace gpumem::daemon {
@@ -57,6 +58,9 @@ class cuda_signal_page final : public signal_page {
   cuda::stream repairs_;
   cuda::stream turns_;
   bool held_up_ = false;  ///< the last wait for repairs_ ran out, and it has not drained since
+  /// One line a second at most: clients can make clears (opening and closing objects) while the
+  /// stream is held up.
+  rate_limited_log late_zeroes_{std::chrono::seconds(1)};
 };
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver);
