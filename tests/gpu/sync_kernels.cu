@@ -146,8 +146,9 @@ __global__ void barrier_rounds_kernel(device::counters_ref barrier, volatile std
   }
 }
 
-__global__ void hand_on_kernel(device::counters_ref channel, unsigned slot_count, unsigned items) {
-  for (unsigned published = 0; published < items;) {
+__global__ void hand_on_kernel(device::counters_ref channel, unsigned slot_count, unsigned first,
+                               unsigned items) {
+  for (unsigned published = first; published < items;) {
     // Everything the slowest consumer released is free again: publish up to it at once. (A
     // dead consumer's count jumps far ahead and stops holding it back: enough for a benchmark.)
     unsigned released = published + slot_count;
@@ -194,9 +195,9 @@ __global__ void copy_items_kernel(device::counters_ref channel, bool through_cha
 
 }  // namespace
 
-void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned items,
-                       stream_t stream) {
-  hand_on_kernel<<<1, 1, 0, native(stream)>>>(channel, slot_count, items);
+void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned first,
+                       unsigned items, stream_t stream) {
+  hand_on_kernel<<<1, 1, 0, native(stream)>>>(channel, slot_count, first, items);
   check(cudaGetLastError(), "hand-on launch");
 }
 

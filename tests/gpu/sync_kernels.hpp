@@ -48,10 +48,11 @@ void pass_items_in_kernel(device::counters_ref channel, bool producing, void* sl
 void barrier_rounds_in_kernel(device::counters_ref barrier, std::uint32_t* slots, unsigned rounds,
                               unsigned long long* errors, unsigned* outcome, stream_t stream);
 
-/// A channel's producer that only hands slots on, in one thread: publishes every slot as soon
-/// as the consumers released it, until @p items are published (the slots hold bytes already).
-void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned items,
-                       stream_t stream);
+/// A channel's producer that only hands slots on, in one thread: from @p first items published
+/// (where the last call left the count), publishes every slot as soon as the consumers
+/// released it, until @p items are published (the slots hold bytes already).
+void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned first,
+                       unsigned items, stream_t stream);
 /// Copies items @p first .. @p first + @p count - 1 of @p item_bytes (a multiple of 16) out of
 /// a ring of @p slot_count slots into @p to (@p blocks items' room), each block one item at a
 /// time. With @p channel (not null): each block waits for its item and releases it once the
