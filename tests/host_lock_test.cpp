@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -83,6 +87,42 @@ TEST(HostLock, WaitersAreServedInTheOrderTheyQueued) {
   for (std::size_t i = 1; i < served.size(); ++i) {
     ASSERT_EQ(served[i], static_cast<std::uint16_t>(served[i - 1] + 1)) << "at hold " << i;
   }
+}
+
+/// The state letter of this process's thread @p tid: 'R' running, 'S' asleep, and so on.
+char thread_state(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto name_end = text.rfind(')');  // the thread's name may hold spaces and parentheses
+  return name_end == std::string::npos || name_end + 2 >= text.size() ? '?' : text[name_end + 2];
+}
+
+TEST(HostLock, AWaiterThatSleptAndWasSoonServedSpinsLongerNextTime) {
+  // Two processes taking turns must not settle into sleeping on every hand-off: a wait that
+  // went to sleep and still ended within the budget's most (250 us) raises how long the next
+  // one spins before it sleeps.
+  auto cell = fresh_lock();
+  host_lock holder(*cell, 1);
+  host_lock waiter(*cell, 2);
+  EXPECT_EQ(waiter.spin_before_sleep(), 20us);
+  // On a loaded machine (sanitizers, CI) a wake-up can outlast the most, which teaches the
+  // opposite: a few tries, each released as soon as the waiter is seen asleep.
+  for (int attempt = 0; attempt < 50 && waiter.spin_before_sleep() <= 20us; ++attempt) {
+    const auto held = holder.acquire();
+    ASSERT_EQ(held.status, acquire_status::acquired);
+    std::atomic<pid_t> waiting_thread{0};
+    std::thread waiting([&] {
+      waiting_thread = ::gettid();
+      const auto got = waiter.acquire();
+      EXPECT_EQ(got.status, acquire_status::acquired);
+      EXPECT_EQ(waiter.release(got.hold), release_status::released);
+    });
+    while (waiting_thread.load() == 0) std::this_thread::yield();
+    while (thread_state(waiting_thread.load()) != 'S') std::this_thread::yield();
+    ASSERT_EQ(holder.release(held.hold), release_status::released);
+    waiting.join();
+  }
+  EXPECT_GT(waiter.spin_before_sleep(), 20us);
 }
 
 TEST(HostLock, UncontendedPathsNeedNoQueue) {

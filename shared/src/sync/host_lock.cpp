@@ -14,10 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// How long a waiter spins before it sleeps: a hand-off between two running processes takes
-/// a few microseconds, a futex wake-up tens.
-constexpr auto kSpinBeforeSleep = 20us;
-
 std::atomic_ref<std::uint64_t> word_of(lock_cell& cell) noexcept {
   return std::atomic_ref<std::uint64_t>(cell.word);
 }
@@ -149,7 +145,9 @@ acquire_result host_lock::wait_turn(queue_entry mine,
                                     std::optional<clock::time_point> deadline) noexcept {
   auto entry = entry_ref(cell_, mine.ticket);
   const std::uint32_t waiting = mine.encode();
-  const auto spin_until = clock::now() + kSpinBeforeSleep;
+  const auto started = clock::now();
+  const auto spin_until = started + spin_.now();
+  bool slept = false;
   while (entry.load(std::memory_order_acquire) == waiting) {
     const auto now = clock::now();
     if (deadline && now >= *deadline) {
@@ -163,6 +161,7 @@ acquire_result host_lock::wait_turn(queue_entry mine,
     if (now < spin_until) {
       cpu_relax();
     } else {
+      slept = true;
       futex_wait(
           &entry_of(cell_, mine.ticket), waiting,
           deadline ? std::optional<std::chrono::nanoseconds>(*deadline - now) : std::nullopt);
@@ -171,6 +170,7 @@ acquire_result host_lock::wait_turn(queue_entry mine,
   if (queue_entry::decode(entry.load(std::memory_order_acquire)).state != queue_entry::granted) {
     return {acquire_status::timeout, {}};  // abandoned for us: the daemon took us for dead
   }
+  spin_.learn(clock::now() - started, slept);
   // Granted: the releaser moves the word to our ticket next (or the daemon, if it died).
   auto word = word_of(cell_);
   const std::uint32_t granted = mine.with(queue_entry::granted).encode();

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "gpumem/shared/sync/layout.hpp"
+#include "gpumem/shared/sync/spin_budget.hpp"
 
 namespace gpumem::sync {
 
@@ -112,6 +113,8 @@ class host_lock {
   std::uint16_t take_stream_ticket() noexcept;
   /// @brief Clears the owner-died flag: the holder repaired what the dead holder left.
   bool mark_consistent(lock_hold hold) noexcept;
+  /// How long the next wait spins before it sleeps, learnt from this object's waits.
+  spin_budget::duration spin_before_sleep() const noexcept { return spin_.now(); }
 
  private:
   acquire_result wait_turn(queue_entry mine, std::optional<clock::time_point> deadline) noexcept;
@@ -121,6 +124,11 @@ class host_lock {
   std::uint16_t slot_;
   /// The word as this process's last fast acquire or release left it: a guess, never trusted.
   std::atomic<std::uint64_t> last_word_{0};
+  /// 20 us to 250 us, as a barrier's (host_counters.hpp): a hand-off between two running
+  /// processes takes a few, a futex wake-up tens. With a fixed 20 us, two processes taking
+  /// turns fell into sleeping on every hand-off once one wake-up outlasted it (sync_bench's
+  /// contended hand-off read 41.7 us in one run on an H200 host, 0.6 in the others).
+  spin_budget spin_{std::chrono::microseconds(20), std::chrono::microseconds(250)};
 };
 
 // Daemon side. Every client can write the cell, so the daemon never trusts it: each function
