@@ -19,10 +19,11 @@
 //                      consumer hands a batch on in two parts); the consumer checks each on the
 //                      GPU and prints "ok ITEMS" or "bad N"
 //   device-channel-produce NAME ITEMS CONSUMERS SLOTS BYTES
-//   device-channel-consume NAME ITEMS CONSUMERS SLOTS BYTES
-//                      the same in one kernel each (gpumem/device.cuh): the producer prints
-//                      "done", the consumer "ok ITEMS" or "bad N"; either "broken at N" when
-//                      the channel broke after N items
+//   device-channel-consume NAME ITEMS CONSUMERS SLOTS BYTES [BLOCKS]
+//                      the same in one kernel each (gpumem/device.cuh), the consumer's BLOCKS
+//                      (default 1) taking the items in turn: the producer prints "done", the
+//                      consumer "ok ITEMS" or "bad N"; either "broken at N" when the channel
+//                      broke after N items
 //   device-barrier-rounds NAME PARTIES ROUNDS BUFFER
 //                      stream-barrier-rounds in one kernel; "ok", "bad N" or "broken at N"
 #include <unistd.h>
@@ -105,8 +106,10 @@ int pass_items_by_kernel(gpumem::Client& client, bool producing, char** argv, st
       argv[2], producing ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
   error_count errors(client, stream);
   kernel_outcome outcome(client, stream);
+  const unsigned blocks = argv[7] != nullptr ? static_cast<unsigned>(std::stoul(argv[7])) : 1;
   pass_items_in_kernel(channel.device(0), producing, channel.slot_data(0), options.slots,
-                       options.slot_bytes, items, errors.device(), outcome.device(), stream);
+                       options.slot_bytes, items, errors.device(), outcome.device(), stream,
+                       blocks);
   const auto bad = errors.read();
   const std::string verdict = outcome.verdict(
       producing ? "done"
@@ -240,7 +243,8 @@ int run(int argc, char** argv) {
       (argc == 7 || argc == 8)) {
     return pass_items(client, command == "stream-channel-produce", argv, stream);
   }
-  if ((command == "device-channel-produce" || command == "device-channel-consume") && argc == 7) {
+  if ((command == "device-channel-produce" && argc == 7) ||
+      (command == "device-channel-consume" && (argc == 7 || argc == 8))) {
     return pass_items_by_kernel(client, command == "device-channel-produce", argv, stream);
   }
   std::fprintf(stderr, "gpumem_gpu_sync_peer: bad arguments\n");

@@ -299,6 +299,17 @@ TEST_F(GpuSync, ChannelItemsPassFromAStreamToAKernel) {
                        {"device", "stream"});
 }
 
+TEST_F(GpuSync, AKernelConsumerOfFourBlocksReleasesItemsInOrderAndNoneEarly) {
+  // The blocks take items in turn and release them in order (device::release_in_order): a
+  // release that came before the block's reads were done, or before an earlier block's, would
+  // let the producer refill a slot still being read, and the reader would count its bytes bad.
+  // 4 slots for 4 blocks, so every refill follows a release as closely as it can.
+  auto producer = peer({"stream-channel-produce", "gpu.blocks", "128", "1", "4", "65536"});
+  auto consumer = peer({"device-channel-consume", "gpu.blocks", "128", "1", "4", "65536", "4"});
+  expect_line(producer, "done");
+  expect_line(consumer, "ok 128");
+}
+
 TEST_F(GpuSync, BarrierRoundsPassBetweenKernelsAndAStream) {
   take_barrier_rounds("gpu.kernel-rounds", {"device", "device", "stream"}, 50);
 }

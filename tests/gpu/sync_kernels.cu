@@ -97,15 +97,16 @@ __global__ void spin_ping_pong_kernel(unsigned* turn, unsigned me, unsigned roun
   *done = completed;
 }
 
-/// One block passes items through a channel: the producer fills each item's slot with the
-/// item's pattern, a consumer counts the bytes that differ from it.
+/// Passes items through a channel: the producer (one block) fills each item's slot with the
+/// item's pattern, a consumer counts the bytes that differ from it, its blocks taking the items
+/// in turn and releasing them in order.
 __global__ void pass_items_kernel(device::counters_ref channel, bool producing, std::uint8_t* slots,
                                   unsigned slot_count, std::size_t slot_bytes, unsigned items,
                                   unsigned long long* errors, unsigned* outcome) {
   __shared__ bool its_turn;
   if (threadIdx.x == 0) its_turn = true;
-  for (unsigned item = 0; item < items; ++item) {
-    if (threadIdx.x == 0) {
+  for (unsigned item = blockIdx.x; item < items; item += gridDim.x) {
+    if (threadIdx.x == 0 && its_turn) {
       its_turn = producing ? device::wait_free_slot(channel, item, slot_count)
                            : device::wait_item(channel, item);
     }
@@ -123,11 +124,15 @@ __global__ void pass_items_kernel(device::counters_ref channel, bool producing, 
     if (bad != 0) atomicAdd(errors, bad);
     __syncthreads();  // every thread's bytes, written or read, before the hand-on
     if (threadIdx.x == 0) {
-      device::publish(channel, item + 1);
-      outcome[0] = item + 1;
+      if (producing) {
+        device::publish(channel, item + 1);
+      } else {
+        its_turn = device::release_in_order(channel, item);
+      }
+      if (its_turn) atomicMax(&outcome[0], item + 1);
     }
   }
-  if (threadIdx.x == 0) outcome[1] = its_turn ? 0 : 1;
+  if (threadIdx.x == 0 && !its_turn) outcome[1] = 1;
 }
 
 __global__ void barrier_rounds_kernel(device::counters_ref barrier, volatile std::uint32_t* slots,
@@ -185,11 +190,7 @@ __global__ void copy_items_kernel(device::counters_ref channel, bool through_cha
       out[word] = from[word];
     }
     __syncthreads();  // every thread's reads before the release
-    if (through_channel && threadIdx.x == 0) {
-      // The items before it first (another block's): releases stay in order.
-      its_turn = device::wait_for(channel, channel.party, item);
-      if (its_turn) device::publish(channel, item + 1);
-    }
+    if (through_channel && threadIdx.x == 0) its_turn = device::release_in_order(channel, item);
   }
 }
 
@@ -213,10 +214,11 @@ void copy_items_in_kernel(const device::counters_ref* channel, const void* slots
 
 void pass_items_in_kernel(device::counters_ref channel, bool producing, void* slots,
                           unsigned slot_count, std::size_t slot_bytes, unsigned items,
-                          unsigned long long* errors, unsigned* outcome, stream_t stream) {
-  pass_items_kernel<<<1, 256, 0, native(stream)>>>(channel, producing,
-                                                   static_cast<std::uint8_t*>(slots), slot_count,
-                                                   slot_bytes, items, errors, outcome);
+                          unsigned long long* errors, unsigned* outcome, stream_t stream,
+                          unsigned blocks) {
+  pass_items_kernel<<<producing ? 1 : blocks, 256, 0, native(stream)>>>(
+      channel, producing, static_cast<std::uint8_t*>(slots), slot_count, slot_bytes, items, errors,
+      outcome);
   check(cudaGetLastError(), "pass items launch");
 }
 

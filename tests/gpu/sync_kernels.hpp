@@ -36,13 +36,15 @@ void spin_ping_pong(unsigned* turn, unsigned me, unsigned rounds, unsigned* done
 // The in-kernel forms (gpumem/device.cuh). Each kernel reports in @p outcome: [0] the items
 // or rounds it passed, [1] 1 when it stopped because the object broke (a party died or left).
 
-/// A channel's party in one block, for each of @p items: the producer waits for the item's
-/// slot, fills it with the pattern seeded by the item's number (support/pattern.hpp) and
-/// publishes it; a consumer waits for the item, adds to *errors the bytes that differ from its
-/// pattern and releases it.
+/// A channel's party in a kernel, for each of @p items: the producer (one block) waits for the
+/// item's slot, fills it with the pattern seeded by the item's number (support/pattern.hpp) and
+/// publishes it; a consumer's @p blocks (at most the slots) take the items in turn, each waits
+/// for its item, adds to *errors the bytes that differ from its pattern and releases it in
+/// order (device::release_in_order).
 void pass_items_in_kernel(device::counters_ref channel, bool producing, void* slots,
                           unsigned slot_count, std::size_t slot_bytes, unsigned items,
-                          unsigned long long* errors, unsigned* outcome, stream_t stream);
+                          unsigned long long* errors, unsigned* outcome, stream_t stream,
+                          unsigned blocks = 1);
 /// A barrier party in one thread: each round writes the round to slots[party], arrives and
 /// waits, then adds to *errors the parties whose slot is behind.
 void barrier_rounds_in_kernel(device::counters_ref barrier, std::uint32_t* slots, unsigned rounds,
