@@ -343,7 +343,9 @@ TEST_F(GpuSync, AKernelWaitingOnADeadPartyOrArrivingAfterItDiedIsToldTheBarrierB
 
 TEST_F(GpuSync, AKernelConsumerGetsEveryItemPublishedBeforeTheProducerLeftAndThenBroken) {
   // The producer fills 10 of 16 slots and leaves before the consumer's kernel starts, so every
-  // item reaches the kernel through the count the daemon jumped ahead.
+  // item reaches the kernel through the count the daemon jumped ahead. The kernel's 4 blocks
+  // take the items in turn: one stops at item 10 while others still release 8 and 9, which a
+  // release that gave up on the broken channel would drop.
   const gpumem::ChannelOptions shape{.slots = 16, .slot_bytes = 4096, .consumers = 1, .device = 0};
   auto channel = client->channel("gpu.left", ChannelRole::consumer, shape);
   auto producer = peer({"stream-channel-produce", "gpu.left", "10", "1", "16", "4096"});
@@ -356,7 +358,7 @@ TEST_F(GpuSync, AKernelConsumerGetsEveryItemPublishedBeforeTheProducerLeftAndThe
   auto outcome = zeroed("left.outcome", 2 * sizeof(unsigned));
   pass_items_in_kernel(channel.device(0), false, channel.slot_data(0), shape.slots,
                        shape.slot_bytes, 13, static_cast<unsigned long long*>(errors.data()),
-                       static_cast<unsigned*>(outcome.data()), stream);
+                       static_cast<unsigned*>(outcome.data()), stream, 4);
   ASSERT_TRUE(idle_within(5000ms)) << "a kernel waits on a producer that left";
   EXPECT_EQ(read<unsigned long long>(errors), 0u) << "bytes of an item that was never published";
   EXPECT_EQ(outcome_of(outcome), (std::array<unsigned, 2>{10, 1}))

@@ -106,7 +106,7 @@ __global__ void pass_items_kernel(device::counters_ref channel, bool producing, 
   __shared__ bool its_turn;
   if (threadIdx.x == 0) its_turn = true;
   for (unsigned item = blockIdx.x; item < items; item += gridDim.x) {
-    if (threadIdx.x == 0 && its_turn) {
+    if (threadIdx.x == 0) {
       its_turn = producing ? device::wait_free_slot(channel, item, slot_count)
                            : device::wait_item(channel, item);
     }
@@ -127,9 +127,9 @@ __global__ void pass_items_kernel(device::counters_ref channel, bool producing, 
       if (producing) {
         device::publish(channel, item + 1);
       } else {
-        its_turn = device::release_in_order(channel, item);
+        device::release_in_order(channel, item);
       }
-      if (its_turn) atomicMax(&outcome[0], item + 1);
+      atomicMax(&outcome[0], item + 1);
     }
   }
   if (threadIdx.x == 0 && !its_turn) outcome[1] = 1;
@@ -152,8 +152,8 @@ __global__ void barrier_rounds_kernel(device::counters_ref barrier, volatile std
 }
 
 __global__ void hand_on_kernel(device::counters_ref channel, unsigned slot_count, unsigned first,
-                               unsigned items) {
-  for (unsigned published = first; published < items;) {
+                               unsigned until) {
+  for (unsigned published = first; published < until;) {
     // Everything the slowest consumer released is free again: publish up to it at once. (A
     // dead consumer's count jumps far ahead and stops holding it back: enough for a benchmark.)
     unsigned released = published + slot_count;
@@ -167,7 +167,7 @@ __global__ void hand_on_kernel(device::counters_ref channel, unsigned slot_count
       if (!device::wait_free_slot(channel, published, slot_count)) return;
       continue;
     }
-    published = min(released, items);
+    published = min(released, until);
     device::publish(channel, published);
   }
 }
@@ -190,15 +190,15 @@ __global__ void copy_items_kernel(device::counters_ref channel, bool through_cha
       out[word] = from[word];
     }
     __syncthreads();  // every thread's reads before the release
-    if (through_channel && threadIdx.x == 0) its_turn = device::release_in_order(channel, item);
+    if (through_channel && threadIdx.x == 0) device::release_in_order(channel, item);
   }
 }
 
 }  // namespace
 
 void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned first,
-                       unsigned items, stream_t stream) {
-  hand_on_kernel<<<1, 1, 0, native(stream)>>>(channel, slot_count, first, items);
+                       unsigned until, stream_t stream) {
+  hand_on_kernel<<<1, 1, 0, native(stream)>>>(channel, slot_count, first, until);
   check(cudaGetLastError(), "hand-on launch");
 }
 

@@ -38,9 +38,9 @@ void spin_ping_pong(unsigned* turn, unsigned me, unsigned rounds, unsigned* done
 
 /// A channel's party in a kernel, for each of @p items: the producer (one block) waits for the
 /// item's slot, fills it with the pattern seeded by the item's number (support/pattern.hpp) and
-/// publishes it; a consumer's @p blocks (at most the slots) take the items in turn, each waits
-/// for its item, adds to *errors the bytes that differ from its pattern and releases it in
-/// order (device::release_in_order).
+/// publishes it; a consumer's @p blocks take the items in turn, each waits for its item, adds
+/// to *errors the bytes that differ from its pattern and releases it in order
+/// (device::release_in_order).
 void pass_items_in_kernel(device::counters_ref channel, bool producing, void* slots,
                           unsigned slot_count, std::size_t slot_bytes, unsigned items,
                           unsigned long long* errors, unsigned* outcome, stream_t stream,
@@ -52,9 +52,9 @@ void barrier_rounds_in_kernel(device::counters_ref barrier, std::uint32_t* slots
 
 /// A channel's producer that only hands slots on, in one thread: from @p first items published
 /// (where the last call left the count), publishes every slot as soon as the consumers
-/// released it, until @p items are published (the slots hold bytes already).
+/// released it, until @p until items are published (the slots hold bytes already).
 void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned first,
-                       unsigned items, stream_t stream);
+                       unsigned until, stream_t stream);
 /// Copies items @p first .. @p first + @p count - 1 of @p item_bytes (a multiple of 16) out of
 /// a ring of @p slot_count slots into @p to (@p blocks items' room), each block one item at a
 /// time. With @p channel (not null): each block waits for its item and releases it once the

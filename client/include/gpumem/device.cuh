@@ -192,18 +192,25 @@ __device__ inline bool wait_item(counters_ref channel, unsigned int sequence) {
 /// @brief Channel consumer whose blocks take items in turn (block b items b, b + blocks, ...):
 /// releases item @p sequence once the items before it are released, by this block or others,
 /// so that the count still means every item before it. One thread per block calls it, after a
-/// __syncthreads() that follows the block's reads of the slot. Every block must be resident at
-/// once (a block waits for the one before it), so at most the channel's slots of them. False
-/// when the channel broke first.
-__device__ inline bool release_in_order(counters_ref channel, unsigned int sequence) {
+/// __syncthreads() that follows the block's reads of the slot.
+///
+/// It waits for this kernel's own blocks only, and never gives up, also on a broken channel:
+/// item @p sequence was published, so every item before it was too, and the blocks that took
+/// them release them. So every block must be resident at once, and must release every item it
+/// took. (Blocks beyond the channel's slots are correct, and wait for items to be published.)
+__device__ inline void release_in_order(counters_ref channel, unsigned int sequence) {
   // A fence before the wait and an atomic exchange after it (a read-modify-write continues the
   // release sequence of the count before it) would keep a MEMBAR.SYS out of the chain of
   // releases: in one process on an H200 (16 blocks, 1 MiB items) that ran at 0.92-0.93 of the
   // copies alone against 0.90-0.91, but between two processes under MPS both read 0.89-0.90.
   // So the release is the plain one, whose ordering publish() states.
-  if (!wait_for(channel, channel.party, sequence)) return false;
+  detail::counter_backoff wait;
+  while (!detail::reached(
+      detail::system_word(channel.counts[channel.party]).load(cuda::memory_order_acquire),
+      sequence)) {
+    wait.pause();
+  }
   publish(channel, sequence + 1);
-  return true;
 }
 
 }  // namespace gpumem::device
