@@ -12,9 +12,11 @@
 ///
 /// Two processes' kernels run at the same time only under MPS (measured on an H100: a 0.86 us
 /// hand-off with MPS; without it the GPU time-slices between processes and a hand-off takes
-/// milliseconds). Without MPS, prefer the stream-ordered forms between processes. Every wait
-/// here backs off with __nanosleep, so a spinning warp leaves the SM to others: a lock attempt
-/// up to about 1 us, a counter wait up to 256 ns (see detail::backoff).
+/// milliseconds). Without MPS, prefer the stream-ordered forms between processes. Two kernels of
+/// one process that wait on each other hung under lazy module loading and ran with
+/// CUDA_MODULE_LOADING=EAGER. Every wait here backs off with __nanosleep, so a spinning warp
+/// leaves the SM to others: a lock attempt up to about 1 us, a counter wait up to 256 ns (see
+/// detail::backoff).
 ///
 /// Pass the refs by value (they are plain addresses): a lock object with a destructor that
 /// releases, copied into a kernel, would release once per copy.
