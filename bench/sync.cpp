@@ -163,13 +163,13 @@ int main(int argc, char** argv) {
   scratch& s = *shared_scratch();
   const auto reset_scratch = [&] { s.cas_word = s.futex_word = s.ready = s.turn = 0; };
 
-  // Uncontended lock + unlock, one process, against a CAS lock and a robust process-shared
-  // pthread_mutex_t, the peer a program would otherwise use between processes. The CAS lock
-  // cannot put a waiter to sleep, so it releases with a plain store; a lock whose waiters sleep
-  // must learn at release whether one is queued, which takes a second locked instruction (the
-  // mutex's too). Each figure is the median of kSegments processes, the three alternating: on
-  // the development VM one process's lock+unlock took 7 ns and the next one's 12, for as long
-  // as each lived.
+  // Uncontended lock + unlock, one process, against a CAS lock, two bare compare-and-swaps and a
+  // robust process-shared pthread_mutex_t, the peer a program would otherwise use between
+  // processes. The CAS lock cannot put a waiter to sleep, so it releases with a plain store; a
+  // lock whose waiters sleep must learn at release whether one is queued, which takes a second
+  // locked instruction (the mutex's too). Each figure is the median of kSegments processes, the
+  // four alternating: on the development VM one process's lock+unlock took 7 ns and the next
+  // one's 12, for as long as each lived.
   pthread_mutexattr_t mutex_attribute;
   pthread_mutexattr_init(&mutex_attribute);
   pthread_mutexattr_setpshared(&mutex_attribute, PTHREAD_PROCESS_SHARED);
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kRepeats; ++i) lock_and_unlock();
     return nanos_since(start) / kRepeats;
   };
-  std::vector<double> lock_ns, cas_ns, mutex_ns;
+  std::vector<double> lock_ns, cas_ns, two_cas_ns, mutex_ns;
   for (int segment = 0; segment < gpumem::bench::kSegments; ++segment) {
     lock_ns.push_back(in_parties(1, [&](int) {
       auto client = gpumem::Client::connect(connect);
@@ -200,6 +200,17 @@ int main(int argc, char** argv) {
         cas.store(0, std::memory_order_release);
       });
     })[0]);
+    // The floor of a lock that must learn at release whether a waiter is queued: a
+    // compare-and-swap to take it and one to release it, nothing else.
+    two_cas_ns.push_back(in_parties(1, [&](int) {
+      auto cas = word(s.cas_word);
+      return nanos_per_pair([&] {
+        std::uint32_t expected = 0;
+        while (!cas.compare_exchange_weak(expected, 1, std::memory_order_acquire)) expected = 0;
+        expected = 1;
+        cas.compare_exchange_strong(expected, 0, std::memory_order_release);
+      });
+    })[0]);
     mutex_ns.push_back(in_parties(1, [&](int) {
       return nanos_per_pair([&] {
         pthread_mutex_lock(&s.mutex);
@@ -210,6 +221,8 @@ int main(int argc, char** argv) {
   const double solo = gpumem::bench::summarise(lock_ns).median;
   print_ratio("uncontended lock+unlock (ns)", solo, gpumem::bench::summarise(cas_ns).median, "ns",
               "target <= 2, CAS lock");
+  print_ratio("uncontended lock+unlock (ns)", solo, gpumem::bench::summarise(two_cas_ns).median,
+              "ns", "two compare-and-swaps, the floor of a lock whose waiters sleep");
   print_ratio("uncontended lock+unlock (ns)", solo, gpumem::bench::summarise(mutex_ns).median, "ns",
               "robust process-shared pthread_mutex_t, no target");
 
