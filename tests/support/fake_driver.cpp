@@ -114,29 +114,30 @@ CUresult stream_destroy(CUstream stream) {
   return free_handle(kind::stream, raw(stream), true, "cuStreamDestroy");
 }
 
-/// Stream work the fake does not do, only counts: it answers fail_with when asked to fail
-/// (CUDA_ERROR_NOT_READY for a stream that does not drain, say).
-CUresult stream_work(const char* call) {
+/// Device work (stream queries and memory operations, memsets, copies) the fake does not do,
+/// only counts: it answers fail_with when asked to fail (CUDA_ERROR_NOT_READY for a stream that
+/// does not drain, say).
+CUresult device_work(const char* call) {
   ++books.calls[call];
   return fails(call) ? books.fail_with : CUDA_SUCCESS;
 }
 
 CUresult stream_query(CUstream) {
-  return stream_work("cuStreamQuery");
+  return device_work("cuStreamQuery");
 }
 
 CUresult batch_mem_op(CUstream, unsigned, CUstreamBatchMemOpParams*, unsigned) {
-  return stream_work("cuStreamBatchMemOp");
+  return device_work("cuStreamBatchMemOp");
 }
 
 CUresult memset_d32(CUdeviceptr, unsigned, std::size_t) {
-  return stream_work("cuMemsetD32");
+  return device_work("cuMemsetD32");
 }
 
 /// Device memory reads as zeroes.
 CUresult copy_to_host(void* to, CUdeviceptr, std::size_t bytes) {
   std::memset(to, 0, bytes);
-  return stream_work("cuMemcpyDtoH");
+  return device_work("cuMemcpyDtoH");
 }
 
 CUresult event_create(CUevent* event, unsigned) {

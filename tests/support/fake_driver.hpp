@@ -25,7 +25,7 @@ struct fake_books {
   /// The access cuMemSetAccess last gave each mapping, by address (kept after the unmap).
   std::map<CUdeviceptr, CUmemAccess_flags> access;
   std::vector<std::string> misuse;   ///< empty while the code under test behaves
-  std::map<std::string, int> calls;  ///< of the stream entry points, by name, since the reset
+  std::map<std::string, int> calls;  ///< of the device-work entry points, by name, since the reset
   /// The entry point (its name without _v2) that answers fail_with; empty: none fails.
   std::string failing;
   CUresult fail_with = CUDA_ERROR_OUT_OF_MEMORY;
