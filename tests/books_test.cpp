@@ -107,8 +107,7 @@ TEST_F(Books, ADeathWalksTheClientsLedgerOnceThroughEveryBook) {
   auto& cell = *reinterpret_cast<sync::lock_cell*>(
       static_cast<std::byte*>(page) + sync::index_of_cell(opened.cell) * sync::kCellSize);
   cell.domain = sync::domain_word(sync::domain::host);
-  sync::lock_hold held;
-  ASSERT_TRUE(sync::host_lock(cell, owner_slot).try_acquire_clean(held));
+  ASSERT_TRUE(sync::host_lock(cell, owner_slot).try_acquire());
 
   book.remove_client(owner);
 
@@ -335,8 +334,7 @@ TEST_F(Books, AKeptLockGivesWayBeforeItsClassGetsAnotherPage) {
   auto& cell = *reinterpret_cast<sync::lock_cell*>(
       static_cast<std::byte*>(page) + sync::index_of_cell(kept.cell) * sync::kCellSize);
   cell.domain = sync::domain_word(sync::domain::host);
-  sync::lock_hold held;
-  ASSERT_TRUE(sync::host_lock(cell, slot).try_acquire_clean(held));
+  ASSERT_TRUE(sync::host_lock(cell, slot).try_acquire());
   roomy.remove_client(dying);
   ::munmap(page, sync::kHostPageSize);
   ASSERT_TRUE(roomy.rows.find_name(object_family::sync, "kept")) << "its owner died holding it";

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpumem/lock_fast_path.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
 
 namespace gpumem::sync {
@@ -64,29 +65,49 @@ TEST(HostLock, ThreadsCountExactly) {
 }
 
 TEST(HostLock, WaitersAreServedInTheOrderTheyQueued) {
-  // FIFO: the holders' tickets, in the order they held the lock, count up by one. So a waiter
-  // is overtaken by nobody who queued after it: no starvation.
+  // FIFO: the holders' tickets, in the order they held the lock, never skip one and never go
+  // back. A hold taken alone takes no ticket, so the next holder has the same one; any other
+  // hold is followed by the next ticket. So a waiter is overtaken by nobody who queued after
+  // it: no starvation.
   auto cell = fresh_lock();
   constexpr int kThreads = 4;
   constexpr int kIterations = 2000;
-  std::vector<std::uint16_t> served;
+  struct hold_seen {
+    std::uint16_t ticket;
+    bool alone;
+  };
+  std::vector<hold_seen> served;
   served.reserve(kThreads * kIterations);
+  std::atomic<int> started = 0;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, slot = static_cast<std::uint16_t>(t + 1)] {
       host_lock lock(*cell, slot);
+      ++started;
+      while (started < kThreads) std::this_thread::yield();
       for (int i = 0; i < kIterations; ++i) {
         const auto held = lock.acquire();
-        served.push_back(held.hold.ticket);
+        // Alone until its release finds a waiter: the word says which, while it is held.
+        served.push_back({held.hold.ticket, word_of(*cell).held_alone()});
+        if (i % 8 == 0) std::this_thread::yield();  // let the others queue, even on one core
         lock.release(held.hold);
       }
     });
   }
   for (auto& thread : threads) thread.join();
   ASSERT_EQ(served.size(), std::size_t{kThreads} * kIterations);
+  std::size_t queued = 0;
   for (std::size_t i = 1; i < served.size(); ++i) {
-    ASSERT_EQ(served[i], static_cast<std::uint16_t>(served[i - 1] + 1)) << "at hold " << i;
+    const auto step = static_cast<std::uint16_t>(served[i].ticket - served[i - 1].ticket);
+    if (!served[i].alone) ++queued;
+    // Seen alone, a waiter may still have come before its release: then the next ticket.
+    if (served[i - 1].alone) {
+      ASSERT_LE(step, 1) << "at hold " << i;
+    } else {
+      ASSERT_EQ(step, 1) << "at hold " << i;
+    }
   }
+  EXPECT_GT(queued, 0u) << "four threads never queued: the test saw no contention";
 }
 
 /// The state letter of this process's thread @p tid: 'R' running, 'S' asleep, and so on.
@@ -140,30 +161,94 @@ TEST(HostLock, UncontendedPathsNeedNoQueue) {
   EXPECT_EQ(lock.release(held->hold), release_status::not_owner) << "released twice";
 }
 
-TEST(HostLock, TheCleanFastPathsTakeAndReleaseOnlyAFreeLockAndLeaveAFailedHoldAlone) {
+/// The client's inline fast path on @p cell for @p lock's process, guessing as the client does
+/// after a slow acquire (client/src/lock.cpp).
+struct fast_path_of {
+  fast_path_of(lock_cell& cell, const host_lock& lock) { fast.bind(cell.word, lock.owner_bits()); }
+  void took(const acquire_result& taken) {
+    fast.guess(taken.alone && taken.status == acquire_status::acquired
+                   ? host_lock::free_word(taken.hold)
+                   : detail::lock_fast_path::kNoGuess);
+  }
+  detail::lock_fast_path fast;
+};
+
+TEST(HostLock, ALockTakenAloneComesBackToTheSameWordSoTheFastPathsStoreNothing) {
   auto cell = fresh_lock();
   host_lock mine(*cell, 7);
   host_lock theirs(*cell, 8);
-  lock_hold held{};
-  ASSERT_TRUE(mine.try_acquire_clean(held));
+  fast_path_of my(*cell, mine);
+  fast_path_of their(*cell, theirs);
+  const std::uint64_t free_word = cell->word;
+  EXPECT_FALSE(my.fast.try_lock()) << "no guess before a slow acquire";
+  EXPECT_EQ(cell->word, free_word);
+
+  const auto taken = mine.try_acquire();
+  ASSERT_TRUE(taken);
+  EXPECT_TRUE(taken->alone);
+  EXPECT_TRUE(word_of(*cell).held_alone());
+  EXPECT_EQ(cell->word, free_word | mine.owner_bits()) << "alone, the hold only adds its owner";
+  my.took(*taken);
+  their.took(*taken);  // the other process guesses right too: it must still refuse
+  EXPECT_FALSE(their.fast.try_lock());
+  EXPECT_FALSE(their.fast.try_unlock()) << "only the holder's process releases";
   EXPECT_EQ(word_of(*cell).owner, 7);
 
-  // Another process's guess of the word is stale: its attempt must read the word and refuse.
-  lock_hold untouched{41, 42};
-  EXPECT_FALSE(theirs.try_acquire_clean(untouched));
-  EXPECT_EQ(untouched.ticket, 41);
-  EXPECT_EQ(untouched.epoch, 42) << "a refused attempt leaves the caller's hold as it was";
-  EXPECT_FALSE(theirs.release_alone(held)) << "only the holder releases";
-  EXPECT_EQ(word_of(*cell).owner, 7);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(my.fast.try_unlock());
+    EXPECT_EQ(cell->word, free_word) << "released alone, the word is as it was";
+    EXPECT_FALSE(my.fast.try_unlock()) << "released twice";
+    ASSERT_TRUE(my.fast.try_lock());
+    EXPECT_EQ(word_of(*cell).owner, 7);
+  }
+  // The hold the fast path took is the one the slow acquire returned: the slow release takes it.
+  EXPECT_EQ(mine.release(taken->hold), release_status::released);
+  EXPECT_EQ(cell->word, free_word);
+  ASSERT_TRUE(their.fast.try_lock()) << "any process that guessed the free word takes it";
+  EXPECT_FALSE(my.fast.try_lock());
+  EXPECT_TRUE(their.fast.try_unlock());
+}
 
-  EXPECT_TRUE(mine.release_alone(held));
+TEST(HostLock, AWaiterBehindAHoldTakenAloneQueuesAndTheFastReleaseStepsAside) {
+  auto cell = fresh_lock();
+  host_lock mine(*cell, 7);
+  fast_path_of my(*cell, mine);
+  const auto taken = mine.try_acquire();
+  ASSERT_TRUE(taken && taken->alone);
+  my.took(*taken);
+  const std::uint16_t ticket = taken->hold.ticket;
+
+  std::atomic<bool> served = false;
+  acquire_result theirs_taken;
+  std::thread waiter([&] {
+    host_lock theirs(*cell, 8);
+    theirs_taken = theirs.acquire();
+    served = true;
+  });
+  // The waiter takes the holder's ticket and its own: the holder's hold is unchanged.
+  while (word_of(*cell).queued() < 2) std::this_thread::yield();
+  const lock_word queued = word_of(*cell);
+  EXPECT_EQ(queued.serving, ticket);
+  EXPECT_EQ(queued.next, static_cast<std::uint16_t>(ticket + 2));
+  EXPECT_EQ(queued.owner, 7);
+  const std::uint64_t before = cell->word;
+  EXPECT_FALSE(my.fast.try_unlock()) << "a waiter queued: releasing alone would strand it";
+  EXPECT_EQ(cell->word, before);
+  EXPECT_FALSE(served);
+
+  EXPECT_EQ(mine.release(taken->hold), release_status::released);
+  waiter.join();
+  ASSERT_EQ(theirs_taken.status, acquire_status::acquired);
+  EXPECT_EQ(theirs_taken.hold.ticket, static_cast<std::uint16_t>(ticket + 1));
+  EXPECT_FALSE(theirs_taken.alone);
+  EXPECT_EQ(host_lock(*cell, 8).release(theirs_taken.hold), release_status::released);
   EXPECT_TRUE(word_of(*cell).free());
-  EXPECT_FALSE(mine.release_alone(held)) << "released twice";
-  // This process's guess is now stale the other way: the other takes the lock.
-  ASSERT_TRUE(theirs.try_acquire_clean(held));
-  EXPECT_FALSE(mine.try_acquire_clean(untouched));
-  EXPECT_EQ(untouched.ticket, 41);
-  EXPECT_TRUE(theirs.release_alone(held));
+  EXPECT_EQ(word_of(*cell).serving, static_cast<std::uint16_t>(ticket + 2));
+  EXPECT_FALSE(my.fast.try_lock()) << "the guess is stale once tickets moved";
+  const auto again = mine.try_acquire();
+  ASSERT_TRUE(again && again->alone);
+  EXPECT_EQ(again->hold.ticket, static_cast<std::uint16_t>(ticket + 2));
+  for (const auto entry : cell->queue) EXPECT_EQ(entry, 0u) << "a queue entry was left behind";
 }
 
 TEST(HostLock, ReclaimHandsADeadHoldersLockToTheNextWaiter) {
@@ -188,11 +273,13 @@ TEST(HostLock, ReclaimSkipsADeadWaiter) {
   host_lock holder(*cell, 1);
   const auto held = holder.try_acquire();
   ASSERT_TRUE(held.has_value());
-  // What a process that died queued leaves behind: its entry, and the ticket taken.
+  // What a process that died queued leaves behind: its entry, and the tickets taken (the
+  // holder's, which a lock held alone had not taken, and its own).
   lock_word taken = word_of(*cell);
-  cell->queue[taken.next % kLockQueueLength] =
-      queue_entry{taken.next, 2, false, queue_entry::waiting}.encode();
-  ++taken.next;
+  const std::uint16_t dead_ticket = taken.ticket_to_take();
+  cell->queue[dead_ticket % kLockQueueLength] =
+      queue_entry{dead_ticket, 2, false, queue_entry::waiting}.encode();
+  taken.next = static_cast<std::uint16_t>(dead_ticket + 1);
   cell->word = taken.encode();
   acquire_result behind{};
   std::thread next([&] { behind = host_lock(*cell, 3).acquire(); });
@@ -258,9 +345,9 @@ TEST(HostLockDaemonSide, TheHangAttackIsReportedNotSpunOn) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, 100ms);
   EXPECT_EQ(check_lock_cell(*cell, daemon.facts(1)), nullptr) << "rewritten at the next epoch";
   host_lock user(*cell, 5);
-  lock_hold held;
-  ASSERT_TRUE(user.try_acquire_clean(held));
-  EXPECT_TRUE(user.release_alone(held));
+  const auto held = user.try_acquire();
+  ASSERT_TRUE(held);
+  EXPECT_EQ(user.release(held->hold), release_status::released);
 }
 
 TEST(HostLockDaemonSide, WordsThatNoLockWritesAreNamed) {
@@ -275,6 +362,17 @@ TEST(HostLockDaemonSide, WordsThatNoLockWritesAreNamed) {
   stranger.next = 1;
   cell->word = stranger.encode();
   EXPECT_STREQ(check_lock_cell(*cell, daemon.facts()), "the holder's slot belongs to no client");
+
+  lock_word alone;
+  alone.owner = 2;
+  cell->word = alone.encode();
+  EXPECT_EQ(check_lock_cell(*cell, daemon.facts()), nullptr) << "held alone: an owner, no ticket";
+
+  lock_word orphaned;
+  orphaned.next = 2;
+  cell->word = orphaned.encode();
+  EXPECT_STREQ(check_lock_cell(*cell, daemon.facts()),
+               "tickets are taken but the lock word names no holder");
 
   lock_word flooded;
   flooded.owner = 1;
@@ -308,7 +406,9 @@ void randomise(lock_cell& cell, std::mt19937_64& random) {
   lock_word word;
   word.serving = static_cast<std::uint16_t>(random());
   word.next = static_cast<std::uint16_t>(word.serving + random() % (kLockQueueLength + 4));
-  word.owner = word.free() ? 0 : static_cast<std::uint16_t>(1 + random() % 8);
+  // Free, held alone or held in the queue.
+  const bool no_ticket = word.next == word.serving;
+  word.owner = no_ticket && (random() & 1) != 0 ? 0 : static_cast<std::uint16_t>(1 + random() % 8);
   word.flags = static_cast<std::uint8_t>(random() % 4);
   cell.word = word.encode();
   for (std::uint32_t index = 0; index < kLockQueueLength; ++index) {

@@ -109,8 +109,7 @@ TEST(LockProtocol, ADeadDeviceHolderIsReleasedWithOwnerDiedAndOthersAreLeftAlone
 TEST(LockProtocol, ADeadHostHolderHandsTheLockOnWithOwnerDied) {
   auto cell = std::make_unique<lock_cell>();
   cell->domain = domain_word(domain::host);
-  lock_hold dead_hold;
-  ASSERT_TRUE(host_lock(*cell, kDead).try_acquire_clean(dead_hold));
+  ASSERT_TRUE(host_lock(*cell, kDead).try_acquire());
   EXPECT_EQ(reclaim(*cell, nullptr, kIndex, kDead, daemon_side().facts()).repair.status,
             repair_status::done);
   const auto next = host_lock(*cell, kAlive).try_acquire();

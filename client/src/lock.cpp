@@ -13,15 +13,24 @@ namespace gpumem {
 
 using detail::cuda_sync::wait_kind;
 
-struct Lock::state {
-  state(std::shared_ptr<detail::connection> link, std::string_view name, Mode mode)
+Lock::state::~state() = default;
+
+/// A Lock's state: the part its inline fast paths reach (Lock::state) and the library's.
+struct detail::lock_state final : Lock::state {
+  lock_state(std::shared_ptr<detail::connection> link, std::string_view name, Mode mode)
       : object(std::move(link), name, mode, proto::sync_kind::lock, 0, proto::sync_role::party),
-        algorithm(object.cell<sync::lock_cell>(), object.slot()) {}
+        algorithm(object.cell<sync::lock_cell>(), object.slot()) {
+    fast.bind(object.cell<sync::lock_cell>().word, algorithm.owner_bits());
+  }
+  static lock_state* of(const Lock& lock) noexcept {
+    return static_cast<lock_state*>(lock.state_.get());
+  }
 
   detail::sync_object object;
   sync::host_lock algorithm;
   /// The host hold: written by the thread that acquired, read by the one that releases,
-  /// both ordered by the lock itself.
+  /// both ordered by the lock itself. A hold the fast path takes is the one the last slow
+  /// acquire wrote with its guess: taken alone, the lock keeps its ticket and epoch.
   sync::lock_hold hold{};
   std::atomic<bool> owner_died{false};
   /// Whether this object already checked that the lock is a host lock (it stays one).
@@ -31,11 +40,16 @@ struct Lock::state {
     object.enter(sync::domain::host);
     host_checked.store(true, std::memory_order_relaxed);
   }
-  /// Read only by holders, so a relaxed store that is skipped when nothing changes suffices.
-  void set_owner_died(bool died) noexcept {
-    if (owner_died.load(std::memory_order_relaxed) != died) {
-      owner_died.store(died, std::memory_order_relaxed);
-    }
+  /// After a host acquire: the hold, whether the owner died, and the fast path's guess,
+  /// which only a hold taken alone and clean gives: its release then just clears the owner.
+  /// Read only by holders, so relaxed stores suffice.
+  void took(const sync::acquire_result& taken) noexcept {
+    hold = taken.hold;
+    owner_died.store(taken.status == sync::acquire_status::acquired_owner_died,
+                     std::memory_order_relaxed);
+    fast.guess(taken.alone && taken.status == sync::acquire_status::acquired
+                   ? sync::host_lock::free_word(taken.hold)
+                   : lock_fast_path::kNoGuess);
   }
   std::mutex stream_mutex;
   std::deque<std::uint16_t> stream_tickets;  ///< taken by lock(stream), oldest first
@@ -77,120 +91,105 @@ Lock::Lock(Lock&&) noexcept = default;
 Lock& Lock::operator=(Lock&&) noexcept = default;
 Lock::~Lock() = default;
 
-void Lock::lock() {
-  // The uncontended case first, with nothing around its one compare-and-swap: sync_bench
-  // compares it with a bare CAS lock, and the checks acquire() makes first cost as much again.
-  state* const held = state_.get();
-  if (held != nullptr && held->host_checked.load(std::memory_order_relaxed) &&
-      held->algorithm.try_acquire_clean(held->hold)) {
-    held->set_owner_died(false);
-    return;
-  }
-  acquire();
-}
+// The exported copies of the inline lock() and unlock() (gpumem/sync.hpp).
+[[gnu::used]] static constexpr void (Lock::*kExportedLock)() = &Lock::lock;
+[[gnu::used]] static constexpr void (Lock::*kExportedUnlock)() = &Lock::unlock;
 
 bool Lock::try_lock() {
-  detail::check_open(state_.get(), "Lock");
-  state_->enter_host();
-  const auto taken = state_->algorithm.try_acquire();
+  auto* const self = detail::lock_state::of(*this);
+  detail::check_open(self, "Lock");
+  self->enter_host();
+  const auto taken = self->algorithm.try_acquire();
   if (!taken) return false;
   if (taken->status == sync::acquire_status::not_recoverable) {
     throw not_recoverable(name());
   }
-  state_->hold = taken->hold;
-  state_->set_owner_died(taken->status == sync::acquire_status::acquired_owner_died);
+  self->took(*taken);
   return true;
 }
 
 LockStatus Lock::acquire() {
-  detail::check_open(state_.get(), "Lock");
-  state_->enter_host();
-  if (state_->algorithm.try_acquire_clean(state_->hold)) {
-    state_->set_owner_died(false);
-    return LockStatus::acquired;
-  }
-  const auto result = state_->algorithm.acquire();
+  auto* const self = detail::lock_state::of(*this);
+  detail::check_open(self, "Lock");
+  self->enter_host();
+  const auto result = self->algorithm.acquire();
   if (result.status == sync::acquire_status::not_recoverable) {
     throw not_recoverable(name());
   }
-  state_->hold = result.hold;
-  const bool died = result.status == sync::acquire_status::acquired_owner_died;
-  state_->set_owner_died(died);
-  return died ? LockStatus::acquired_owner_died : LockStatus::acquired;
+  self->took(result);
+  return result.status == sync::acquire_status::acquired_owner_died
+             ? LockStatus::acquired_owner_died
+             : LockStatus::acquired;
 }
 
 LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
-  detail::check_open(state_.get(), "Lock");
-  state_->enter_host();
+  auto* const self = detail::lock_state::of(*this);
+  detail::check_open(self, "Lock");
+  self->enter_host();
   const auto deadline = sync::host_lock::clock::now() +
                         std::chrono::duration_cast<sync::host_lock::clock::duration>(timeout);
-  const auto result = state_->algorithm.acquire(deadline);
+  const auto result = self->algorithm.acquire(deadline);
   switch (result.status) {
     case sync::acquire_status::timeout:
       return LockStatus::timeout;
     case sync::acquire_status::not_recoverable:
       throw not_recoverable(name());
     case sync::acquire_status::acquired_owner_died:
-      state_->hold = result.hold;
-      state_->set_owner_died(true);
+      self->took(result);
       return LockStatus::acquired_owner_died;
     case sync::acquire_status::acquired:
       break;
   }
-  state_->hold = result.hold;
-  state_->set_owner_died(false);
+  self->took(result);
   return LockStatus::acquired;
 }
 
-void Lock::unlock() {
-  state* const held = state_.get();
-  if (held != nullptr && held->algorithm.release_alone(held->hold)) return;
-  // Out of line, so that the common case above saves no registers and makes no stack frame for
-  // what only this path calls (a lambda, which keeps the access of a member).
-  const auto release_queued = [this]() __attribute__((noinline)) {
-    detail::check_open(state_.get(), "Lock");
-    if (state_->algorithm.release(state_->hold) != sync::release_status::released) {
-      throw Error(errc::not_lock_owner,
-                  "lock '" + name() + "' is not held by this process (or an operator reset it)");
-    }
-  };
-  release_queued();
+void Lock::unlock_contended() {
+  auto* const self = detail::lock_state::of(*this);
+  detail::check_open(self, "Lock");
+  if (self->algorithm.release(self->hold) != sync::release_status::released) {
+    throw Error(errc::not_lock_owner,
+                "lock '" + name() + "' is not held by this process (or an operator reset it)");
+  }
 }
 
 bool Lock::owner_died() const noexcept {
-  return state_ != nullptr && state_->owner_died.load();
+  return state_ != nullptr && detail::lock_state::of(*this)->owner_died.load();
 }
 
 void Lock::mark_consistent() {
-  detail::check_open(state_.get(), "Lock");
-  if (!state_->algorithm.mark_consistent(state_->hold)) {
+  auto* const self = detail::lock_state::of(*this);
+  detail::check_open(self, "Lock");
+  if (!self->algorithm.mark_consistent(self->hold)) {
     throw Error(errc::not_lock_owner, "lock '" + name() + "' is not held by this process");
   }
-  state_->set_owner_died(false);
+  self->owner_died.store(false, std::memory_order_relaxed);
 }
 
 void Lock::lock(Stream stream) {
-  detail::check_open(state_.get(), "Lock");
+  auto* const self = detail::lock_state::of(*this);
+  detail::check_open(self, "Lock");
   detail::cuda_sync::stream_ops ops(stream);
-  state_->object.enter(sync::domain::stream, ops.device());
-  std::lock_guard guard(state_->stream_mutex);
+  self->object.enter(sync::domain::stream, ops.device());
+  std::lock_guard guard(self->stream_mutex);
   // Found before the ticket is taken: a failure leaves no turn that nobody passes on.
-  const std::uint64_t serving = state_->stream_words_on(ops.device()).serving;
-  const std::uint16_t ticket = state_->algorithm.take_stream_ticket();
-  state_->stream_tickets.push_back(ticket);
+  const std::uint64_t serving = self->stream_words_on(ops.device()).serving;
+  const std::uint16_t ticket = self->algorithm.take_stream_ticket();
+  self->stream_tickets.push_back(ticket);
   ops.wait_value(serving, ticket, wait_kind::equal);
 }
 
 void Lock::unlock(Stream stream) {
-  detail::check_open(state_.get(), "Lock");
+  auto* const self = detail::lock_state::of(*this);
+  detail::check_open(self, "Lock");
   detail::cuda_sync::stream_ops ops(stream);
-  state_->object.enter(sync::domain::stream, ops.device());
-  std::lock_guard guard(state_->stream_mutex);
-  if (state_->stream_tickets.empty()) {
+  self->object.enter(sync::domain::stream, ops.device());
+  std::lock_guard guard(self->stream_mutex);
+  if (self->stream_tickets.empty()) {
     throw Error(errc::not_lock_owner, "lock '" + name() + "': no stream-ordered hold to release");
   }
-  const std::uint16_t ticket = state_->stream_tickets.front();
-  const auto& words = state_->stream_words_on(ops.device());
+  const std::uint16_t ticket = self->stream_tickets.front();
+  const auto& words = self->stream_words_on(ops.device());
   const std::uint64_t entry =
       words.queue + (ticket % sync::kLockQueueLength) * sizeof(sync::lock_cell::queue[0]);
   const auto steps = sync::stream_release_writes(ticket);
@@ -200,26 +199,27 @@ void Lock::unlock(Stream stream) {
     writes[i] = {on_signal_page ? words.serving : entry, steps[i].value};
   }
   ops.write_values(writes);  // one submission: the hand-off is the next holder's critical path
-  state_->stream_tickets.pop_front();
+  self->stream_tickets.pop_front();
 }
 
 device::lock_ref Lock::device(int device) {
-  detail::check_open(state_.get(), "Lock");
-  state_->object.enter(sync::domain::device, device);
+  auto* const self = detail::lock_state::of(*this);
+  detail::check_open(self, "Lock");
+  self->object.enter(sync::domain::device, device);
   auto address = [&](std::size_t offset) {
-    return reinterpret_cast<unsigned int*>(state_->object.signal_word(device, offset));
+    return reinterpret_cast<unsigned int*>(self->object.signal_word(device, offset));
   };
   return {address(offsetof(sync::signal_cell, device_lock)),
-          address(offsetof(sync::signal_cell, owner_died)), state_->object.slot()};
+          address(offsetof(sync::signal_cell, owner_died)), self->object.slot()};
 }
 
 Lock Client::lock(std::string_view name, const SyncOptions& options) {
-  return Lock(std::make_unique<Lock::state>(connection_, name, options.mode));
+  return Lock(std::make_unique<detail::lock_state>(connection_, name, options.mode));
 }
 
 const std::string& Lock::name() const noexcept {
   static const std::string empty;
-  return state_ ? state_->object.name() : empty;
+  return state_ ? detail::lock_state::of(*this)->object.name() : empty;
 }
 
 }  // namespace gpumem

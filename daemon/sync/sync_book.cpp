@@ -739,7 +739,7 @@ proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
                   static_cast<std::uint32_t>(rows_.client(record.owner_client_id).who.pid);
             }
           }
-          record.queued = word.free() ? 0 : word.queued() - 1u;
+          record.queued = word.waiting();
           record.owner_deaths = load(cell.owner_deaths);
           record.epoch = word.epoch;
         } else {

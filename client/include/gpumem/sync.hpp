@@ -29,6 +29,7 @@
 
 #include "gpumem/device_refs.hpp"
 #include "gpumem/gpumem.hpp"
+#include "gpumem/lock_fast_path.hpp"
 
 namespace gpumem {
 
@@ -37,7 +38,8 @@ enum class BarrierStatus { ok, broken, timeout };
 
 namespace detail {
 class sync_object;
-}
+struct lock_state;
+}  // namespace detail
 
 /// @brief A named lock shared by processes. Lockable (std::scoped_lock works) and movable;
 /// one Lock object may be used by several threads, like a std::mutex.
@@ -53,12 +55,15 @@ class GPUMEM_API Lock {
   Lock& operator=(Lock&&) noexcept;
   ~Lock();
 
+  /// Inline: uncontended, one compare-and-swap and nothing else (gpumem/lock_fast_path.hpp);
+  /// otherwise acquire().
   void lock();
   bool try_lock();
   template <class Rep, class Period>
   bool try_lock_for(std::chrono::duration<Rep, Period> timeout) {
     return try_acquire_for(timeout) != LockStatus::timeout;
   }
+  /// @brief Inline like lock(): uncontended, one compare-and-swap.
   /// @throws Error(not_lock_owner) when this process does not hold it (never took it, or an
   /// operator reset it meanwhile).
   void unlock();
@@ -85,10 +90,28 @@ class GPUMEM_API Lock {
 
  private:
   friend class Client;
+  friend struct detail::lock_state;
   struct state;
   explicit Lock(std::unique_ptr<state> made);
+  void unlock_contended();
   std::unique_ptr<state> state_;
 };
+
+/// What the inline lock() and unlock() reach of a Lock's state; the library's part derives
+/// from it (detail::lock_state).
+struct Lock::state {
+  virtual ~state();
+  detail::lock_fast_path fast;
+};
+
+// Exported as well as inline: programs built against 0.1.0 call them (abi/libgpumem.abi), so
+// the library keeps a copy of each (client/src/lock.cpp).
+GPUMEM_API inline void Lock::lock() {
+  if (state_ == nullptr || !state_->fast.try_lock()) acquire();
+}
+GPUMEM_API inline void Lock::unlock() {
+  if (state_ == nullptr || !state_->fast.try_unlock()) unlock_contended();
+}
 
 /// @brief A named barrier of a fixed number of parties, each a Barrier object (of any
 /// process). Rounds are split: arrive() returns a token, wait(token) waits for that round.

@@ -65,8 +65,9 @@ acquire_result host_lock::held_result(std::uint64_t raw) noexcept {
     release(hold);
     return {acquire_status::not_recoverable, {}};
   }
-  if ((word.flags & lock_word::kOwnerDied) != 0) return {acquire_status::acquired_owner_died, hold};
-  return {acquire_status::acquired, hold};
+  const bool died = (word.flags & lock_word::kOwnerDied) != 0;
+  return {died ? acquire_status::acquired_owner_died : acquire_status::acquired, hold,
+          word.held_alone()};
 }
 
 std::optional<acquire_result> host_lock::try_acquire() noexcept {
@@ -79,8 +80,7 @@ std::optional<acquire_result> host_lock::try_acquire() noexcept {
     }
     if (!current.free()) return std::nullopt;
     lock_word taken = current;
-    taken.next = static_cast<std::uint16_t>(current.next + 1);
-    taken.owner = slot_;
+    taken.owner = slot_;  // alone: no ticket, so that releasing restores the word exactly
     if (word.compare_exchange_weak(raw, taken.encode(), std::memory_order_acquire,
                                    std::memory_order_acquire)) {
       return held_result(taken.encode());
@@ -97,15 +97,15 @@ acquire_result host_lock::acquire(std::optional<clock::time_point> deadline) noe
     const lock_word current = lock_word::decode(raw);
     if (current.free()) continue;
     // Claim the entry first: from the moment the ticket is ours, others can see who has it.
-    const queue_entry mine{current.next, slot_, false, queue_entry::waiting};
+    const queue_entry mine{current.ticket_to_take(), slot_, false, queue_entry::waiting};
     std::uint32_t empty = 0;
-    auto entry = entry_ref(cell_, current.next);
+    auto entry = entry_ref(cell_, mine.ticket);
     if (!entry.compare_exchange_strong(empty, mine.encode(), std::memory_order_acq_rel)) {
       contention.pause();  // another claimer races for this ticket, or the queue is full
       continue;
     }
     lock_word queued = current;
-    queued.next = static_cast<std::uint16_t>(current.next + 1);
+    queued.next = static_cast<std::uint16_t>(mine.ticket + 1);
     if (word.compare_exchange_strong(raw, queued.encode(), std::memory_order_acq_rel)) {
       const acquire_result waited = wait_turn(mine, deadline);
       // A timeout before the deadline is a turn the daemon abandoned (a reset rewrote the
@@ -125,15 +125,15 @@ std::uint16_t host_lock::take_stream_ticket() noexcept {
   for (;;) {
     std::uint64_t raw = word.load(std::memory_order_acquire);
     lock_word current = lock_word::decode(raw);
-    const queue_entry mine{current.next, slot_, true, queue_entry::waiting};
+    const queue_entry mine{current.ticket_to_take(), slot_, true, queue_entry::waiting};
     std::uint32_t empty = 0;
-    auto entry = entry_ref(cell_, current.next);
+    auto entry = entry_ref(cell_, mine.ticket);
     if (!entry.compare_exchange_strong(empty, mine.encode(), std::memory_order_acq_rel)) {
       full.pause();  // kLockQueueLength turns are queued on the GPU: wait for it to catch up
       continue;
     }
     lock_word taken = current;
-    taken.next = static_cast<std::uint16_t>(current.next + 1);
+    taken.next = static_cast<std::uint16_t>(mine.ticket + 1);
     if (word.compare_exchange_strong(raw, taken.encode(), std::memory_order_acq_rel)) {
       return mine.ticket;
     }
@@ -211,8 +211,9 @@ release_status host_lock::release(lock_hold hold, release_mode mode) noexcept {
         after.epoch = static_cast<std::uint16_t>(current.epoch + 1);
         break;
     }
-    after.serving = candidate;
-    if (candidate == current.next) {
+    if (current.held_alone() || candidate == current.next) {
+      // Nobody queued: free at the ticket after ours, or at ours if we never took one.
+      if (!current.held_alone()) after.serving = candidate;
       after.owner = 0;
       if (word.compare_exchange_weak(raw, after.encode(), std::memory_order_release,
                                      std::memory_order_acquire)) {
@@ -220,6 +221,7 @@ release_status host_lock::release(lock_hold hold, release_mode mode) noexcept {
       }
       continue;  // someone queued meanwhile
     }
+    after.serving = candidate;
     auto entry = entry_ref(cell_, candidate);
     std::uint32_t entry_raw = entry.load(std::memory_order_acquire);
     const queue_entry waiter = queue_entry::decode(entry_raw);
@@ -303,8 +305,8 @@ daemon_release release_for(lock_cell& cell, std::uint16_t holder, lock_hold hold
     } else {
       after.flags |= lock_word::kOwnerDied;
     }
-    after.serving = candidate;
-    if (candidate == current.next) {
+    if (current.held_alone() || candidate == current.next) {
+      if (!current.held_alone()) after.serving = candidate;
       after.owner = 0;
       if (word.compare_exchange_strong(raw, after.encode(), std::memory_order_release,
                                        std::memory_order_acquire)) {
@@ -312,6 +314,7 @@ daemon_release release_for(lock_cell& cell, std::uint16_t holder, lock_hold hold
       }
       continue;
     }
+    after.serving = candidate;
     if (!is_queued(current, candidate)) return {false, "the next ticket went behind the holder"};
     auto entry = entry_ref(cell, candidate);
     std::uint32_t entry_raw = entry.load(std::memory_order_acquire);
@@ -364,7 +367,9 @@ const char* check_lock_cell(const lock_cell& cell, const lock_facts& facts) noex
     if (word.owner != 0) return "a stream-ordered lock's word names a host holder";
   } else {
     if (word.queued() > kLockQueueLength + 1) return "more tickets are taken than the queue holds";
-    if (word.free() != (word.owner == 0)) return "the lock word's holder and tickets disagree";
+    if (word.owner == 0 && !word.free()) {
+      return "tickets are taken but the lock word names no holder";
+    }
     if (word.owner != 0 && !in_use(facts, word.owner)) {
       return "the holder's slot belongs to no client";
     }

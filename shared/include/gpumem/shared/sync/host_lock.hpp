@@ -3,13 +3,14 @@
 /// @brief The lock algorithm on a lock_cell: a ticket lock whose hand-off, owner and flags
 /// change in one compare-and-swap, with a queue of waiters that sleep on their own entry.
 ///
-/// Uncontended, acquire and release are one compare-and-swap each and no system call. A
-/// waiter claims the queue entry of the next ticket before it takes the ticket, so whoever
+/// Uncontended, acquire and release are one compare-and-swap each and no system call: a lock
+/// taken alone only gains its owner (lock_word's shapes), which the client's inline fast path
+/// (gpumem/lock_fast_path.hpp) relies on. A waiter claims the queue entry of the next ticket
+/// before it takes the ticket, so whoever
 /// looks at the cell (the releaser, the daemon after a death) always knows who holds each
 /// ticket. The releaser grants the first waiting entry, skipping abandoned ones (timeouts,
 /// dead waiters), then moves the word to that ticket with the new owner, then wakes it.
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -34,6 +35,8 @@ struct lock_hold {
 struct acquire_result {
   acquire_status status = acquire_status::timeout;
   lock_hold hold{};
+  /// Taken alone (no ticket; lock_word): until a waiter comes, releasing only clears the owner.
+  bool alone = false;
 };
 
 class host_lock {
@@ -42,69 +45,9 @@ class host_lock {
 
   host_lock(lock_cell& cell, std::uint16_t slot) noexcept : cell_(cell), slot_(slot) {}
 
+  /// @brief Takes a free lock alone.
   /// @return nullopt when the lock is held or others wait for it (never jumps the queue).
   std::optional<acquire_result> try_acquire() noexcept;
-  /// @brief The common case inline: takes a free lock with no flags and writes its hold to
-  /// @p hold; false leaves @p hold as it was (then acquire()).
-  /// The hold goes out through the caller's own field, not as a returned std::optional: the
-  /// optional was written to the stack as two 16-bit halves and read back as one 32-bit word,
-  /// a load the processor cannot forward from two stores, which stalled every acquire.
-  bool try_acquire_clean(lock_hold& hold) noexcept {
-    std::atomic_ref<std::uint64_t> word(cell_.word);
-    // Expects the word as this process last left it instead of loading it first: on x86 a load
-    // just after a locked instruction on the same line waits for that instruction to complete,
-    // which doubled the cost of an uncontended lock + unlock (36 ns against 18 for two bare
-    // compare-and-swaps on an H100 host). A wrong guess costs one failed compare-and-swap,
-    // which returns the word as it is.
-    std::uint64_t raw = last_word_.load(std::memory_order_relaxed);
-    for (int look = 0; look < 2; ++look) {
-      lock_word current = lock_word::decode(raw);
-      if (current.flags != 0 || !current.free()) {
-        if (look == 0) {
-          raw = word.load(std::memory_order_relaxed);
-          continue;
-        }
-        return false;
-      }
-      const std::uint16_t ticket = current.serving;
-      current.next = static_cast<std::uint16_t>(current.next + 1);
-      current.owner = slot_;
-      const std::uint64_t taken = current.encode();
-      if (word.compare_exchange_strong(raw, taken, std::memory_order_acquire,
-                                       std::memory_order_relaxed)) {
-        last_word_.store(taken, std::memory_order_relaxed);
-        hold.ticket = ticket;
-        hold.epoch = current.epoch;
-        return true;
-      }
-    }
-    return false;
-  }
-  /// The common case inline: nobody queued and no flags; false means release() is needed.
-  bool release_alone(lock_hold hold) noexcept {
-    std::atomic_ref<std::uint64_t> word(cell_.word);
-    std::uint64_t raw = last_word_.load(std::memory_order_relaxed);  // see try_acquire_clean()
-    for (int look = 0; look < 2; ++look) {
-      lock_word current = lock_word::decode(raw);
-      if (current.flags != 0 || current.owner != slot_ || current.serving != hold.ticket ||
-          current.epoch != hold.epoch || current.queued() != 1) {
-        if (look == 0) {
-          raw = word.load(std::memory_order_relaxed);
-          continue;
-        }
-        return false;
-      }
-      current.serving = static_cast<std::uint16_t>(current.serving + 1);
-      current.owner = 0;
-      const std::uint64_t released = current.encode();
-      if (word.compare_exchange_strong(raw, released, std::memory_order_release,
-                                       std::memory_order_relaxed)) {
-        last_word_.store(released, std::memory_order_relaxed);
-        return true;
-      }
-    }
-    return false;
-  }
   /// @brief Waits in FIFO order until acquired or @p deadline (none: no limit).
   acquire_result acquire(std::optional<clock::time_point> deadline = std::nullopt) noexcept;
   release_status release(lock_hold hold, release_mode mode = release_mode::normal) noexcept;
@@ -116,14 +59,19 @@ class host_lock {
   /// How long the next wait spins before it sleeps, learnt from this object's waits.
   spin_budget::duration spin_before_sleep() const noexcept { return spin_.now(); }
 
+  /// What this process's hold adds to a free word when it takes the lock alone.
+  std::uint64_t owner_bits() const noexcept { return lock_word{0, slot_, 0, 0, 0}.encode(); }
+  /// The word a hold taken alone leaves when released alone.
+  static std::uint64_t free_word(lock_hold hold) noexcept {
+    return lock_word{hold.ticket, 0, 0, hold.ticket, hold.epoch}.encode();
+  }
+
  private:
   acquire_result wait_turn(queue_entry mine, std::optional<clock::time_point> deadline) noexcept;
   acquire_result held_result(std::uint64_t raw) noexcept;
 
   lock_cell& cell_;
   std::uint16_t slot_;
-  /// The word as this process's last fast acquire or release left it: a guess, never trusted.
-  std::atomic<std::uint64_t> last_word_{0};
   /// 20 us to 250 us, as a barrier's (host_counters.hpp): a hand-off between two running
   /// processes takes a few, a futex wake-up tens. With a fixed 20 us, two processes taking
   /// turns fell into sleeping on every hand-off once one wake-up outlasted it (sync_bench's

@@ -68,6 +68,16 @@ constexpr bool is_domain_word(std::uint32_t word) noexcept {
 /// A lock's state word: everything a hand-off changes, changed by one compare-and-swap.
 ///   bits  0-15 serving ticket   16-27 owner slot   28-31 flags
 ///   bits 32-47 next ticket      48-63 epoch (bumped by an operator reset)
+///
+/// Its three shapes:
+/// - free: no owner and no ticket taken (serving == next);
+/// - held alone: an owner and no ticket taken. An uncontended lock + unlock only sets and
+///   clears the owner, so the word returns to the very value it had, and a process that
+///   remembers that value takes and releases the lock without storing anything in between
+///   (gpumem/detail/lock_fast_path.hpp says why that matters);
+/// - held in the queue: the owner holds ticket `serving`, and next - serving - 1 waiters
+///   queue behind it. The first waiter to come to a lock held alone takes two tickets, the
+///   holder's (serving) and its own, so the holder's hold stays {serving, epoch} throughout.
 struct lock_word {
   static constexpr std::uint8_t kOwnerDied = 1;       ///< the last holder died holding it
   static constexpr std::uint8_t kNotRecoverable = 2;  ///< released without being made consistent
@@ -88,10 +98,20 @@ struct lock_word {
            std::uint64_t{flags & 0xfu} << 28 | std::uint64_t{next} << 32 |
            std::uint64_t{epoch} << 48;
   }
-  constexpr bool free() const noexcept { return serving == next; }
-  /// Tickets taken and not yet served, the holder's included.
+  constexpr bool free() const noexcept { return serving == next && owner == 0; }
+  constexpr bool held_alone() const noexcept { return serving == next && owner != 0; }
+  /// Tickets taken and not yet served, the holder's included (none while held alone).
   constexpr std::uint16_t queued() const noexcept {
     return static_cast<std::uint16_t>(next - serving);
+  }
+  /// Holders waiting behind the one that holds it.
+  constexpr std::uint16_t waiting() const noexcept {
+    return queued() == 0 ? 0 : static_cast<std::uint16_t>(queued() - 1);
+  }
+  /// The ticket the next waiter takes: after the holder's, which a lock held alone has not
+  /// taken yet (see the shapes above).
+  constexpr std::uint16_t ticket_to_take() const noexcept {
+    return static_cast<std::uint16_t>(next + (held_alone() ? 1 : 0));
   }
 };
 
