@@ -54,6 +54,45 @@ TEST(Lock, ProcessesIncrementAPlainCounterExactly) {
             std::uint64_t{kProcesses} * kIterations);
 }
 
+TEST(Lock, ThreadsSharingOneLockObjectAndOtherProcessesIncrementACounterExactly) {
+  // One Lock object used by several threads, as a std::mutex is: its inline fast path and its
+  // slow path's guess of the free word race between them while other processes queue too.
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto counter = client.allocate(4096, {.name = "counter"});
+  auto& count = *static_cast<std::uint64_t*>(counter.data());
+  constexpr int kProcesses = 2;
+  constexpr int kThreads = 3;
+  constexpr int kIterations = 3000;
+  std::vector<child_process> workers;
+  for (int i = 0; i < kProcesses; ++i) {
+    workers.push_back(
+        peer(daemon, {"lock-count", "counter.lock", "counter", std::to_string(kIterations)}));
+  }
+  auto lock = client.lock("counter.lock");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kIterations; ++i) {
+        // Every way in: the inline lock(), try_lock() and the timed acquire.
+        if (t == 1 && i % 2 == 0) {
+          while (!lock.try_lock()) std::this_thread::yield();
+        } else if (t == 2 && i % 3 == 0) {
+          while (lock.try_acquire_for(1ms) == LockStatus::timeout) {
+          }
+        } else {
+          lock.lock();
+        }
+        ++count;
+        lock.unlock();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (auto& worker : workers) expect_line(worker, "done");
+  EXPECT_EQ(count, std::uint64_t{kProcesses + kThreads} * kIterations);
+}
+
 TEST(Lock, TryLockAndTimeoutsLeaveTheQueueIntact) {
   daemon_process daemon;
   auto first = daemon.connect("first");
@@ -204,6 +243,8 @@ TEST(Lock, AResetRevokesTheHolderWhoseUnlockIsThenStale) {
   auto stale = first.lock("revoked");
   auto next = second.lock("revoked");
   stale.lock();
+  stale.unlock();
+  stale.lock();  // through the inline fast path: the first lock() taught it the free word
   auto waiter = std::async(std::launch::async, [&] { return next.acquire(); });
   first.reset("revoked");
   ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);

@@ -3,12 +3,12 @@
 /// @brief The uncontended Lock::lock() and Lock::unlock(), inlined into the caller: one
 /// compare-and-swap each on the lock's shared word, and no store in between.
 ///
-/// Why inline, and why no store: on the Xeon hosts of the H100 and H200 machines (and the
-/// development VM), two compare-and-swaps in a row cost about 15 ns, and one plain store
-/// anywhere between them 4-5 ns more, a call and its return (which store and load the return
-/// address) as much again or more. A lock + unlock that called into the library and stored its
-/// guess of the word took 20-24 ns against 10.5-12 for a CAS lock; inline and storeless it is
-/// the pair of compare-and-swaps itself (bench/sync.cpp prints both).
+/// Why inline, and why no store: on an H200 host's Xeon, two compare-and-swaps in a row cost
+/// about 15 ns, one plain store anywhere between them 4-5 ns more, and a call and its return
+/// (which store and load the return address) as much again or more; the development VM is
+/// alike. A lock + unlock that called into the library and stored its guess of the word took
+/// 20-24 ns there against 10.5-12 for a CAS lock; inline and storeless it costs what the pair
+/// of compare-and-swaps does (bench/sync.cpp prints both).
 ///
 /// So the word must come back to the same value after an uncontended lock + unlock, and this
 /// process must know that value without loading the word (a load just after a locked
