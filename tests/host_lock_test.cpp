@@ -187,6 +187,7 @@ TEST(HostLock, ALockTakenAloneComesBackToTheSameWordSoTheFastPathsStoreNothing) 
   ASSERT_TRUE(taken);
   EXPECT_TRUE(taken->alone);
   EXPECT_TRUE(word_of(*cell).held_alone());
+  EXPECT_EQ(word_of(*cell).waiting(), 0);
   EXPECT_EQ(cell->word, free_word | mine.owner_bits()) << "alone, the hold only adds its owner";
   my.took(*taken);
   their.took(*taken);  // the other process guesses right too: it must still refuse
@@ -231,6 +232,7 @@ TEST(HostLock, AWaiterBehindAHoldTakenAloneQueuesAndTheFastReleaseStepsAside) {
   EXPECT_EQ(queued.serving, ticket);
   EXPECT_EQ(queued.next, static_cast<std::uint16_t>(ticket + 2));
   EXPECT_EQ(queued.owner, 7);
+  EXPECT_EQ(queued.waiting(), 1) << "what gpumemctl shows as queued";
   const std::uint64_t before = cell->word;
   EXPECT_FALSE(my.fast.try_unlock()) << "a waiter queued: releasing alone would strand it";
   EXPECT_EQ(cell->word, before);
@@ -291,6 +293,25 @@ TEST(HostLock, ReclaimSkipsADeadWaiter) {
   EXPECT_EQ(word_of(*cell).owner, 3);
   EXPECT_EQ(host_lock(*cell, 3).release(behind.hold), release_status::released);
   for (const auto entry : cell->queue) EXPECT_EQ(entry, 0u) << "the dead waiter's entry stayed";
+}
+
+TEST(HostLock, ReclaimClearsAnEntryThatADeadWaiterClaimedBeforeItTookItsTickets) {
+  // A waiter claims the entry of the ticket after the holder's, then converts the word held
+  // alone; dead in between, it left an entry for a ticket nobody took.
+  auto cell = fresh_lock();
+  host_lock holder(*cell, 1);
+  const auto held = holder.try_acquire();
+  ASSERT_TRUE(held && held->alone);
+  const std::uint64_t alone = cell->word;
+  const std::uint16_t claimed = word_of(*cell).ticket_to_take();
+  cell->queue[claimed % kLockQueueLength] =
+      queue_entry{claimed, 2, false, queue_entry::waiting}.encode();
+  EXPECT_EQ(reclaim_lock(*cell, 2, daemon_side({1, 2}).facts()).status, repair_status::done);
+  EXPECT_EQ(cell->queue[claimed % kLockQueueLength], 0u) << "cleared, not left abandoned";
+  EXPECT_EQ(cell->word, alone) << "the holder keeps its hold alone";
+  EXPECT_EQ(holder.release(held->hold), release_status::released);
+  EXPECT_TRUE(word_of(*cell).free());
+  EXPECT_EQ(word_of(*cell).serving, held->hold.ticket);
 }
 
 TEST(HostLock, NotRecoverableUntilReset) {

@@ -149,6 +149,10 @@ cmake -S "$source/tests/install_consumer" -B "$work/consumer" -DCMAKE_BUILD_TYPE
 cmake --build "$work/consumer" --target consumer >>"$work/consumer.log" 2>&1 ||
   { cat "$work/consumer.log"; fail "building the find_package consumer"; }
 "$work/consumer/consumer"
+# The inline Lock::lock() and unlock() read a Lock::state that libgpumem 0.1.0 lacks: a program
+# using them must ask for the node that says so, and so refuse to load with 0.1.0.
+objdump -T "$work/consumer/consumer" | grep -q "GPUMEM_0\\.2.*unlock_contended" ||
+  fail "a program using Lock does not ask for libgpumem's GPUMEM_0.2 node"
 read -ra shared_flags <<<"$(pkg-config --cflags --libs gpumem)"
 cc -std=c11 "$source/tests/install_consumer/consumer.c" "${shared_flags[@]}" -o "$work/c_shared"
 "$work/c_shared" "$socket"

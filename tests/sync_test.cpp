@@ -76,7 +76,7 @@ TEST(Lock, ThreadsSharingOneLockObjectAndOtherProcessesIncrementACounterExactly)
       for (int i = 0; i < kIterations; ++i) {
         // Every way in: the inline lock(), try_lock() and the timed acquire.
         if (t == 1 && i % 2 == 0) {
-          while (!lock.try_lock()) std::this_thread::yield();
+          if (!lock.try_lock()) lock.lock();
         } else if (t == 2 && i % 3 == 0) {
           while (lock.try_acquire_for(1ms) == LockStatus::timeout) {
           }

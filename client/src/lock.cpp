@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <optional>
 
 #include "connection.hpp"
 #include "cuda_sync.hpp"
@@ -30,8 +31,10 @@ struct detail::lock_state final : Lock::state {
   sync::host_lock algorithm;
   /// The host hold: written by the thread that acquired, read by the one that releases,
   /// both ordered by the lock itself. A hold the fast path takes is the one the last slow
-  /// acquire wrote with its guess: taken alone, the lock keeps its ticket and epoch.
-  sync::lock_hold hold{};
+  /// acquire wrote with its guess: taken alone, the lock keeps its ticket and epoch. None
+  /// before this object's first acquire, so that its unlock() cannot release a hold another
+  /// object of the same client took (holds taken alone all look alike).
+  std::optional<sync::lock_hold> hold;
   std::atomic<bool> owner_died{false};
   /// Whether this object already checked that the lock is a host lock (it stays one).
   std::atomic<bool> host_checked{false};
@@ -147,7 +150,7 @@ LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
 void Lock::unlock_contended() {
   auto* const self = detail::lock_state::of(*this);
   detail::check_open(self, "Lock");
-  if (self->algorithm.release(self->hold) != sync::release_status::released) {
+  if (!self->hold || self->algorithm.release(*self->hold) != sync::release_status::released) {
     throw Error(errc::not_lock_owner,
                 "lock '" + name() + "' is not held by this process (or an operator reset it)");
   }
@@ -160,7 +163,7 @@ bool Lock::owner_died() const noexcept {
 void Lock::mark_consistent() {
   auto* const self = detail::lock_state::of(*this);
   detail::check_open(self, "Lock");
-  if (!self->algorithm.mark_consistent(self->hold)) {
+  if (!self->hold || !self->algorithm.mark_consistent(*self->hold)) {
     throw Error(errc::not_lock_owner, "lock '" + name() + "' is not held by this process");
   }
   self->owner_died.store(false, std::memory_order_relaxed);

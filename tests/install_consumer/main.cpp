@@ -2,6 +2,14 @@
 
 #include <cstdio>
 #include <gpumem/gpumem.hpp>
+#include <gpumem/sync.hpp>
+#include <mutex>
+
+// Never called: it makes the program use the inline Lock::lock() and unlock(), so that it
+// needs libgpumem's GPUMEM_0.2 node (package_test.sh checks that it asks for it).
+void take_and_release(gpumem::Lock& lock) {
+  std::scoped_lock hold(lock);
+}
 
 int main() {
   try {

@@ -16,7 +16,9 @@
 /// alone, it only gains this process's owner bits, and released alone, it loses them again
 /// (gpumem/shared/sync/layout.hpp, lock_word). The value is a guess the library's slow path
 /// writes when it takes the lock alone; a wrong guess only fails the compare-and-swap, and the
-/// caller then takes the slow path.
+/// caller then takes the slow path. (Unless the word comes back to an old guess while a
+/// thread that read it is preempted, after 65,536 contended hand-offs: it then holds the lock
+/// under a hold the slow path has since replaced, and its unlock() throws not_lock_owner.)
 
 #include <atomic>
 #include <cstdint>

@@ -64,8 +64,12 @@ class GPUMEM_API Lock {
     return try_acquire_for(timeout) != LockStatus::timeout;
   }
   /// @brief Inline like lock(): uncontended, one compare-and-swap.
+  ///
+  /// The holder is the process (its Client), as the daemon sees it, not one Lock object or
+  /// thread: another Lock object of the same name and Client that took the lock before can
+  /// release a hold it did not take, a caller's bug as unlocking another's std::mutex is.
   /// @throws Error(not_lock_owner) when this process does not hold it (never took it, or an
-  /// operator reset it meanwhile).
+  /// operator reset it meanwhile), or this object never took it.
   void unlock();
 
   /// @throws Error(not_recoverable)

@@ -19,7 +19,9 @@ static_assert(std::endian::native == std::endian::little,
               "the wire layouts are memcpy'd: port the codec before building on a big-endian host");
 
 inline constexpr std::uint32_t kMagic = 0x444d5047;  // "GPMD" in memory order
-inline constexpr std::uint16_t kProtocolVersion = 4;
+/// 5: a lock word may be held alone (an owner and no ticket; shared/sync/layout.hpp), which a
+/// version-4 client would take for free.
+inline constexpr std::uint16_t kProtocolVersion = 5;
 inline constexpr std::uint32_t kMaxPayloadSize = 64 * 1024;
 /// The kernel refuses more than SCM_MAX_FD (253) descriptors in one message.
 inline constexpr std::uint16_t kMaxFdsPerMessage = 253;

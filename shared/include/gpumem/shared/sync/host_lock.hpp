@@ -5,11 +5,11 @@
 ///
 /// Uncontended, acquire and release are one compare-and-swap each and no system call: a lock
 /// taken alone only gains its owner (lock_word's shapes), which the client's inline fast path
-/// (gpumem/lock_fast_path.hpp) relies on. A waiter claims the queue entry of the next ticket
-/// before it takes the ticket, so whoever
-/// looks at the cell (the releaser, the daemon after a death) always knows who holds each
-/// ticket. The releaser grants the first waiting entry, skipping abandoned ones (timeouts,
-/// dead waiters), then moves the word to that ticket with the new owner, then wakes it.
+/// (gpumem/lock_fast_path.hpp) relies on. A waiter claims the queue entry of the ticket it
+/// takes (lock_word::ticket_to_take) before it takes it, so whoever looks at the cell (the
+/// releaser, the daemon after a death) always knows who holds each ticket. The releaser grants
+/// the first waiting entry, skipping abandoned ones (timeouts, dead waiters), then moves the
+/// word to that ticket with the new owner, then wakes it.
 
 #include <chrono>
 #include <cstdint>

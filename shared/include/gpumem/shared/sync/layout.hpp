@@ -74,7 +74,7 @@ constexpr bool is_domain_word(std::uint32_t word) noexcept {
 /// - held alone: an owner and no ticket taken. An uncontended lock + unlock only sets and
 ///   clears the owner, so the word returns to the very value it had, and a process that
 ///   remembers that value takes and releases the lock without storing anything in between
-///   (gpumem/detail/lock_fast_path.hpp says why that matters);
+///   (gpumem/lock_fast_path.hpp says why that matters);
 /// - held in the queue: the owner holds ticket `serving`, and next - serving - 1 waiters
 ///   queue behind it. The first waiter to come to a lock held alone takes two tickets, the
 ///   holder's (serving) and its own, so the holder's hold stays {serving, epoch} throughout.
