@@ -38,17 +38,25 @@ void expect_line(child_process& process, const std::string& prefix) {
   EXPECT_TRUE(line->starts_with(prefix)) << "expected '" << prefix << "...', got '" << *line << "'";
 }
 
+/// @p processes peers that each take the lock "counter.lock" @p iterations times and increment
+/// the plain counter in the buffer "counter" under it.
+std::vector<child_process> lock_counters(const daemon_process& daemon, int processes,
+                                         int iterations) {
+  std::vector<child_process> workers;
+  for (int i = 0; i < processes; ++i) {
+    workers.push_back(
+        peer(daemon, {"lock-count", "counter.lock", "counter", std::to_string(iterations)}));
+  }
+  return workers;
+}
+
 TEST(Lock, ProcessesIncrementAPlainCounterExactly) {
   daemon_process daemon;
   auto client = daemon.connect();
   auto counter = client.allocate(4096, {.name = "counter"});
   constexpr int kProcesses = 4;
   constexpr int kIterations = 3000;
-  std::vector<child_process> workers;
-  for (int i = 0; i < kProcesses; ++i) {
-    workers.push_back(
-        peer(daemon, {"lock-count", "counter.lock", "counter", std::to_string(kIterations)}));
-  }
+  auto workers = lock_counters(daemon, kProcesses, kIterations);
   for (auto& worker : workers) expect_line(worker, "done");
   EXPECT_EQ(*static_cast<const std::uint64_t*>(counter.data()),
             std::uint64_t{kProcesses} * kIterations);
@@ -64,11 +72,7 @@ TEST(Lock, ThreadsSharingOneLockObjectAndOtherProcessesIncrementACounterExactly)
   constexpr int kProcesses = 2;
   constexpr int kThreads = 3;
   constexpr int kIterations = 3000;
-  std::vector<child_process> workers;
-  for (int i = 0; i < kProcesses; ++i) {
-    workers.push_back(
-        peer(daemon, {"lock-count", "counter.lock", "counter", std::to_string(kIterations)}));
-  }
+  auto workers = lock_counters(daemon, kProcesses, kIterations);
   auto lock = client.lock("counter.lock");
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
