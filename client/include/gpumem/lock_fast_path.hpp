@@ -59,7 +59,6 @@ class lock_fast_path {
   void guess(std::uint64_t free_word) noexcept {
     free_word_.store(free_word, std::memory_order_relaxed);
   }
-  std::uint64_t guessed() const noexcept { return free_word_.load(std::memory_order_relaxed); }
 
  private:
   std::uint64_t* word_ = nullptr;
