@@ -166,9 +166,7 @@ TEST(HostLock, UncontendedPathsNeedNoQueue) {
 struct fast_path_of {
   fast_path_of(lock_cell& cell, const host_lock& lock) { fast.bind(cell.word, lock.owner_bits()); }
   void took(const acquire_result& taken) {
-    fast.guess(taken.alone && taken.status == acquire_status::acquired
-                   ? host_lock::free_word(taken.hold)
-                   : detail::lock_fast_path::kNoGuess);
+    fast.guess(host_lock::free_word_after(taken).value_or(detail::lock_fast_path::kNoGuess));
   }
   detail::lock_fast_path fast;
 };

@@ -50,9 +50,7 @@ struct detail::lock_state final : Lock::state {
     hold = taken.hold;
     owner_died.store(taken.status == sync::acquire_status::acquired_owner_died,
                      std::memory_order_relaxed);
-    fast.guess(taken.alone && taken.status == sync::acquire_status::acquired
-                   ? sync::host_lock::free_word(taken.hold)
-                   : lock_fast_path::kNoGuess);
+    fast.guess(sync::host_lock::free_word_after(taken).value_or(lock_fast_path::kNoGuess));
   }
   std::mutex stream_mutex;
   std::deque<std::uint16_t> stream_tickets;  ///< taken by lock(stream), oldest first

@@ -61,9 +61,11 @@ class host_lock {
 
   /// What this process's hold adds to a free word when it takes the lock alone.
   std::uint64_t owner_bits() const noexcept { return lock_word{0, slot_, 0, 0, 0}.encode(); }
-  /// The word a hold taken alone leaves when released alone.
-  static std::uint64_t free_word(lock_hold hold) noexcept {
-    return lock_word{hold.ticket, 0, 0, hold.ticket, hold.epoch}.encode();
+  /// @brief The word that releasing @p taken alone leaves, which is what a fast path may guess.
+  /// @return nullopt unless it was taken alone and clean (no flag for the release to handle).
+  static std::optional<std::uint64_t> free_word_after(const acquire_result& taken) noexcept {
+    if (!taken.alone || taken.status != acquire_status::acquired) return std::nullopt;
+    return lock_word{taken.hold.ticket, 0, 0, taken.hold.ticket, taken.hold.epoch}.encode();
   }
 
  private:
