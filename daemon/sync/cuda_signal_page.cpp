@@ -1,5 +1,6 @@
 #include "sync/cuda_signal_page.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 
@@ -50,8 +51,6 @@ void cuda_signal_page::map_into_daemon(std::int32_t device) {
   check(cu_.cuMemSetAccess(range_.get(), size_, &access, 1), "cuMemSetAccess");
   check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, repairs_),
         "cuStreamCreate");
-  check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, turns_),
-        "cuStreamCreate");
 }
 
 CUdeviceptr cuda_signal_page::address(std::uint32_t cell, std::size_t offset) const {
@@ -78,14 +77,43 @@ void cuda_signal_page::write(std::uint32_t cell, std::size_t offset, std::uint32
 
 void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                                  std::uint32_t next_turn) {
-  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-  const CUdeviceptr word = address(cell, offset);
-  check(cu_.cuStreamWaitValue32(turns_.get(), word, turn, CU_STREAM_WAIT_VALUE_EQ),
-        "cuStreamWaitValue32");
-  check(cu_.cuStreamWriteValue32(turns_.get(), word, next_turn, 0), "cuStreamWriteValue32");
+  (void)address(cell, offset);  // refused here, not at every look
+  // Waiting first, so that a read or write that throws leaves it for the next look.
+  waiting_turns_.push_back({cell, offset, turn, next_turn});
+  // A turn that has come already (the dead client's stream took it and died) passes now.
+  if (read(cell, offset) == turn) {
+    write(cell, offset, next_turn);
+    waiting_turns_.pop_back();
+  }
+}
+
+bool cuda_signal_page::pass_arrived_turns() noexcept {
+  const std::size_t looks = std::min(waiting_turns_.size(), kMostTurnsLookedAt);
+  for (std::size_t looked_at = 0; looked_at < looks && !waiting_turns_.empty(); ++looked_at) {
+    if (next_look_ >= waiting_turns_.size()) next_look_ = 0;
+    const waiting_turn& each = waiting_turns_[next_look_];
+    bool arrived = false;
+    try {
+      // The word moves past the turn only once it is written here: its holder is dead. (read()
+      // comes after the writes made before it, an earlier turn of the same lock passed too.)
+      arrived = read(each.cell, each.offset) == each.turn;
+      if (arrived) write(each.cell, each.offset, each.next_turn);
+    } catch (const std::exception& error) {
+      failed_turns_.warn("signal cell {}: passing on turn {} of a dead client: {}", each.cell,
+                         each.turn, error.what());
+      arrived = false;  // a write that failed leaves the word at the turn: looked at again
+    }
+    if (arrived) {
+      waiting_turns_.erase(waiting_turns_.begin() + static_cast<std::ptrdiff_t>(next_look_));
+    } else {
+      ++next_look_;
+    }
+  }
+  return !waiting_turns_.empty();
 }
 
 void cuda_signal_page::clear(std::uint32_t cell) {
+  std::erase_if(waiting_turns_, [&](const waiting_turn& each) { return each.cell == cell; });
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   // Stream writes behind the cell's earlier repairs: a dead party's jump made before a reset
   // must not land after it (a memset on the null stream, which a non-blocking stream does not

@@ -2,13 +2,20 @@
 /// @file
 /// @brief The signal page on a CUDA device: one VMM chunk (stream memory operations are
 /// refused on pool memory), mapped in the daemon too so that it can repair words after a
-/// death or a reset. Two streams of its own: `repairs_` for writes and clears, which never
-/// wait, so they land in the order they were made and soon; `turns_` for the turns passed on
-/// for a dead stream-lock holder, which wait for other clients' streams (so the turns of all
-/// the page's locks still pass on in the order they were queued). On one stream a turn that
-/// did not come held up every repair behind it, other objects' too.
+/// death or a reset. Its one stream, `repairs_`, carries the daemon's writes and clears and
+/// never waits, so they land in the order they were made and soon.
+///
+/// The turns of a dead stream-lock holder are not passed on by a stream wait: the daemon
+/// looks at each turn's word from the host now and then (pass_arrived_turns()) and writes
+/// the next turn once it has come. Waits queued on one stream would pass on every lock's
+/// turns in the order they were queued, and a turn that comes only after another lock's
+/// turn behind it would hold both up for good: two turns of a dead process whose other
+/// clients nest the locks, say. A wait on a stream of its own per turn would still share a
+/// hardware queue with the others (see repairs_landed()).
 
 #include <chrono>
+#include <cstddef>
+#include <vector>
 
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/cuda/handles.hpp"
@@ -31,20 +38,33 @@ class cuda_signal_page final : public signal_page {
   void write(std::uint32_t cell, std::size_t offset, std::uint32_t value) override;
   void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                  std::uint32_t next_turn) override;
+  /// Drops the turns waiting on the cell: its next object or epoch starts from zero.
   void clear(std::uint32_t cell) override;
+  bool pass_arrived_turns() noexcept override;
+  bool has_waiting_turns() const noexcept override { return !waiting_turns_.empty(); }
 
  private:
   static constexpr std::chrono::microseconds kRepairsBound{2000};
+  /// Words read per pass_arrived_turns(): each read is a copy the daemon's loop waits for.
+  static constexpr std::size_t kMostTurnsLookedAt = 32;
+
+  struct waiting_turn {
+    std::uint32_t cell;
+    std::size_t offset;
+    std::uint32_t turn;
+    std::uint32_t next_turn;
+  };
 
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
   /// Whether every write queued on repairs_ has landed, asked for at most kRepairsBound. They
   /// wait for no client and land in well under a millisecond, but a context's streams share
   /// the GPU's hardware work queues once there are more streams than queues (on an H200, a
   /// stream blocked in cuStreamWaitValue32 held up one other of 48, and 7 of 15 with
-  /// CUDA_DEVICE_MAX_CONNECTIONS=2), so a turn may hold them up: the daemon waits no longer,
-  /// and not again until they have landed (held_up_).
+  /// CUDA_DEVICE_MAX_CONNECTIONS=2), so another of the daemon's streams that waits for a
+  /// client (a pool's frees wait for the client's release event) may hold them up: the daemon
+  /// waits no longer, and not again until they have landed (held_up_).
   bool repairs_landed();
-  /// Maps handle_ into the daemon and makes the streams.
+  /// Maps handle_ into the daemon and makes repairs_.
   void map_into_daemon(std::int32_t device);
 
   const cuda::driver_api& cu_;
@@ -56,11 +76,15 @@ class cuda_signal_page final : public signal_page {
   cuda::address_range range_;
   cuda::mapped_range mapped_;
   cuda::stream repairs_;
-  cuda::stream turns_;
+  std::vector<waiting_turn> waiting_turns_;
+  /// Where pass_arrived_turns() goes on looking, so that all turns are looked at in turn.
+  std::size_t next_look_ = 0;
   bool held_up_ = false;  ///< the last wait for repairs_ ran out, and it has not drained since
   /// One line a second at most: clients can make clears (opening and closing objects) while the
   /// stream is held up.
   rate_limited_log late_zeroes_{std::chrono::seconds(1)};
+  /// A turn is looked at every round of the loop's settling while the failure lasts.
+  rate_limited_log failed_turns_{std::chrono::seconds(1)};
 };
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver);

@@ -17,6 +17,12 @@ class signal_page : public sync::signal_words {
  public:
   virtual int fd() const noexcept = 0;  ///< the chunk's shareable handle, owned by the page
   virtual std::uint64_t size() const noexcept = 0;
+  /// @brief Passes on the turns given to pass_turn() that have come since, looking at a
+  /// bounded number of them per call; the daemon's loop calls it now and then. A turn whose
+  /// word could not be read or written is logged and stays waiting.
+  /// @return whether any is still waiting.
+  virtual bool pass_arrived_turns() noexcept = 0;
+  virtual bool has_waiting_turns() const noexcept = 0;
 };
 
 /// Makes the signal page of @p device; throws request_error.

@@ -493,7 +493,23 @@ bool sync_book::settle() noexcept {
   pending_ = std::move(still);
   for (const object_id id : finished) forget_if_unused(id);
   for (const std::uint16_t slot : freed) slot_taken_.reset(slot);
-  return pending_.empty();
+  pass_arrived_turns();
+  return !has_pending();
+}
+
+bool sync_book::has_waiting_turns() const noexcept {
+  for (const auto& [id, page] : pages_) {
+    for (const auto& [device, signals] : page->signal_pages()) {
+      if (signals->has_waiting_turns()) return true;
+    }
+  }
+  return false;
+}
+
+void sync_book::pass_arrived_turns() noexcept {
+  for (const auto& [id, page] : pages_) {
+    for (const auto& [device, signals] : page->signal_pages()) signals->pass_arrived_turns();
+  }
 }
 
 sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std::uint16_t dead_slot,
@@ -521,7 +537,7 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
             {id, row, dead_client, dead_row != clients.end() ? dead_row->second.who.pid : 0});
       }
       if (done.turns_passed > 0) {
-        spdlog::warn("lock '{}': passed on {} turn(s) of a dead client", row.name,
+        spdlog::warn("lock '{}': passing on {} turn(s) of a dead client as they come", row.name,
                      done.turns_passed);
       }
       if (done.device_lock_released) {

@@ -106,10 +106,11 @@ class sync_book {
   using owner_death_listener = std::function<void(const owner_death&)>;
   /// @brief Called once per lock and death, on the loop, from let_go() and settle().
   void on_owner_death(owner_death_listener listener) { owner_death_ = std::move(listener); }
-  /// @brief Finishes clean-ups that found a hand-off in flight.
-  /// @return true when none is left.
+  /// @brief Finishes clean-ups that found a hand-off in flight, and passes on the dead
+  /// clients' stream turns that have come (signal_page::pass_arrived_turns()).
+  /// @return true when neither is left.
   bool settle() noexcept;
-  bool has_pending() const noexcept { return !pending_.empty(); }
+  bool has_pending() const noexcept { return !pending_.empty() || has_waiting_turns(); }
 
   /// @name What the state store (daemon/restart/) writes down and puts back.
   /// @{
@@ -222,6 +223,9 @@ class sync_book {
   void forget(object_id id) noexcept;
   /// The client attached under @p slot; 0 when none is (any more).
   client_id client_of_slot(std::uint16_t slot) const noexcept;
+  bool has_waiting_turns() const noexcept;
+  /// Passes on the turns that have come, on every signal page.
+  void pass_arrived_turns() noexcept;
 
   ledger& rows_;
   const access_policy& access_;

@@ -2,8 +2,9 @@
 //   stream-lock-count LOCK BUFFER|- N
 //                      N times, without waiting on the host: lock(stream), a kernel that
 //                      increments the plain counter at BUFFER, unlock(stream); then "done"
-//   stream-lock-queue LOCK
-//                      lock(stream) and never unlock; print "queued", wait to be killed
+//   stream-lock-queue LOCK...
+//                      lock(stream) each in turn and never unlock; print "queued", wait to be
+//                      killed
 //   device-lock-count LOCK BUFFER BLOCKS THREADS ITERATIONS
 //                      every thread adds one ITERATIONS times under with_lock(); "done"
 //   device-lock-hold LOCK
@@ -32,6 +33,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gpumem/gpumem.hpp"
 #include "sync_kernels.hpp"
@@ -172,9 +174,12 @@ int run(int argc, char** argv) {
     say("done");
     return 0;
   }
-  if (command == "stream-lock-queue" && argc == 3) {
-    auto lock = client.lock(argv[2]);
-    lock.lock(stream);
+  if (command == "stream-lock-queue" && argc >= 3) {
+    std::vector<gpumem::Lock> locks;
+    for (int named = 2; named < argc; ++named) {
+      locks.push_back(client.lock(argv[named]));
+      locks.back().lock(stream);
+    }
     say("queued");
     wait_forever();
   }

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "gpumem/gpumem.hpp"
@@ -173,6 +174,45 @@ TEST_F(GpuSync, StreamOrderedLockPassesOnWhenAQueuedHolderDies) {
   expect_line(behind, "done");
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 2s);
   EXPECT_EQ(client->sync_objects().at(0).owner_deaths, 1u);
+}
+
+TEST_F(GpuSync, ADeadProcesssTurnsInTwoLocksPassOnInWhicheverOrderTheyCome) {
+  // The dead process took the outer lock's turn and queued for the inner one behind this
+  // process, whose stream nests them: it waits for the outer lock before it releases the inner.
+  // So the dead turn in the inner lock comes only once the outer one's is passed on. The locks
+  // are made in both orders, so that in one the daemon comes to the inner lock first.
+  for (const bool inner_made_first : {false, true}) {
+    SCOPED_TRACE(inner_made_first ? "inner lock made first" : "outer lock made first");
+    const std::string tag = inner_made_first ? ".inner-first" : ".outer-first";
+    const std::string outer_name = "gpu.outer" + tag;
+    const std::string inner_name = "gpu.inner" + tag;
+    std::optional<Lock> outer, inner;
+    if (inner_made_first) inner.emplace(client->lock(inner_name));
+    outer.emplace(client->lock(outer_name));
+    if (!inner_made_first) inner.emplace(client->lock(inner_name));
+
+    inner->lock(stream);
+    auto dead = peer({"stream-lock-queue", outer_name, inner_name});
+    expect_line(dead, "queued");
+    outer->lock(stream);
+    outer->unlock(stream);
+    inner->unlock(stream);
+    EXPECT_FALSE(idle_within(300ms)) << "this stream took the lock whose turn another process held";
+    dead.signal(SIGKILL);
+    EXPECT_TRUE(idle_within(2000ms))
+        << "the dead process's turns in the two locks held each other up";
+
+    outer->lock(stream);
+    inner->lock(stream);
+    inner->unlock(stream);
+    outer->unlock(stream);
+    EXPECT_TRUE(idle_within(2000ms)) << "the locks did not go on after the dead process's turns";
+    for (const auto& each : client->sync_objects()) {
+      if (each.name == outer_name || each.name == inner_name) {
+        EXPECT_EQ(each.owner_deaths, 1u) << each.name;
+      }
+    }
+  }
 }
 
 TEST_F(GpuSync, DeviceLockCountsExactlyFromManyBlocks) {

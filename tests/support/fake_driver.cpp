@@ -134,9 +134,20 @@ CUresult memset_d32(CUdeviceptr, unsigned, std::size_t) {
   return device_work("cuMemsetD32");
 }
 
-/// Device memory reads as zeroes.
-CUresult copy_to_host(void* to, CUdeviceptr, std::size_t bytes) {
+CUresult write_value(CUstream, CUdeviceptr address, std::uint32_t value, unsigned) {
+  const CUresult status = device_work("cuStreamWriteValue32");
+  if (status == CUDA_SUCCESS) books.words[address] = value;
+  return status;
+}
+
+/// Reads fake().words, whole words at 4-byte steps; the rest reads as zeroes.
+CUresult copy_to_host(void* to, CUdeviceptr from, std::size_t bytes) {
   std::memset(to, 0, bytes);
+  for (std::size_t at = 0; at + sizeof(std::uint32_t) <= bytes; at += sizeof(std::uint32_t)) {
+    if (const auto word = books.words.find(from + at); word != books.words.end()) {
+      std::memcpy(static_cast<char*>(to) + at, &word->second, sizeof word->second);
+    }
+  }
   return device_work("cuMemcpyDtoH");
 }
 
@@ -269,6 +280,7 @@ cuda::driver_api make_table() {
   table.cuStreamBatchMemOp = &batch_mem_op;
   table.cuMemsetD32 = &memset_d32;
   table.cuMemcpyDtoH = &copy_to_host;
+  table.cuStreamWriteValue32 = &write_value;
   table.cuEventCreate = &event_create;
   table.cuIpcOpenEventHandle = &ipc_open_event;
   table.cuEventDestroy = &event_destroy;

@@ -21,7 +21,7 @@ std::uint32_t reclaim_stream_turns(lock_cell& cell, signal_words* page, std::uin
                                    std::uint16_t dead_slot) {
   const auto word =
       lock_word::decode(std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
-  // Its tickets, oldest first: their turns are passed on in that order on one stream.
+  // Its tickets, oldest first: a later turn of the lock comes only once the earlier is passed.
   std::vector<std::uint16_t> tickets;
   for (auto& raw : cell.queue) {
     const auto entry = queue_entry::decode(load(raw));

@@ -40,14 +40,14 @@ constexpr std::array<stream_write, 2> stream_release_writes(std::uint16_t ticket
 
 struct reclaim_result {
   lock_repair repair;                 ///< in_flight: call again later; corrupt: nothing was done
-  std::uint32_t turns_passed = 0;     ///< stream-ordered: the dead client's turns passed on
+  std::uint32_t turns_passed = 0;     ///< stream-ordered: the dead client's turns to pass on
   bool device_lock_released = false;  ///< device: it died holding the lock
 };
 
 /// @brief After the process of @p dead_slot exited: its host holds and queued tickets are
 /// released or abandoned (the next holder is told the owner died), its stream turns are passed
-/// on in stream order on @p page, its device lock is released with owner_died set. A cell that
-/// breaks a rule of check_lock_cell() is left alone and reported.
+/// on as they come (signal_words::pass_turn()), its device lock is released with owner_died
+/// set. A cell that breaks a rule of check_lock_cell() is left alone and reported.
 /// @param page the signal page of the lock's device; nullptr when it has none (host lock, or
 /// no stream or kernel ever used it). @throws what @p page throws.
 reclaim_result reclaim(lock_cell& cell, signal_words* page, std::uint32_t index,

@@ -22,8 +22,9 @@ class signal_words {
   /// @brief Stores @p value in stream order after the writes and clears queued before it,
   /// never behind a turn (pass_turn()).
   virtual void write(std::uint32_t cell, std::size_t offset, std::uint32_t value) = 0;
-  /// @brief Stream-ordered: once the word equals @p turn, stores @p next_turn (passing on the
-  /// turn of a stream-ordered lock that a dead client will never take), without blocking.
+  /// @brief Once the word equals @p turn, stores @p next_turn (passing on the turn of a
+  /// stream-ordered lock that a dead client will never take), without blocking and without
+  /// waiting for any other turn: the turns of different locks come in any order.
   virtual void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                          std::uint32_t next_turn) = 0;
   /// @brief Zeroes a cell for its next object or epoch, after the writes queued before it;
