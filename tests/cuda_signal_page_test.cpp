@@ -5,11 +5,16 @@
 #include "sync/cuda_signal_page.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <chrono>
+#include <cstddef>
 
+#include "books.hpp"
+#include "gpumem/shared/sync/host_lock.hpp"
 #include "gpumem/shared/sync/layout.hpp"
 #include "support/fake_driver.hpp"
+#include "support/host_pools.hpp"
 
 namespace gpumem::daemon {
 namespace {
@@ -17,6 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using gpumem::testing::fake;
 using gpumem::testing::fake_driver;
+using gpumem::testing::fake_word_in_the_range;
 using gpumem::testing::reset_fake_driver;
 using clock_type = std::chrono::steady_clock;
 
@@ -54,44 +60,38 @@ TEST(CudaSignalPage, OnlyTheFirstClearOrReadAfterItsRepairsAreHeldUpWaitsForThem
   EXPECT_EQ(fake().retained(), 0);
 }
 
-/// The device address of @p offset in @p cell of the page, the fake's only range.
-CUdeviceptr word_address(std::uint32_t cell, std::size_t offset) {
-  const auto& ranges = fake().live[gpumem::testing::kind::range];
-  EXPECT_EQ(ranges.size(), 1u);
-  return *ranges.begin() + cell * sync::kSignalCellSize + offset;
-}
-
 /// What a live client's stream would write: the word as the GPU holds it.
 void gpu_writes(std::uint32_t cell, std::uint32_t value) {
-  fake().words[word_address(cell, 0)] = value;
+  fake_word_in_the_range(cell * sync::kSignalCellSize) = value;
 }
 
 std::uint32_t word_of(std::uint32_t cell) {
-  return fake().words[word_address(cell, 0)];
+  return fake_word_in_the_range(cell * sync::kSignalCellSize);
 }
 
 TEST(CudaSignalPage, TurnsOfDeadClientsPassOnAsTheyComeAndWaitForNoOtherLocksTurn) {
   reset_fake_driver();
   {
     cuda_signal_page page(fake_driver(), 0);
-    // A dead client's turns in two locks, given in the other order than they come: the second
-    // lock's turn comes only once a live client that nests the locks got the first's.
-    gpu_writes(1, 7);
-    page.pass_turn(1, 0, 8, 9);
-    gpu_writes(2, 3);
-    page.pass_turn(2, 0, 4, 5);
+    // A dead client's turns in two locks, the inner one's given first: it comes only once a
+    // live client that nests the locks got the outer one, whose turn is given second.
+    constexpr std::uint32_t kInner = 1, kOuter = 2;
+    gpu_writes(kInner, 7);
+    page.pass_turn(kInner, 0, 8, 9);
+    gpu_writes(kOuter, 3);
+    page.pass_turn(kOuter, 0, 4, 5);
     EXPECT_TRUE(page.has_waiting_turns());
-    EXPECT_EQ(word_of(1), 7u);
-    EXPECT_EQ(word_of(2), 3u) << "a turn that has not come was passed on";
+    EXPECT_EQ(word_of(kInner), 7u);
+    EXPECT_EQ(word_of(kOuter), 3u) << "a turn that has not come was passed on";
 
-    gpu_writes(2, 4);  // the first lock's holder released
-    EXPECT_TRUE(page.pass_arrived_turns()) << "the second lock's turn has not come yet";
-    EXPECT_EQ(word_of(2), 5u) << "the first lock's turn waited behind the second's";
-    EXPECT_EQ(word_of(1), 7u);
+    gpu_writes(kOuter, 4);  // the outer lock's holder released it
+    EXPECT_TRUE(page.pass_arrived_turns()) << "the inner lock's turn has not come yet";
+    EXPECT_EQ(word_of(kOuter), 5u) << "the outer lock's turn waited behind the inner one's";
+    EXPECT_EQ(word_of(kInner), 7u);
 
-    gpu_writes(1, 8);  // the live client got the first lock and released the second
+    gpu_writes(kInner, 8);  // the live client got the outer lock and released the inner one
     EXPECT_FALSE(page.pass_arrived_turns());
-    EXPECT_EQ(word_of(1), 9u);
+    EXPECT_EQ(word_of(kInner), 9u);
     EXPECT_FALSE(page.has_waiting_turns());
   }
   EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
@@ -105,6 +105,21 @@ TEST(CudaSignalPage, ATurnThatHasComePassesAtOnceAndTheDeadClientsNextTurnAfterI
   page.pass_turn(3, 0, 6, 7);
   EXPECT_EQ(word_of(3), 7u);
   EXPECT_FALSE(page.has_waiting_turns());
+}
+
+TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
+  reset_fake_driver();
+  cuda_signal_page page(fake_driver(), 0);
+  // The dead client's stream released turn 5 before the process died.
+  gpu_writes(3, 6);
+  page.pass_turn(3, 0, 5, 6);
+  EXPECT_FALSE(page.has_waiting_turns());
+  // A turn adopted from a state written before it was passed; tickets wrap at 16 bits.
+  gpu_writes(4, 2);
+  page.adopt_waiting_turn({4, 0, 0xfffe, 0xffff});
+  EXPECT_FALSE(page.pass_arrived_turns());
+  EXPECT_EQ(word_of(4), 2u);
+  EXPECT_EQ(word_of(3), 6u);
 }
 
 TEST(CudaSignalPage, AClearedCellsTurnsNoLongerWait) {
@@ -123,30 +138,95 @@ TEST(CudaSignalPage, AClearedCellsTurnsNoLongerWait) {
 TEST(CudaSignalPage, EachLookAtWaitingTurnsReadsABoundedNumberOfWordsAndGoesOnWhereItStopped) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
-  constexpr std::uint32_t kTurns = 40;
-  for (std::uint32_t cell = 0; cell < kTurns; ++cell) page.pass_turn(cell, 0, 1, 2);
-  for (std::uint32_t cell = 0; cell < kTurns; ++cell) gpu_writes(cell, 1);
-  const int reads_before = fake().calls["cuMemcpyDtoH"];
-  EXPECT_TRUE(page.pass_arrived_turns());
-  const int reads = fake().calls["cuMemcpyDtoH"] - reads_before;
-  EXPECT_GT(reads, 0);
-  EXPECT_LT(reads, static_cast<int>(kTurns)) << "one look read every waiting turn's word";
-  EXPECT_FALSE(page.pass_arrived_turns()) << "the second look did not reach the rest";
-  for (std::uint32_t cell = 0; cell < kTurns; ++cell) EXPECT_EQ(word_of(cell), 2u) << cell;
+  // Many turns that have not come, given before a few that come: every look reads a bounded
+  // number of words, and the next goes on where it stopped, so the later ones are reached.
+  constexpr std::uint32_t kWaiting = 40, kComing = 8;
+  for (std::uint32_t cell = 0; cell < kWaiting + kComing; ++cell) page.pass_turn(cell, 0, 1, 2);
+  for (std::uint32_t cell = kWaiting; cell < kWaiting + kComing; ++cell) gpu_writes(cell, 1);
+  int passed_after = 0;
+  for (int look = 1; look <= 4 && passed_after == 0; ++look) {
+    const int reads_before = fake().calls["cuMemcpyDtoH"];
+    EXPECT_TRUE(page.pass_arrived_turns());
+    EXPECT_LT(fake().calls["cuMemcpyDtoH"] - reads_before, static_cast<int>(kWaiting))
+        << "one look read every waiting turn's word";
+    if (word_of(kWaiting) == 2u) passed_after = look;
+  }
+  EXPECT_EQ(passed_after, 2) << "the looks did not go on where the one before stopped";
+  for (std::uint32_t cell = kWaiting; cell < kWaiting + kComing; ++cell) {
+    EXPECT_EQ(word_of(cell), 2u) << cell;
+  }
+  EXPECT_EQ(word_of(0), 0u);
 }
 
-TEST(CudaSignalPage, AWordThatCannotBeReadLeavesItsTurnWaiting) {
+TEST(CudaSignalPage, NoTurnIsToldWhileTheRepairsBeforeItHaveNotLanded) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
-  page.pass_turn(5, 0, 3, 4);
+  // The word shows the turn, but a write queued before (a clear's zeroes, say) has not landed:
+  // what the word will be is not known yet.
+  gpu_writes(6, 3);
+  hold_up_repairs(true);
+  page.pass_turn(6, 0, 3, 4);
+  EXPECT_TRUE(page.pass_arrived_turns());
+  EXPECT_EQ(word_of(6), 3u) << "a turn was passed on a word read before the repairs landed";
+  hold_up_repairs(false);
+  EXPECT_FALSE(page.pass_arrived_turns());
+  EXPECT_EQ(word_of(6), 4u);
+}
+
+TEST(CudaSignalPage, AWordThatCannotBeReadOrWrittenLeavesItsTurnWaiting) {
+  reset_fake_driver();
+  cuda_signal_page page(fake_driver(), 0);
   gpu_writes(5, 3);
-  fake().failing = "cuMemcpyDtoH";
   fake().fail_with = CUDA_ERROR_UNKNOWN;
+  fake().failing = "cuMemcpyDtoH";
+  page.pass_turn(5, 0, 3, 4);
+  EXPECT_TRUE(page.pass_arrived_turns());
+  fake().failing = "cuStreamWriteValue32";
   EXPECT_TRUE(page.pass_arrived_turns());
   EXPECT_EQ(word_of(5), 3u);
   fake().failing = "";
   EXPECT_FALSE(page.pass_arrived_turns());
   EXPECT_EQ(word_of(5), 4u);
+}
+
+TEST(CudaSignalPage, TheBooksLookAtADeadClientsTurnUntilItComesAndThenStop) {
+  reset_fake_driver();
+  daemon_config config = embedded_default_config();
+  config.pools[0].size = 4 << 20;
+  books book(config, host_pools, {}, cuda_signal_page_maker(fake_driver()));
+  const client_id holder = book.add_client({200, 1000, 1000, {}});
+  const client_id dying = book.add_client({201, 1000, 1000, {}});
+  const std::uint16_t holder_slot = book.sync.attach(holder).slot;
+  const std::uint16_t dying_slot = book.sync.attach(dying).slot;
+  proto::sync_open_request request{};
+  ASSERT_FALSE(proto::make_wire_name("streamed", request.name));
+  request.kind = proto::sync_kind::lock;
+  const auto opened = book.sync.open(holder, request).reply;
+  book.sync.open(dying, request);
+  book.sync.signal_page_of(holder, opened.page, 0);
+  void* host_page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
+                           book.sync.page_for(holder, opened.page).fd(), 0);
+  ASSERT_NE(host_page, MAP_FAILED);
+  const std::uint32_t index = sync::index_of_cell(opened.cell);
+  auto& cell = *reinterpret_cast<sync::lock_cell*>(static_cast<std::byte*>(host_page) +
+                                                   index * sync::kCellSize);
+  cell.domain = sync::domain_word(sync::domain::stream, 0);
+  // The holder's stream is served ticket 0; the dying client queued ticket 1 behind it.
+  ASSERT_EQ(sync::host_lock(cell, holder_slot).take_stream_ticket(), 0);
+  ASSERT_EQ(sync::host_lock(cell, dying_slot).take_stream_ticket(), 1);
+  std::uint32_t& serving =
+      fake_word_in_the_range(index * sync::kSignalCellSize + offsetof(sync::signal_cell, serving));
+
+  book.remove_client(dying);
+  EXPECT_TRUE(book.sync.has_pending()) << "the dead client's turn waits for nobody to look";
+  EXPECT_FALSE(book.sync.settle());
+  EXPECT_EQ(serving, 0u);
+  serving = 1;  // the holder's stream released
+  EXPECT_TRUE(book.sync.settle());
+  EXPECT_EQ(serving, 2u);
+  EXPECT_FALSE(book.sync.has_pending());
+  ::munmap(host_page, sync::kHostPageSize);
+  EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
 }
 
 }  // namespace

@@ -173,6 +173,9 @@ server::~server() {
 void server::run() {
   wait_for_signal();
   asio::co_spawn(io_, accept_loop(), asio::detached);
+  // Clean-ups and lock turns re-adopted from a previous daemon, or left by clients that died
+  // while none ran, go on without waiting for a session to end.
+  settle_pending();
   if (const auto interval = systemd::watchdog_interval()) {
     spdlog::info("systemd watchdog: {} ms, pinging every {} ms", interval->count() / 1000,
                  interval->count() / 2000);

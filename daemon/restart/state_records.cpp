@@ -323,6 +323,21 @@ void put_page(record_writer& out, const sync_page& page) {
   put_tenant(out, page.tenant());
   out.put(static_cast<std::uint32_t>(page.signal_pages().size()));
   for (const auto& [device, signal] : page.signal_pages()) out.put(device);
+  std::vector<saved_turn> waiting;
+  for (const auto& [device, signal] : page.signal_pages()) {
+    for (const auto& turn : signal->waiting_turns()) {
+      waiting.push_back({device, page.object_in(turn.cell), turn});
+    }
+  }
+  out.put(static_cast<std::uint32_t>(waiting.size()));
+  for (const saved_turn& each : waiting) {
+    out.put(each.device);
+    out.put(each.lock);
+    out.put(each.turn.cell);
+    out.put(each.turn.offset);
+    out.put(each.turn.turn);
+    out.put(each.turn.next_turn);
+  }
 }
 
 saved_page get_page(record_reader& in) {
@@ -330,6 +345,16 @@ saved_page get_page(record_reader& in) {
   saved.tenant = get_tenant(in);
   saved.signal_devices.resize(in.get_count(4));
   for (auto& device : saved.signal_devices) device = in.get<std::int32_t>();
+  if (in.remaining() == 0) return saved;  // written before waiting turns were kept
+  saved.waiting_turns.resize(in.get_count(4 + 8 + 4 * 4));
+  for (saved_turn& each : saved.waiting_turns) {
+    each.device = in.get<std::int32_t>();
+    each.lock = in.get<object_id>();
+    each.turn.cell = in.get<std::uint32_t>();
+    each.turn.offset = in.get<std::uint32_t>();
+    each.turn.turn = in.get<std::uint32_t>();
+    each.turn.next_turn = in.get<std::uint32_t>();
+  }
   return saved;
 }
 

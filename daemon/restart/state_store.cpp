@@ -279,6 +279,15 @@ void state_store::adopt_image(books& state, const state_image& image) {
     }
   }
   for (const auto& pending : image.meta.pending) state.sync.adopt_pending(pending);
+  for (const auto& [id, saved] : image.pages) {
+    for (const saved_turn& waiting : saved.waiting_turns) {
+      try {
+        state.sync.adopt_waiting_turn(id, waiting.device, waiting.lock, waiting.turn);
+      } catch (const std::exception& error) {
+        drop("a dead client's lock turn on lock page", id, error.what());
+      }
+    }
+  }
   state.rows.restore_next_ids(image.meta.next_object, image.meta.next_client);
   state.memory.reserve_pool_ids(image.meta.next_pool);
   chunk_ids_from(image.meta.next_chunk);

@@ -64,6 +64,10 @@ std::uint32_t cuda_signal_page::read(std::uint32_t cell, std::size_t offset) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   // After the writes queued before it (a reset's zeroes, say), as far as they land in time.
   (void)repairs_landed();
+  return copy_word(cell, offset);
+}
+
+std::uint32_t cuda_signal_page::copy_word(std::uint32_t cell, std::size_t offset) {
   std::uint32_t value = 0;
   check(cu_.cuMemcpyDtoH(&value, address(cell, offset), sizeof value), "cuMemcpyDtoH");
   return value;
@@ -75,15 +79,47 @@ void cuda_signal_page::write(std::uint32_t cell, std::size_t offset, std::uint32
         "cuStreamWriteValue32");
 }
 
+cuda_signal_page::look cuda_signal_page::look_at(const waiting_turn& each) {
+  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+  // Only a word read after every repair queued before it lands says anything: a clear's
+  // zeroes or an earlier pass still on their way would show a turn that is gone, or hide one.
+  if (!repairs_landed()) return look::held_up;
+  // The word reaches the turn and stays there until it is written here: its holder is dead.
+  const std::uint32_t word = copy_word(each.cell, each.offset);
+  if (word == each.turn) {
+    write(each.cell, each.offset, each.next_turn);
+    return look::done;
+  }
+  // Past the turn already: the dead client's stream released it before the process died, or
+  // it was passed before the state it was adopted from was written.
+  return sync::ticket_served(word, each.turn) ? look::done : look::not_yet;
+}
+
 void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                                  std::uint32_t next_turn) {
   (void)address(cell, offset);  // refused here, not at every look
-  // Waiting first, so that a read or write that throws leaves it for the next look.
-  waiting_turns_.push_back({cell, offset, turn, next_turn});
+  // Waiting first, so that a look that fails leaves it for the next one.
+  waiting_turns_.push_back({cell, static_cast<std::uint32_t>(offset), turn, next_turn});
   // A turn that has come already (the dead client's stream took it and died) passes now.
-  if (read(cell, offset) == turn) {
-    write(cell, offset, next_turn);
-    waiting_turns_.pop_back();
+  if (look_now(waiting_turns_.back()) == look::done) waiting_turns_.pop_back();
+}
+
+void cuda_signal_page::adopt_waiting_turn(const waiting_turn& turn) {
+  (void)address(turn.cell, turn.offset);
+  waiting_turns_.push_back(turn);
+}
+
+cuda_signal_page::look cuda_signal_page::look_now(const waiting_turn& each) noexcept {
+  try {
+    return look_at(each);
+  } catch (const std::exception& error) {
+    try {
+      failed_turns_.warn("signal cell {}: passing on turn {} of a dead client: {}", each.cell,
+                         each.turn, error.what());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the turn waits on, logged or not
+    }
+    // A write that failed left the word at the turn: it is looked at again.
+    return look::not_yet;
   }
 }
 
@@ -91,19 +127,9 @@ bool cuda_signal_page::pass_arrived_turns() noexcept {
   const std::size_t looks = std::min(waiting_turns_.size(), kMostTurnsLookedAt);
   for (std::size_t looked_at = 0; looked_at < looks && !waiting_turns_.empty(); ++looked_at) {
     if (next_look_ >= waiting_turns_.size()) next_look_ = 0;
-    const waiting_turn& each = waiting_turns_[next_look_];
-    bool arrived = false;
-    try {
-      // The word moves past the turn only once it is written here: its holder is dead. (read()
-      // comes after the writes made before it, an earlier turn of the same lock passed too.)
-      arrived = read(each.cell, each.offset) == each.turn;
-      if (arrived) write(each.cell, each.offset, each.next_turn);
-    } catch (const std::exception& error) {
-      failed_turns_.warn("signal cell {}: passing on turn {} of a dead client: {}", each.cell,
-                         each.turn, error.what());
-      arrived = false;  // a write that failed leaves the word at the turn: looked at again
-    }
-    if (arrived) {
+    const look found = look_now(waiting_turns_[next_look_]);
+    if (found == look::held_up) break;  // until the repairs have landed
+    if (found == look::done) {
       waiting_turns_.erase(waiting_turns_.begin() + static_cast<std::ptrdiff_t>(next_look_));
     } else {
       ++next_look_;

@@ -42,20 +42,28 @@ class cuda_signal_page final : public signal_page {
   void clear(std::uint32_t cell) override;
   bool pass_arrived_turns() noexcept override;
   bool has_waiting_turns() const noexcept override { return !waiting_turns_.empty(); }
+  std::vector<waiting_turn> waiting_turns() const override { return waiting_turns_; }
+  void adopt_waiting_turn(const waiting_turn& turn) override;
 
  private:
   static constexpr std::chrono::microseconds kRepairsBound{2000};
   /// Words read per pass_arrived_turns(): each read is a copy the daemon's loop waits for.
   static constexpr std::size_t kMostTurnsLookedAt = 32;
 
-  struct waiting_turn {
-    std::uint32_t cell;
-    std::size_t offset;
-    std::uint32_t turn;
-    std::uint32_t next_turn;
+  /// What looking at a waiting turn found.
+  enum class look {
+    done,     ///< passed on now, or found passed already: it waits no more
+    not_yet,  ///< the word has not reached the turn, or could not be read or written
+    held_up,  ///< the repairs queued before have not landed: nothing can be told yet
   };
 
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
+  /// The word as the GPU holds it, with no wait for the repairs queued before it.
+  std::uint32_t copy_word(std::uint32_t cell, std::size_t offset);
+  /// Passes @p each on if it has come. @throws cuda::cuda_error
+  look look_at(const waiting_turn& each);
+  /// look_at() with a failure logged and taken as not yet.
+  look look_now(const waiting_turn& each) noexcept;
   /// Whether every write queued on repairs_ has landed, asked for at most kRepairsBound. They
   /// wait for no client and land in well under a millisecond, but a context's streams share
   /// the GPU's hardware work queues once there are more streams than queues (on an H200, a

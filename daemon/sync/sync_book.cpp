@@ -537,6 +537,7 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
             {id, row, dead_client, dead_row != clients.end() ? dead_row->second.who.pid : 0});
       }
       if (done.turns_passed > 0) {
+        rows_.touch_page(entry.page);  // its record holds the turns that wait
         spdlog::warn("lock '{}': passing on {} turn(s) of a dead client as they come", row.name,
                      done.turns_passed);
       }
@@ -717,6 +718,20 @@ void sync_book::adopt_attachment(client_id client, const saved_attachment& saved
   page->second->attach();
   slot_taken_.set(saved.slot);
   attached_.insert_or_assign(client, attached_client{saved.slot, saved.own_page});
+}
+
+void sync_book::adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, object_id lock,
+                                   const signal_page::waiting_turn& turn) {
+  const auto page = pages_.find(page_id);
+  signal_page* signals = page == pages_.end() ? nullptr : page->second->signal_page_on(device);
+  if (signals == nullptr) {
+    throw request_error(errc::internal, fmt::format("no signal page on device {}", device));
+  }
+  if (lock == 0 || page->second->object_in(turn.cell) != lock) {
+    throw request_error(errc::internal,
+                        fmt::format("lock {} is no longer in cell {}", lock, turn.cell));
+  }
+  signals->adopt_waiting_turn(turn);
 }
 
 void sync_book::adopt_pending(const saved_reclaim& saved) {

@@ -54,7 +54,7 @@ std::optional<std::uint32_t> sync_page::take_cell(object_id object) noexcept {
   // A class's full pages are passed over in turn: that must not cost a scan of each.
   if (cells_used_ == sync::kCellCount) return std::nullopt;
   // Round robin, so that a freed cell is reused as late as possible: a repair queued on a
-  // signal page for its old object may still be waiting its turn.
+  // signal page for its old object may not have landed yet (see cuda_signal_page.hpp).
   for (std::uint32_t tried = 0; tried < sync::kCellCount; ++tried) {
     const std::uint32_t index = (next_cell_ + tried) % sync::kCellCount;
     if (cell_objects_[index] != 0) continue;

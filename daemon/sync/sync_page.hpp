@@ -65,9 +65,9 @@ class sync_page {
   }
 
   /// Whether the page can go. Never once it has a signal page: a repair queued on that page's
-  /// stream may still wait for a word of it, and unmapping device memory under a pending stream
-  /// operation faults the daemon's context on the device; the daemon cannot cancel the wait.
-  /// Such a page stays, empty, for its class.
+  /// stream may not have landed yet (another stream that waits for a client can hold it up),
+  /// and unmapping device memory under a pending stream operation faults the daemon's context
+  /// on the device; the daemon cannot cancel it. Such a page stays, empty, for its class.
   bool unused() const noexcept {
     return cells_used_ == 0 && attached_ == 0 && signal_pages_.empty();
   }

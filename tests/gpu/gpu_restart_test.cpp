@@ -459,5 +459,39 @@ TEST_F(GpuRestart, AStreamOrderedLockHeldAcrossASigkillStaysHeldUntilItsHolderDi
   EXPECT_EQ(kept->owner_deaths, 1u);
 }
 
+TEST_F(GpuRestart, ADeadClientsLockTurnThatWaitedAcrossASigkillIsPassedOnByTheNewDaemon) {
+  stream = make_stream();
+  stream_t held = make_stream();
+  // This process holds the lock on a stream stopped at a gate; another process queues behind
+  // it and dies, so the daemon waits for the dead process's turn to come.
+  auto lock = client->lock("gpu.turn");
+  auto gate = client->barrier("gpu.turn-gate", 2);
+  auto opener = client->barrier("gpu.turn-gate", 2);
+  lock.lock(held);
+  gate.wait(gate.arrive(held), held);
+  lock.unlock(held);
+  auto queued = sync_peer({"stream-lock-queue", "gpu.turn"});
+  ASSERT_TRUE(says(queued, "queued"));
+  queued.signal(SIGKILL);
+  ASSERT_TRUE(queued.wait(30s));
+  const auto owner_deaths = [&] {
+    for (const auto& each : client->sync_objects()) {
+      if (each.name == "gpu.turn") return each.owner_deaths;
+    }
+    return 0u;
+  };
+  ASSERT_TRUE(daemon->wait_for([&] { return owner_deaths() == 1; }, 5s))
+      << "the daemon took no turn of the dead process to pass on";
+
+  daemon->restart(SIGKILL);
+
+  opener.arrive(stream);  // the holder's stream goes on and releases: the dead turn comes
+  lock.lock(stream);      // behind it
+  lock.unlock(stream);
+  EXPECT_TRUE(idle_within(5s)) << "the new daemon did not pass on the dead process's turn";
+  EXPECT_TRUE(stream_idle(held));
+  destroy_stream(held);
+}
+
 }  // namespace
 }  // namespace gpumem::testing

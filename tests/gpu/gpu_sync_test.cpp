@@ -176,7 +176,7 @@ TEST_F(GpuSync, StreamOrderedLockPassesOnWhenAQueuedHolderDies) {
   EXPECT_EQ(client->sync_objects().at(0).owner_deaths, 1u);
 }
 
-TEST_F(GpuSync, ADeadProcesssTurnsInTwoLocksPassOnInWhicheverOrderTheyCome) {
+TEST_F(GpuSync, TheTurnsOfADeadProcessInTwoLocksPassOnInWhicheverOrderTheyCome) {
   // The dead process took the outer lock's turn and queued for the inner one behind this
   // process, whose stream nests them: it waits for the outer lock before it releases the inner.
   // So the dead turn in the inner lock comes only once the outer one's is passed on. The locks

@@ -334,4 +334,14 @@ CUcontext fake_primary_context(CUdevice device) {
                                      static_cast<std::uintptr_t>(device));
 }
 
+std::uint32_t& fake_word_in_the_range(std::size_t offset) {
+  const auto& ranges = books.live[kind::range];
+  if (ranges.size() != 1) {
+    books.misuse.push_back("fake_word_in_the_range with " + std::to_string(ranges.size()) +
+                           " ranges reserved");
+  }
+  const CUdeviceptr start = ranges.empty() ? 0 : *ranges.begin();
+  return books.words[start + offset];
+}
+
 }  // namespace gpumem::testing

@@ -46,4 +46,8 @@ const cuda::driver_api& fake_driver();
 /// The context that the fake's primary context of @p device is.
 CUcontext fake_primary_context(CUdevice device);
 
+/// The word at @p offset into the one address range reserved (a signal page's), in the fake's
+/// device memory (fake_books::words): what a client's stream would write there, or read.
+std::uint32_t& fake_word_in_the_range(std::size_t offset);
+
 }  // namespace gpumem::testing
