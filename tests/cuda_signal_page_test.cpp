@@ -13,6 +13,8 @@
 #include "books.hpp"
 #include "gpumem/shared/sync/host_lock.hpp"
 #include "gpumem/shared/sync/layout.hpp"
+#include "request_error.hpp"
+#include "restart/state_records.hpp"
 #include "support/fake_driver.hpp"
 #include "support/host_pools.hpp"
 
@@ -80,7 +82,7 @@ TEST(CudaSignalPage, TurnsOfDeadClientsPassOnAsTheyComeAndWaitForNoOtherLocksTur
     page.pass_turn(kInner, 0, 8, 9);
     gpu_writes(kOuter, 3);
     page.pass_turn(kOuter, 0, 4, 5);
-    EXPECT_TRUE(page.has_waiting_turns());
+    EXPECT_GT(page.waiting_turn_count(), 0u);
     EXPECT_EQ(word_of(kInner), 7u);
     EXPECT_EQ(word_of(kOuter), 3u) << "a turn that has not come was passed on";
 
@@ -90,9 +92,11 @@ TEST(CudaSignalPage, TurnsOfDeadClientsPassOnAsTheyComeAndWaitForNoOtherLocksTur
     EXPECT_EQ(word_of(kInner), 7u);
 
     gpu_writes(kInner, 8);  // the live client got the outer lock and released the inner one
-    EXPECT_FALSE(page.pass_arrived_turns());
+    EXPECT_TRUE(page.pass_arrived_turns());
     EXPECT_EQ(word_of(kInner), 9u);
-    EXPECT_FALSE(page.has_waiting_turns());
+    EXPECT_EQ(page.waiting_turn_count(), 1u)
+        << "a turn passed on waits until its write is seen landed, the other one did not";
+    EXPECT_FALSE(page.pass_arrived_turns());
   }
   EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
 }
@@ -104,7 +108,11 @@ TEST(CudaSignalPage, ATurnThatHasComePassesAtOnceAndTheDeadClientsNextTurnAfterI
   page.pass_turn(3, 0, 5, 6);
   page.pass_turn(3, 0, 6, 7);
   EXPECT_EQ(word_of(3), 7u);
-  EXPECT_FALSE(page.has_waiting_turns());
+  // Both stay listed until a look sees their writes landed: a record of the page written
+  // before then must still hold them.
+  EXPECT_EQ(page.waiting_turn_count(), 2u);
+  EXPECT_FALSE(page.pass_arrived_turns());
+  EXPECT_EQ(word_of(3), 7u);
 }
 
 TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
@@ -113,7 +121,7 @@ TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
   // The dead client's stream released turn 5 before the process died.
   gpu_writes(3, 6);
   page.pass_turn(3, 0, 5, 6);
-  EXPECT_FALSE(page.has_waiting_turns());
+  EXPECT_EQ(page.waiting_turn_count(), 0u);
   // A turn adopted from a state written before it was passed; tickets wrap at 16 bits.
   gpu_writes(4, 2);
   page.adopt_waiting_turn({4, 0, 0xfffe, 0xffff});
@@ -126,9 +134,9 @@ TEST(CudaSignalPage, AClearedCellsTurnsNoLongerWait) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
   page.pass_turn(4, 0, 2, 3);
-  ASSERT_TRUE(page.has_waiting_turns());
+  ASSERT_GT(page.waiting_turn_count(), 0u);
   page.clear(4);
-  EXPECT_FALSE(page.has_waiting_turns());
+  EXPECT_EQ(page.waiting_turn_count(), 0u);
   // The cell's next lock reaches that value of its own: the dead client's turn is not passed.
   gpu_writes(4, 2);
   EXPECT_FALSE(page.pass_arrived_turns());
@@ -169,8 +177,9 @@ TEST(CudaSignalPage, NoTurnIsToldWhileTheRepairsBeforeItHaveNotLanded) {
   EXPECT_TRUE(page.pass_arrived_turns());
   EXPECT_EQ(word_of(6), 3u) << "a turn was passed on a word read before the repairs landed";
   hold_up_repairs(false);
-  EXPECT_FALSE(page.pass_arrived_turns());
+  EXPECT_TRUE(page.pass_arrived_turns());
   EXPECT_EQ(word_of(6), 4u);
+  EXPECT_FALSE(page.pass_arrived_turns());
 }
 
 TEST(CudaSignalPage, AWordThatCannotBeReadOrWrittenLeavesItsTurnWaiting) {
@@ -185,48 +194,104 @@ TEST(CudaSignalPage, AWordThatCannotBeReadOrWrittenLeavesItsTurnWaiting) {
   EXPECT_TRUE(page.pass_arrived_turns());
   EXPECT_EQ(word_of(5), 3u);
   fake().failing = "";
-  EXPECT_FALSE(page.pass_arrived_turns());
+  EXPECT_TRUE(page.pass_arrived_turns());
   EXPECT_EQ(word_of(5), 4u);
+  EXPECT_FALSE(page.pass_arrived_turns());
 }
 
-TEST(CudaSignalPage, TheBooksLookAtADeadClientsTurnUntilItComesAndThenStop) {
-  reset_fake_driver();
-  daemon_config config = embedded_default_config();
-  config.pools[0].size = 4 << 20;
-  books book(config, host_pools, {}, cuda_signal_page_maker(fake_driver()));
-  const client_id holder = book.add_client({200, 1000, 1000, {}});
-  const client_id dying = book.add_client({201, 1000, 1000, {}});
-  const std::uint16_t holder_slot = book.sync.attach(holder).slot;
-  const std::uint16_t dying_slot = book.sync.attach(dying).slot;
-  proto::sync_open_request request{};
-  ASSERT_FALSE(proto::make_wire_name("streamed", request.name));
-  request.kind = proto::sync_kind::lock;
-  const auto opened = book.sync.open(holder, request).reply;
-  book.sync.open(dying, request);
-  book.sync.signal_page_of(holder, opened.page, 0);
-  void* host_page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
-                           book.sync.page_for(holder, opened.page).fd(), 0);
-  ASSERT_NE(host_page, MAP_FAILED);
-  const std::uint32_t index = sync::index_of_cell(opened.cell);
-  auto& cell = *reinterpret_cast<sync::lock_cell*>(static_cast<std::byte*>(host_page) +
-                                                   index * sync::kCellSize);
-  cell.domain = sync::domain_word(sync::domain::stream, 0);
-  // The holder's stream is served ticket 0; the dying client queued ticket 1 behind it.
-  ASSERT_EQ(sync::host_lock(cell, holder_slot).take_stream_ticket(), 0);
-  ASSERT_EQ(sync::host_lock(cell, dying_slot).take_stream_ticket(), 1);
-  std::uint32_t& serving =
-      fake_word_in_the_range(index * sync::kSignalCellSize + offsetof(sync::signal_cell, serving));
+/// Books on the fake driver with a stream-ordered lock: the holder's stream is served ticket
+/// 0, and a client that dies (remove_client(dying)) queued ticket 1 behind it.
+class BooksWithAStreamLock : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::uint16_t holder_slot = book.sync.attach(holder).slot;
+    const std::uint16_t dying_slot = book.sync.attach(dying).slot;
+    proto::sync_open_request request{};
+    ASSERT_FALSE(proto::make_wire_name("streamed", request.name));
+    request.kind = proto::sync_kind::lock;
+    opened = book.sync.open(holder, request).reply;
+    book.sync.open(dying, request);
+    book.sync.signal_page_of(holder, opened.page, 0);
+    host_page = ::mmap(nullptr, sync::kHostPageSize, PROT_READ | PROT_WRITE, MAP_SHARED,
+                       book.sync.page_for(holder, opened.page).fd(), 0);
+    ASSERT_NE(host_page, MAP_FAILED);
+    index = sync::index_of_cell(opened.cell);
+    auto& cell = *reinterpret_cast<sync::lock_cell*>(static_cast<std::byte*>(host_page) +
+                                                     index * sync::kCellSize);
+    cell.domain = sync::domain_word(sync::domain::stream, 0);
+    ASSERT_EQ(sync::host_lock(cell, holder_slot).take_stream_ticket(), 0);
+    ASSERT_EQ(sync::host_lock(cell, dying_slot).take_stream_ticket(), 1);
+  }
+  void TearDown() override {
+    if (host_page != MAP_FAILED) ::munmap(host_page, sync::kHostPageSize);
+    EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
+  }
+  static books make_books() {
+    reset_fake_driver();
+    daemon_config config = embedded_default_config();
+    config.pools[0].size = 4 << 20;
+    return books(config, host_pools, {}, cuda_signal_page_maker(fake_driver()));
+  }
+  /// The lock's turn on the signal page, as the GPU holds it.
+  std::uint32_t& serving() const {
+    return fake_word_in_the_range(index * sync::kSignalCellSize +
+                                  offsetof(sync::signal_cell, serving));
+  }
 
+  books book = make_books();
+  client_id holder = book.add_client({200, 1000, 1000, {}});
+  client_id dying = book.add_client({201, 1000, 1000, {}});
+  proto::sync_open_reply opened{};
+  void* host_page = MAP_FAILED;
+  std::uint32_t index = 0;
+};
+
+TEST_F(BooksWithAStreamLock, TheBooksLookAtADeadClientsTurnUntilItComesAndThenStop) {
   book.remove_client(dying);
   EXPECT_TRUE(book.sync.has_pending()) << "the dead client's turn waits for nobody to look";
   EXPECT_FALSE(book.sync.settle());
-  EXPECT_EQ(serving, 0u);
-  serving = 1;  // the holder's stream released
+  EXPECT_EQ(serving(), 0u);
+  serving() = 1;  // the holder's stream released
+  EXPECT_FALSE(book.sync.settle()) << "passed on, and waits until its write is seen";
+  EXPECT_EQ(serving(), 2u);
   EXPECT_TRUE(book.sync.settle());
-  EXPECT_EQ(serving, 2u);
+  EXPECT_EQ(serving(), 2u);
   EXPECT_FALSE(book.sync.has_pending());
-  ::munmap(host_page, sync::kHostPageSize);
-  EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
+}
+
+TEST_F(BooksWithAStreamLock, AWaitingTurnIsInItsPagesRestartRecordAndIsAdoptedOnlyForTheSameLock) {
+  book.remove_client(dying);
+  const restart::record_key key{restart::record_type::page, opened.page};
+  const auto body = restart::encode(book, key);
+  ASSERT_TRUE(body);
+  const restart::state_image image = restart::decode({{key, *body}});
+  const auto& waiting = image.pages.at(opened.page).waiting_turns;
+  ASSERT_EQ(waiting.size(), 1u);
+  const object_id lock = book.sync.page_by_id(opened.page)->object_in(index);
+  EXPECT_EQ(waiting[0].device, 0);
+  EXPECT_EQ(waiting[0].lock, lock);
+  EXPECT_EQ(waiting[0].epoch, book.sync.cell_of(lock)->epoch);
+  EXPECT_EQ(waiting[0].turn.cell, index);
+  EXPECT_EQ(waiting[0].turn.turn, 1u);
+  EXPECT_EQ(waiting[0].turn.next_turn, 2u);
+
+  signal_page& signals = *book.sync.page_by_id(opened.page)->signal_page_on(0);
+  const auto adopted = [&](object_id which, std::uint32_t epoch, std::uint32_t turn) {
+    const std::size_t before = signals.waiting_turn_count();
+    try {
+      book.sync.adopt_waiting_turn(opened.page, 0, which, epoch, {index, 0, turn, turn + 1});
+    } catch (const request_error&) {
+      return false;
+    }
+    return signals.waiting_turn_count() == before + 1;
+  };
+  const std::uint32_t epoch = waiting[0].epoch;
+  EXPECT_FALSE(adopted(lock + 1, epoch, 1)) << "another lock's turn";
+  EXPECT_FALSE(adopted(lock, epoch + 1, 1)) << "a turn of the lock before a reset";
+  EXPECT_FALSE(adopted(lock, epoch, 2)) << "a ticket not taken yet";
+  EXPECT_FALSE(adopted(lock, epoch, 0xffff - sync::kLockQueueLength))
+      << "a turn farther behind the next ticket than a queue holds, so long passed";
+  EXPECT_TRUE(adopted(lock, epoch, 1));
 }
 
 }  // namespace

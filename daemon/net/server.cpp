@@ -350,12 +350,17 @@ void server::settle_pending() {
 }
 
 asio::awaitable<void> server::settle_loop() {
-  do {
+  for (;;) {
     settle_timer_.expires_after(kSettleInterval);
     boost::system::error_code error;
     co_await settle_timer_.async_wait(asio::redirect_error(asio::use_awaitable, error));
     if (error) break;
-  } while (!books_.sync.settle());
+    const bool settled = books_.sync.settle();
+    // What the round finished (a hand-off, a lock turn passed on) is written down now, not
+    // with the next request: a restarted daemon must not find a turn that is long gone.
+    books_.write_changes();
+    if (settled) break;
+  }
   settling_ = false;
 }
 

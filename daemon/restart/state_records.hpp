@@ -72,6 +72,7 @@ struct saved_pool {
 struct saved_turn {
   std::int32_t device = 0;
   object_id lock = 0;
+  std::uint32_t epoch = 0;  ///< the lock's, which a reset moves
   signal_page::waiting_turn turn;
 };
 struct saved_page {

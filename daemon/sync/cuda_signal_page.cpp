@@ -82,17 +82,20 @@ void cuda_signal_page::write(std::uint32_t cell, std::size_t offset, std::uint32
 cuda_signal_page::look cuda_signal_page::look_at(const waiting_turn& each) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   // Only a word read after every repair queued before it lands says anything: a clear's
-  // zeroes or an earlier pass still on their way would show a turn that is gone, or hide one.
+  // zeroes or this turn's own pass still on their way would show a turn that is gone.
   if (!repairs_landed()) return look::held_up;
-  // The word reaches the turn and stays there until it is written here: its holder is dead.
   const std::uint32_t word = copy_word(each.cell, each.offset);
+  // The word reaches the turn and stays there until it is written here: its holder is dead.
+  // The turn waits on until that write is seen landed, so that no record of the daemon's says
+  // it was passed before it was.
   if (word == each.turn) {
     write(each.cell, each.offset, each.next_turn);
-    return look::done;
+    return look::not_yet;
   }
-  // Past the turn already: the dead client's stream released it before the process died, or
-  // it was passed before the state it was adopted from was written.
-  return sync::ticket_served(word, each.turn) ? look::done : look::not_yet;
+  // Past it: passed here, or released by the dead client's stream before the process died.
+  // A word is never more than a lock's queue behind a turn that waits, so the cyclic order of
+  // 16-bit tickets tells which side it is on.
+  return sync::ticket_served(word, each.turn) ? look::past : look::not_yet;
 }
 
 void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
@@ -100,8 +103,9 @@ void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::ui
   (void)address(cell, offset);  // refused here, not at every look
   // Waiting first, so that a look that fails leaves it for the next one.
   waiting_turns_.push_back({cell, static_cast<std::uint32_t>(offset), turn, next_turn});
-  // A turn that has come already (the dead client's stream took it and died) passes now.
-  if (look_now(waiting_turns_.back()) == look::done) waiting_turns_.pop_back();
+  // A turn that has come already (the dead client's stream took it and died) is passed on now;
+  // one its stream released before the process died waits no more.
+  if (look_now(waiting_turns_.back()) == look::past) waiting_turns_.pop_back();
 }
 
 void cuda_signal_page::adopt_waiting_turn(const waiting_turn& turn) {
@@ -129,7 +133,7 @@ bool cuda_signal_page::pass_arrived_turns() noexcept {
     if (next_look_ >= waiting_turns_.size()) next_look_ = 0;
     const look found = look_now(waiting_turns_[next_look_]);
     if (found == look::held_up) break;  // until the repairs have landed
-    if (found == look::done) {
+    if (found == look::past) {
       waiting_turns_.erase(waiting_turns_.begin() + static_cast<std::ptrdiff_t>(next_look_));
     } else {
       ++next_look_;

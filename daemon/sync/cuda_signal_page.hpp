@@ -41,7 +41,7 @@ class cuda_signal_page final : public signal_page {
   /// Drops the turns waiting on the cell: its next object or epoch starts from zero.
   void clear(std::uint32_t cell) override;
   bool pass_arrived_turns() noexcept override;
-  bool has_waiting_turns() const noexcept override { return !waiting_turns_.empty(); }
+  std::size_t waiting_turn_count() const noexcept override { return waiting_turns_.size(); }
   std::vector<waiting_turn> waiting_turns() const override { return waiting_turns_; }
   void adopt_waiting_turn(const waiting_turn& turn) override;
 
@@ -52,8 +52,8 @@ class cuda_signal_page final : public signal_page {
 
   /// What looking at a waiting turn found.
   enum class look {
-    done,     ///< passed on now, or found passed already: it waits no more
-    not_yet,  ///< the word has not reached the turn, or could not be read or written
+    past,     ///< the word is past the turn: it waits no more
+    not_yet,  ///< not reached, passed on just now, or the word could not be read or written
     held_up,  ///< the repairs queued before have not landed: nothing can be told yet
   };
 

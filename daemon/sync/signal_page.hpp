@@ -4,6 +4,7 @@
 /// stream-ordered locks, GPU barriers and kernels wait on, exported to every client once. The
 /// daemon touches its words (sync::signal_words) only to clean up after a death or a reset.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,12 +28,13 @@ class signal_page : public sync::signal_words {
   virtual int fd() const noexcept = 0;  ///< the chunk's shareable handle, owned by the page
   virtual std::uint64_t size() const noexcept = 0;
   /// @brief Passes on the turns given to pass_turn() that have come since, looking at a
-  /// bounded number of them per call; the daemon's loop calls it now and then. A turn whose
-  /// word has moved past it (it was passed before a restart) is dropped; one whose word could
-  /// not be read or written is logged and stays waiting.
+  /// bounded number of them per call; the daemon's loop calls it now and then. A turn waits
+  /// until its word is seen past it, after the write that passes it on has landed (a daemon
+  /// killed before then finds it in its record and writes it again). One whose word could not
+  /// be read or written is logged and stays waiting.
   /// @return whether any is still waiting.
   virtual bool pass_arrived_turns() noexcept = 0;
-  virtual bool has_waiting_turns() const noexcept = 0;
+  virtual std::size_t waiting_turn_count() const noexcept = 0;
   /// The turns still waiting, oldest first: what the state store writes down.
   virtual std::vector<waiting_turn> waiting_turns() const = 0;
   /// @brief Re-adoption: a turn the previous daemon was waiting for, looked at with the rest

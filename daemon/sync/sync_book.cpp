@@ -372,6 +372,7 @@ void sync_book::forget(object_id id) noexcept {
     if (signal_page* page = gpu_page_of(*row, found->second)) {
       try {
         page->clear(found->second.cell);
+        rows_.touch_page(found->second.page);  // its record lists the turns clear() dropped
       } catch (const std::exception& error) {
         spdlog::error("{} '{}': clearing its signal cell: {}", kind_name(row->kind), row->name,
                       error.what());
@@ -500,7 +501,7 @@ bool sync_book::settle() noexcept {
 bool sync_book::has_waiting_turns() const noexcept {
   for (const auto& [id, page] : pages_) {
     for (const auto& [device, signals] : page->signal_pages()) {
-      if (signals->has_waiting_turns()) return true;
+      if (signals->waiting_turn_count() > 0) return true;
     }
   }
   return false;
@@ -508,7 +509,13 @@ bool sync_book::has_waiting_turns() const noexcept {
 
 void sync_book::pass_arrived_turns() noexcept {
   for (const auto& [id, page] : pages_) {
-    for (const auto& [device, signals] : page->signal_pages()) signals->pass_arrived_turns();
+    for (const auto& [device, signals] : page->signal_pages()) {
+      const std::size_t before = signals->waiting_turn_count();
+      if (before == 0) continue;
+      signals->pass_arrived_turns();
+      // The page's record lists its waiting turns (daemon/restart/).
+      if (signals->waiting_turn_count() != before) rows_.touch_page(id);
+    }
   }
 }
 
@@ -585,6 +592,7 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
   const std::string by = access_policy::describe(asker.who, asker.label);
   cell_entry& entry = objects_.at(id);
   signal_page* page = gpu_page_of(row, entry);
+  if (page != nullptr) rows_.touch_page(entry.page);  // a rewrite drops the cell's waiting turns
   const char* rewritten_because = entry.corrupt_rule;
   if (row.kind == object_kind::lock) {
     auto& cell = cell_as<sync::lock_cell>(entry);
@@ -721,15 +729,29 @@ void sync_book::adopt_attachment(client_id client, const saved_attachment& saved
 }
 
 void sync_book::adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, object_id lock,
-                                   const signal_page::waiting_turn& turn) {
+                                   std::uint32_t epoch, const signal_page::waiting_turn& turn) {
   const auto page = pages_.find(page_id);
   signal_page* signals = page == pages_.end() ? nullptr : page->second->signal_page_on(device);
   if (signals == nullptr) {
     throw request_error(errc::internal, fmt::format("no signal page on device {}", device));
   }
-  if (lock == 0 || page->second->object_in(turn.cell) != lock) {
+  const auto entry = objects_.find(lock);
+  if (lock == 0 || page->second->object_in(turn.cell) != lock || entry == objects_.end() ||
+      entry->second.epoch != epoch) {
+    throw request_error(errc::internal, fmt::format("lock {} of epoch {} is no longer in cell {}",
+                                                    lock, epoch, turn.cell));
+  }
+  // A turn still to come was taken at most a queue's length of tickets ago. Farther, the record
+  // is older than the turn's pass and the lock has gone on since: it is gone, and cyclic
+  // order on the signal page's word could no longer tell.
+  const auto word = sync::lock_word::decode(
+      std::atomic_ref<std::uint64_t>(cell_as<sync::lock_cell>(entry->second).word)
+          .load(std::memory_order_acquire));
+  const auto taken_since = static_cast<std::uint16_t>(word.next - turn.turn);
+  if (taken_since == 0 || taken_since > sync::kLockQueueLength) {
     throw request_error(errc::internal,
-                        fmt::format("lock {} is no longer in cell {}", lock, turn.cell));
+                        fmt::format("turn {} of lock {} is {} tickets behind the next", turn.turn,
+                                    lock, taken_since));
   }
   signals->adopt_waiting_turn(turn);
 }
