@@ -122,12 +122,38 @@ TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
   gpu_writes(3, 6);
   page.pass_turn(3, 0, 5, 6);
   EXPECT_EQ(page.waiting_turn_count(), 0u);
-  // A turn adopted from a state written before it was passed; tickets wrap at 16 bits.
+  // Tickets wrap at 16 bits: 0xfffe is past for a word of 2.
   gpu_writes(4, 2);
-  page.adopt_waiting_turn({4, 0, 0xfffe, 0xffff});
-  EXPECT_FALSE(page.pass_arrived_turns());
-  EXPECT_EQ(word_of(4), 2u);
+  page.pass_turn(4, 0, 0xfffe, 0xffff);
+  // More than a lock's queue of tickets ahead of the word: no turn still to come is that far.
+  gpu_writes(5, 2);
+  page.pass_turn(5, 0, 2 + sync::kLockQueueLength + 1, 2 + sync::kLockQueueLength + 2);
+  EXPECT_EQ(page.waiting_turn_count(), 0u);
   EXPECT_EQ(word_of(3), 6u);
+  EXPECT_EQ(word_of(4), 2u);
+  EXPECT_EQ(word_of(5), 2u);
+
+  // A turn a queue ahead still waits.
+  page.pass_turn(5, 0, 2 + sync::kLockQueueLength, 3 + sync::kLockQueueLength);
+  EXPECT_EQ(page.waiting_turn_count(), 1u);
+}
+
+TEST(CudaSignalPage, APassedTurnLeavesOnceItsWriteHasLandedWhateverTheWordShowsSince) {
+  reset_fake_driver();
+  cuda_signal_page page(fake_driver(), 0);
+  gpu_writes(7, 9);
+  hold_up_repairs(true);
+  page.pass_turn(7, 0, 9, 10);
+  hold_up_repairs(false);
+  EXPECT_TRUE(page.pass_arrived_turns());
+  EXPECT_EQ(word_of(7), 10u);
+  const int writes = fake().calls["cuStreamWriteValue32"];
+  // The lock went on and round its 16-bit tickets to this turn again before the next look: a
+  // live holder's turn now, not the dead client's.
+  gpu_writes(7, 9);
+  EXPECT_FALSE(page.pass_arrived_turns());
+  EXPECT_EQ(word_of(7), 9u);
+  EXPECT_EQ(fake().calls["cuStreamWriteValue32"], writes) << "a passed turn was written again";
 }
 
 TEST(CudaSignalPage, AClearedCellsTurnsNoLongerWait) {

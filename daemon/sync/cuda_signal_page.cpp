@@ -79,41 +79,40 @@ void cuda_signal_page::write(std::uint32_t cell, std::size_t offset, std::uint32
         "cuStreamWriteValue32");
 }
 
-cuda_signal_page::look cuda_signal_page::look_at(const waiting_turn& each) {
+cuda_signal_page::look cuda_signal_page::look_at(waiting_turn& each) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   // Only a word read after every repair queued before it lands says anything: a clear's
   // zeroes or this turn's own pass still on their way would show a turn that is gone.
   if (!repairs_landed()) return look::held_up;
+  // Passed on here, and the write has landed: the word is not looked at again, since the lock
+  // may since have gone round its 16-bit tickets back to this one.
+  if (each.written) return look::past;
   const std::uint32_t word = copy_word(each.cell, each.offset);
   // The word reaches the turn and stays there until it is written here: its holder is dead.
-  // The turn waits on until that write is seen landed, so that no record of the daemon's says
-  // it was passed before it was.
-  if (word == each.turn) {
+  // The turn waits on until that write has landed, so that no record of the daemon's says it
+  // was passed before it was.
+  const auto ahead = static_cast<std::uint16_t>(each.turn - word);
+  if (ahead == 0) {
     write(each.cell, each.offset, each.next_turn);
+    each.written = true;
     return look::not_yet;
   }
-  // Past it: passed here, or released by the dead client's stream before the process died.
-  // A word is never more than a lock's queue behind a turn that waits, so the cyclic order of
-  // 16-bit tickets tells which side it is on.
-  return sync::ticket_served(word, each.turn) ? look::past : look::not_yet;
+  // A turn still to come is at most a lock's queue of tickets ahead of the word. Any other
+  // word is past it: the dead client's stream released it before the process died.
+  return ahead <= sync::kLockQueueLength ? look::not_yet : look::past;
 }
 
 void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                                  std::uint32_t next_turn) {
   (void)address(cell, offset);  // refused here, not at every look
   // Waiting first, so that a look that fails leaves it for the next one.
-  waiting_turns_.push_back({cell, static_cast<std::uint32_t>(offset), turn, next_turn});
+  waiting_turns_.push_back({cell, static_cast<std::uint32_t>(offset), turn, next_turn, false});
   // A turn that has come already (the dead client's stream took it and died) is passed on now;
   // one its stream released before the process died waits no more.
   if (look_now(waiting_turns_.back()) == look::past) waiting_turns_.pop_back();
 }
 
-void cuda_signal_page::adopt_waiting_turn(const waiting_turn& turn) {
-  (void)address(turn.cell, turn.offset);
-  waiting_turns_.push_back(turn);
-}
-
-cuda_signal_page::look cuda_signal_page::look_now(const waiting_turn& each) noexcept {
+cuda_signal_page::look cuda_signal_page::look_now(waiting_turn& each) noexcept {
   try {
     return look_at(each);
   } catch (const std::exception& error) {

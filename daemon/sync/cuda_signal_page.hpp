@@ -43,7 +43,6 @@ class cuda_signal_page final : public signal_page {
   bool pass_arrived_turns() noexcept override;
   std::size_t waiting_turn_count() const noexcept override { return waiting_turns_.size(); }
   std::vector<waiting_turn> waiting_turns() const override { return waiting_turns_; }
-  void adopt_waiting_turn(const waiting_turn& turn) override;
 
  private:
   static constexpr std::chrono::microseconds kRepairsBound{2000};
@@ -52,7 +51,7 @@ class cuda_signal_page final : public signal_page {
 
   /// What looking at a waiting turn found.
   enum class look {
-    past,     ///< the word is past the turn: it waits no more
+    past,     ///< passed on and landed, or the word is past the turn: it waits no more
     not_yet,  ///< not reached, passed on just now, or the word could not be read or written
     held_up,  ///< the repairs queued before have not landed: nothing can be told yet
   };
@@ -61,9 +60,9 @@ class cuda_signal_page final : public signal_page {
   /// The word as the GPU holds it, with no wait for the repairs queued before it.
   std::uint32_t copy_word(std::uint32_t cell, std::size_t offset);
   /// Passes @p each on if it has come. @throws cuda::cuda_error
-  look look_at(const waiting_turn& each);
+  look look_at(waiting_turn& each);
   /// look_at() with a failure logged and taken as not yet.
-  look look_now(const waiting_turn& each) noexcept;
+  look look_now(waiting_turn& each) noexcept;
   /// Whether every write queued on repairs_ has landed, asked for at most kRepairsBound. They
   /// wait for no client and land in well under a millisecond, but a context's streams share
   /// the GPU's hardware work queues once there are more streams than queues (on an H200, a

@@ -17,29 +17,29 @@ namespace gpumem::daemon {
 
 class signal_page : public sync::signal_words {
  public:
-  /// A dead stream-lock holder's turn given to pass_turn() that has not come yet.
+  /// A dead stream-lock holder's turn given to pass_turn() that has not come, or whose pass
+  /// has not been seen landed.
   struct waiting_turn {
     std::uint32_t cell = 0;
     std::uint32_t offset = 0;
     std::uint32_t turn = 0;
     std::uint32_t next_turn = 0;
+    bool written = false;  ///< the next turn is written, and waits to be seen landed
   };
 
   virtual int fd() const noexcept = 0;  ///< the chunk's shareable handle, owned by the page
   virtual std::uint64_t size() const noexcept = 0;
   /// @brief Passes on the turns given to pass_turn() that have come since, looking at a
   /// bounded number of them per call; the daemon's loop calls it now and then. A turn waits
-  /// until its word is seen past it, after the write that passes it on has landed (a daemon
-  /// killed before then finds it in its record and writes it again). One whose word could not
+  /// until the write that passes it on has landed (a daemon killed before then finds it in its
+  /// record and writes it again), or until its word is found past it. One whose word could not
   /// be read or written is logged and stays waiting.
   /// @return whether any is still waiting.
   virtual bool pass_arrived_turns() noexcept = 0;
   virtual std::size_t waiting_turn_count() const noexcept = 0;
-  /// The turns still waiting, oldest first: what the state store writes down.
+  /// The turns still waiting, oldest first: what the state store writes down, and a restarted
+  /// daemon gives to pass_turn() again.
   virtual std::vector<waiting_turn> waiting_turns() const = 0;
-  /// @brief Re-adoption: a turn the previous daemon was waiting for, looked at with the rest
-  /// from now on. @throws request_error for a word outside the page.
-  virtual void adopt_waiting_turn(const waiting_turn& turn) = 0;
 };
 
 /// Makes the signal page of @p device; throws request_error.

@@ -371,8 +371,8 @@ void sync_book::forget(object_id id) noexcept {
   if (found != objects_.end()) {
     if (signal_page* page = gpu_page_of(*row, found->second)) {
       try {
+        rows_.touch_page(found->second.page);  // its record lists the turns clear() drops
         page->clear(found->second.cell);
-        rows_.touch_page(found->second.page);  // its record lists the turns clear() dropped
       } catch (const std::exception& error) {
         spdlog::error("{} '{}': clearing its signal cell: {}", kind_name(row->kind), row->name,
                       error.what());
@@ -753,7 +753,8 @@ void sync_book::adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, o
                         fmt::format("turn {} of lock {} is {} tickets behind the next", turn.turn,
                                     lock, taken_since));
   }
-  signals->adopt_waiting_turn(turn);
+  // Looked at now, while the check above still holds.
+  signals->pass_turn(turn.cell, turn.offset, turn.turn, turn.next_turn);
 }
 
 void sync_book::adopt_pending(const saved_reclaim& saved) {

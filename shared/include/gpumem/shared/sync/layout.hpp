@@ -39,12 +39,6 @@ inline constexpr std::uint32_t kMaxSlots = 4095;
 using slot_set = std::bitset<kMaxSlots + 1>;
 /// Tickets of one lock that may be taken and not yet served at once.
 inline constexpr std::uint32_t kLockQueueLength = 512;
-/// Whether a lock @p serving a ticket (16 bits, counting on) has served @p ticket and moved
-/// past it, counting cyclically as tickets wrap.
-constexpr bool ticket_served(std::uint32_t serving, std::uint32_t ticket) noexcept {
-  const auto past = static_cast<std::uint16_t>(serving - ticket);
-  return past != 0 && past < 0x8000;
-}
 /// Parties of one barrier (producer and consumers of one channel).
 inline constexpr std::uint32_t kMaxParties = 120;
 
