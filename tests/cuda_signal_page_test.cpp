@@ -125,16 +125,17 @@ TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
   // Tickets wrap at 16 bits: 0xfffe is past for a word of 2.
   gpu_writes(4, 2);
   page.pass_turn(4, 0, 0xfffe, 0xffff);
-  // More than a lock's queue of tickets ahead of the word: no turn still to come is that far.
+  // Half the ticket space ahead of the word is behind it.
   gpu_writes(5, 2);
-  page.pass_turn(5, 0, 2 + sync::kLockQueueLength + 1, 2 + sync::kLockQueueLength + 2);
+  page.pass_turn(5, 0, 2 + 0x8000, 3 + 0x8000);
   EXPECT_EQ(page.waiting_turn_count(), 0u);
   EXPECT_EQ(word_of(3), 6u);
   EXPECT_EQ(word_of(4), 2u);
   EXPECT_EQ(word_of(5), 2u);
 
-  // A turn a queue ahead still waits.
-  page.pass_turn(5, 0, 2 + sync::kLockQueueLength, 3 + sync::kLockQueueLength);
+  // A turn more than a lock's queue ahead still waits: live clients queue past the entries of
+  // dead ones, which the daemon clears.
+  page.pass_turn(5, 0, 2 + sync::kLockQueueLength + 2, 3 + sync::kLockQueueLength + 2);
   EXPECT_EQ(page.waiting_turn_count(), 1u);
 }
 
@@ -190,6 +191,21 @@ TEST(CudaSignalPage, EachLookAtWaitingTurnsReadsABoundedNumberOfWordsAndGoesOnWh
     EXPECT_EQ(word_of(cell), 2u) << cell;
   }
   EXPECT_EQ(word_of(0), 0u);
+}
+
+TEST(CudaSignalPage, OneReadOfALocksWordTellsEveryTurnWaitingInIt) {
+  reset_fake_driver();
+  cuda_signal_page page(fake_driver(), 0);
+  // A dead client's turns alternate with a live one's in one lock, more of them than one look
+  // reads words: the one that comes is passed on at the next look, wherever it is listed.
+  constexpr std::uint32_t kTurns = 40;
+  for (std::uint32_t n = 1; n <= kTurns; ++n) page.pass_turn(8, 0, 2 * n, 2 * n + 1);
+  gpu_writes(8, 2 * kTurns);
+  const int reads_before = fake().calls["cuMemcpyDtoH"];
+  EXPECT_TRUE(page.pass_arrived_turns());
+  EXPECT_EQ(fake().calls["cuMemcpyDtoH"] - reads_before, 1);
+  EXPECT_EQ(word_of(8), 2 * kTurns + 1);
+  EXPECT_EQ(page.waiting_turn_count(), 1u) << "the turns the word is past are gone";
 }
 
 TEST(CudaSignalPage, NoTurnIsToldWhileTheRepairsBeforeItHaveNotLanded) {
@@ -315,9 +331,10 @@ TEST_F(BooksWithAStreamLock, AWaitingTurnIsInItsPagesRestartRecordAndIsAdoptedOn
   EXPECT_FALSE(adopted(lock + 1, epoch, 1)) << "another lock's turn";
   EXPECT_FALSE(adopted(lock, epoch + 1, 1)) << "a turn of the lock before a reset";
   EXPECT_FALSE(adopted(lock, epoch, 2)) << "a ticket not taken yet";
-  EXPECT_FALSE(adopted(lock, epoch, 0xffff - sync::kLockQueueLength))
-      << "a turn farther behind the next ticket than a queue holds, so long passed";
+  EXPECT_FALSE(adopted(lock, epoch, 0x10000 + 2 - 0x8001))
+      << "a turn more than half the ticket space behind the next ticket, so long passed";
   EXPECT_TRUE(adopted(lock, epoch, 1));
+  EXPECT_EQ(serving(), 0u) << "an adopted turn that has not come was passed on";
 }
 
 }  // namespace

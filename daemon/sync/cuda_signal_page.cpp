@@ -79,27 +79,30 @@ void cuda_signal_page::write(std::uint32_t cell, std::size_t offset, std::uint32
         "cuStreamWriteValue32");
 }
 
-cuda_signal_page::look cuda_signal_page::look_at(waiting_turn& each) {
-  check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-  // Only a word read after every repair queued before it lands says anything: a clear's
-  // zeroes or this turn's own pass still on their way would show a turn that is gone.
-  if (!repairs_landed()) return look::held_up;
-  // Passed on here, and the write has landed: the word is not looked at again, since the lock
-  // may since have gone round its 16-bit tickets back to this one.
-  if (each.written) return look::past;
-  const std::uint32_t word = copy_word(each.cell, each.offset);
-  // The word reaches the turn and stays there until it is written here: its holder is dead.
-  // The turn waits on until that write has landed, so that no record of the daemon's says it
-  // was passed before it was.
-  const auto ahead = static_cast<std::uint16_t>(each.turn - word);
-  if (ahead == 0) {
-    write(each.cell, each.offset, each.next_turn);
-    each.written = true;
-    return look::not_yet;
+std::uint16_t cuda_signal_page::ahead(const waiting_turn& each, std::uint32_t word) noexcept {
+  return static_cast<std::uint16_t>(each.turn - word);
+}
+
+bool cuda_signal_page::passed_by(const waiting_turn& each, std::uint32_t word) noexcept {
+  // Tickets compare cyclically: a turn more than half the 16-bit ticket space ahead of the word
+  // is behind it, released by the dead client's stream before the process died. (Not a lock's
+  // queue: the daemon clears a dead client's queue entries, and live clients queue past them.)
+  return ahead(each, word) >= kHalfTheTickets;
+}
+
+void cuda_signal_page::pass_on(waiting_turn& each) {
+  // The word reached the turn and stays there until it is written here: its holder is dead.
+  // The turn waits on until the write is seen landed, so that no record says so before.
+  write(each.cell, each.offset, each.next_turn);
+  each.written = true;
+}
+
+void cuda_signal_page::warn_failed(const waiting_turn& each, const std::exception& error) noexcept {
+  try {
+    failed_turns_.warn("signal cell {}: passing on turn {} of a dead client: {}", each.cell,
+                       each.turn, error.what());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the turn waits on, logged or not
   }
-  // A turn still to come is at most a lock's queue of tickets ahead of the word. Any other
-  // word is past it: the dead client's stream released it before the process died.
-  return ahead <= sync::kLockQueueLength ? look::not_yet : look::past;
 }
 
 void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
@@ -109,35 +112,68 @@ void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::ui
   waiting_turns_.push_back({cell, static_cast<std::uint32_t>(offset), turn, next_turn, false});
   // A turn that has come already (the dead client's stream took it and died) is passed on now;
   // one its stream released before the process died waits no more.
-  if (look_now(waiting_turns_.back()) == look::past) waiting_turns_.pop_back();
-}
-
-cuda_signal_page::look cuda_signal_page::look_now(waiting_turn& each) noexcept {
+  waiting_turn& given = waiting_turns_.back();
   try {
-    return look_at(each);
-  } catch (const std::exception& error) {
-    try {
-      failed_turns_.warn("signal cell {}: passing on turn {} of a dead client: {}", each.cell,
-                         each.turn, error.what());
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the turn waits on, logged or not
+    check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+    // Only a word read after every repair queued before it lands says anything: a clear's
+    // zeroes or a pass still on their way would show a turn that is gone.
+    if (!repairs_landed()) return;
+    const std::uint32_t word = copy_word(cell, offset);
+    if (ahead(given, word) == 0) {
+      pass_on(given);
+    } else if (passed_by(given, word)) {
+      waiting_turns_.pop_back();
     }
-    // A write that failed left the word at the turn: it is looked at again.
-    return look::not_yet;
+  } catch (const std::exception& error) {
+    warn_failed(given, error);
   }
 }
 
 bool cuda_signal_page::pass_arrived_turns() noexcept {
-  const std::size_t looks = std::min(waiting_turns_.size(), kMostTurnsLookedAt);
-  for (std::size_t looked_at = 0; looked_at < looks && !waiting_turns_.empty(); ++looked_at) {
-    if (next_look_ >= waiting_turns_.size()) next_look_ = 0;
-    const look found = look_now(waiting_turns_[next_look_]);
-    if (found == look::held_up) break;  // until the repairs have landed
-    if (found == look::past) {
-      waiting_turns_.erase(waiting_turns_.begin() + static_cast<std::ptrdiff_t>(next_look_));
-    } else {
-      ++next_look_;
+  if (waiting_turns_.empty()) return false;
+  // One read per word: it tells every turn of its lock, so that a dead client's next turn in a
+  // lock is passed in the round after the one before it, however many other turns wait.
+  std::array<std::pair<std::uint32_t, std::uint32_t>, kMostWordsRead> words{};  // address, word
+  std::size_t read = 0;
+  const auto word_of = [&](const waiting_turn& each) -> const std::uint32_t* {
+    const std::uint32_t at = each.cell * sync::kSignalCellSize + each.offset;
+    for (std::size_t i = 0; i < read; ++i) {
+      if (words[i].first == at) return &words[i].second;
+    }
+    return nullptr;
+  };
+  try {
+    check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+    if (!repairs_landed()) return true;  // nothing can be told yet
+    // The passes written in earlier rounds have landed with the rest: those turns are done.
+    // Their words are not read again: the lock may have gone round its tickets to them since.
+    std::erase_if(waiting_turns_, [](const waiting_turn& each) { return each.written; });
+    for (const waiting_turn& each : waiting_turns_) {
+      if (read == words.size()) break;
+      if (word_of(each) != nullptr) continue;
+      words[read] = {each.cell * sync::kSignalCellSize + each.offset,
+                     copy_word(each.cell, each.offset)};
+      ++read;
+    }
+  } catch (const std::exception& error) {
+    if (!waiting_turns_.empty()) warn_failed(waiting_turns_.front(), error);
+  }
+  for (waiting_turn& each : waiting_turns_) {
+    const std::uint32_t* word = word_of(each);
+    if (word == nullptr || ahead(each, *word) != 0) continue;
+    try {
+      pass_on(each);
+    } catch (const std::exception& error) {
+      warn_failed(each, error);  // the word stays at the turn: passed on next round
     }
   }
+  std::erase_if(waiting_turns_, [&](const waiting_turn& each) {
+    const std::uint32_t* word = word_of(each);
+    return word != nullptr && !each.written && passed_by(each, *word);
+  });
+  // The turns whose words were not read this round are read first in the next.
+  std::stable_partition(waiting_turns_.begin(), waiting_turns_.end(),
+                        [&](const waiting_turn& each) { return word_of(each) == nullptr; });
   return !waiting_turns_.empty();
 }
 

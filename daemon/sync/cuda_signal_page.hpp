@@ -15,6 +15,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "gpumem/shared/cuda/driver.hpp"
@@ -47,22 +49,19 @@ class cuda_signal_page final : public signal_page {
  private:
   static constexpr std::chrono::microseconds kRepairsBound{2000};
   /// Words read per pass_arrived_turns(): each read is a copy the daemon's loop waits for.
-  static constexpr std::size_t kMostTurnsLookedAt = 32;
-
-  /// What looking at a waiting turn found.
-  enum class look {
-    past,     ///< passed on and landed, or the word is past the turn: it waits no more
-    not_yet,  ///< not reached, passed on just now, or the word could not be read or written
-    held_up,  ///< the repairs queued before have not landed: nothing can be told yet
-  };
+  static constexpr std::size_t kMostWordsRead = 32;
+  static constexpr std::uint16_t kHalfTheTickets = 0x8000;
 
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
   /// The word as the GPU holds it, with no wait for the repairs queued before it.
   std::uint32_t copy_word(std::uint32_t cell, std::size_t offset);
-  /// Passes @p each on if it has come. @throws cuda::cuda_error
-  look look_at(waiting_turn& each);
-  /// look_at() with a failure logged and taken as not yet.
-  look look_now(waiting_turn& each) noexcept;
+  /// How many tickets @p each is ahead of its lock's @p word, cyclically.
+  static std::uint16_t ahead(const waiting_turn& each, std::uint32_t word) noexcept;
+  /// Whether the lock's @p word has moved past @p each: the turn waits no more.
+  static bool passed_by(const waiting_turn& each, std::uint32_t word) noexcept;
+  /// Writes the next turn of @p each, which has come. @throws cuda::cuda_error
+  void pass_on(waiting_turn& each);
+  void warn_failed(const waiting_turn& each, const std::exception& error) noexcept;
   /// Whether every write queued on repairs_ has landed, asked for at most kRepairsBound. They
   /// wait for no client and land in well under a millisecond, but a context's streams share
   /// the GPU's hardware work queues once there are more streams than queues (on an H200, a
@@ -83,9 +82,8 @@ class cuda_signal_page final : public signal_page {
   cuda::address_range range_;
   cuda::mapped_range mapped_;
   cuda::stream repairs_;
+  /// Those whose words were not read in the last round first.
   std::vector<waiting_turn> waiting_turns_;
-  /// Where pass_arrived_turns() goes on looking, so that all turns are looked at in turn.
-  std::size_t next_look_ = 0;
   bool held_up_ = false;  ///< the last wait for repairs_ ran out, and it has not drained since
   /// One line a second at most: clients can make clears (opening and closing objects) while the
   /// stream is held up.

@@ -741,14 +741,14 @@ void sync_book::adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, o
     throw request_error(errc::internal, fmt::format("lock {} of epoch {} is no longer in cell {}",
                                                     lock, epoch, turn.cell));
   }
-  // A turn still to come was taken at most a queue's length of tickets ago. Farther, the record
-  // is older than the turn's pass and the lock has gone on since: it is gone, and cyclic
-  // order on the signal page's word could no longer tell.
+  // A turn still to come was taken less than half the 16-bit ticket space ago. Farther, the
+  // record is older than the turn's pass and the lock has gone on since: it is gone, and the
+  // cyclic order of tickets could no longer tell it from one still to come.
   const auto word = sync::lock_word::decode(
       std::atomic_ref<std::uint64_t>(cell_as<sync::lock_cell>(entry->second).word)
           .load(std::memory_order_acquire));
   const auto taken_since = static_cast<std::uint16_t>(word.next - turn.turn);
-  if (taken_since == 0 || taken_since > sync::kLockQueueLength) {
+  if (taken_since == 0 || taken_since > 0x8000) {
     throw request_error(errc::internal,
                         fmt::format("turn {} of lock {} is {} tickets behind the next", turn.turn,
                                     lock, taken_since));

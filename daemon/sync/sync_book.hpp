@@ -151,7 +151,7 @@ class sync_book {
   /// waiting to pass on, on page @p page_id's signal page of @p device (after adopt_page() and
   /// adopt_cell()).
   /// @throws request_error(internal) when that page or signal page is not adopted, the cell no
-  /// longer holds @p lock of @p epoch, or the lock has taken more than a queue of tickets
+  /// longer holds @p lock of @p epoch, or the lock has taken more than half its 16-bit tickets
   /// since the turn (the record is older than the turn's pass).
   void adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, object_id lock,
                           std::uint32_t epoch, const signal_page::waiting_turn& turn);

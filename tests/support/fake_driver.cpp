@@ -126,8 +126,16 @@ CUresult stream_query(CUstream) {
   return device_work("cuStreamQuery");
 }
 
-CUresult batch_mem_op(CUstream, unsigned, CUstreamBatchMemOpParams*, unsigned) {
-  return device_work("cuStreamBatchMemOp");
+/// Carries out the batch's writes on fake().words.
+CUresult batch_mem_op(CUstream, unsigned count, CUstreamBatchMemOpParams* operations, unsigned) {
+  const CUresult status = device_work("cuStreamBatchMemOp");
+  for (unsigned i = 0; status == CUDA_SUCCESS && i < count; ++i) {
+    const auto& write = operations[i].writeValue;
+    if (write.operation == CU_STREAM_MEM_OP_WRITE_VALUE_32) {
+      books.words[write.address] = static_cast<std::uint32_t>(write.value);
+    }
+  }
+  return status;
 }
 
 CUresult memset_d32(CUdeviceptr, unsigned, std::size_t) {

@@ -24,8 +24,9 @@ struct fake_books {
   CUcontext current = nullptr;
   /// The access cuMemSetAccess last gave each mapping, by address (kept after the unmap).
   std::map<CUdeviceptr, CUmemAccess_flags> access;
-  /// Device memory as 32-bit words by address: cuStreamWriteValue32 stores here at once,
-  /// cuMemcpyDtoH reads from here, and a word never written reads as zero.
+  /// Device memory as 32-bit words by address: cuStreamWriteValue32 and the writes of
+  /// cuStreamBatchMemOp store here at once, cuMemcpyDtoH reads from here, and a word never
+  /// written reads as zero.
   std::map<CUdeviceptr, std::uint32_t> words;
   std::vector<std::string> misuse;   ///< empty while the code under test behaves
   std::map<std::string, int> calls;  ///< of the device-work entry points, by name, since the reset
