@@ -127,7 +127,7 @@ TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
   page.pass_turn(4, 0, 0xfffe, 0xffff);
   // Half the ticket space ahead of the word is behind it.
   gpu_writes(5, 2);
-  page.pass_turn(5, 0, 2 + 0x8000, 3 + 0x8000);
+  page.pass_turn(5, 0, 2 + sync::kHalfTheTickets, 3 + sync::kHalfTheTickets);
   EXPECT_EQ(page.waiting_turn_count(), 0u);
   EXPECT_EQ(word_of(3), 6u);
   EXPECT_EQ(word_of(4), 2u);
@@ -203,6 +203,9 @@ TEST(CudaSignalPage, NoTurnIsToldBeforeTheRepairsLandAndAPassedOneLeavesOnceItsW
   hold_up_repairs(false);
   EXPECT_TRUE(page.pass_arrived_turns());
   EXPECT_EQ(word_of(6), 4u);
+  hold_up_repairs(true);
+  EXPECT_TRUE(page.pass_arrived_turns()) << "a pass left before its write was seen landed";
+  hold_up_repairs(false);
   const int writes = fake().calls["cuStreamWriteValue32"];
   // The lock went on and round its 16-bit tickets to this turn again before the next look: a
   // live holder's turn now, not the dead client's.
@@ -319,8 +322,11 @@ TEST_F(BooksWithAStreamLock, AWaitingTurnIsInItsPagesRestartRecordAndIsAdoptedOn
   EXPECT_FALSE(adopted(lock + 1, epoch, 1)) << "another lock's turn";
   EXPECT_FALSE(adopted(lock, epoch + 1, 1)) << "a turn of the lock before a reset";
   EXPECT_FALSE(adopted(lock, epoch, 2)) << "a ticket not taken yet";
+  // Without the check, the word at the turn would have it passed on and kept.
+  serving() = 0x10000 + 2 - 0x8001;
   EXPECT_FALSE(adopted(lock, epoch, 0x10000 + 2 - 0x8001))
       << "a turn more than half the ticket space behind the next ticket, so long passed";
+  serving() = 0;
   EXPECT_TRUE(adopted(lock, epoch, 1));
   EXPECT_EQ(serving(), 0u) << "an adopted turn that has not come was passed on";
 }

@@ -84,10 +84,10 @@ std::uint16_t cuda_signal_page::ahead(const waiting_turn& each, std::uint32_t wo
 }
 
 bool cuda_signal_page::passed_by(const waiting_turn& each, std::uint32_t word) noexcept {
-  // Tickets compare cyclically: a turn more than half the 16-bit ticket space ahead of the word
+  // Tickets compare cyclically: a turn half the 16-bit ticket space or more ahead of the word
   // is behind it, released by the dead client's stream before the process died. (Not a lock's
   // queue: the daemon clears a dead client's queue entries, and live clients queue past them.)
-  return ahead(each, word) >= kHalfTheTickets;
+  return ahead(each, word) >= sync::kHalfTheTickets;
 }
 
 void cuda_signal_page::pass_on(waiting_turn& each) {
@@ -145,18 +145,25 @@ bool cuda_signal_page::pass_arrived_turns() noexcept {
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
     if (!repairs_landed()) return true;  // nothing can be told yet
-    // The passes written in earlier rounds have landed with the rest: those turns are done.
-    // Their words are not read again: the lock may have gone round its tickets to them since.
-    std::erase_if(waiting_turns_, [](const waiting_turn& each) { return each.written; });
-    for (const waiting_turn& each : waiting_turns_) {
-      if (read == words.size()) break;
-      if (word_of(each) != nullptr) continue;
+  } catch (const std::exception& error) {
+    warn_failed(waiting_turns_.front(), error);
+    return true;
+  }
+  // The passes written in earlier rounds have landed with the rest: those turns are done.
+  // Their words are not read again: the lock may have gone round its tickets to them since.
+  std::erase_if(waiting_turns_, [](const waiting_turn& each) { return each.written; });
+  std::size_t tried = 0;  // words read or failed
+  for (const waiting_turn& each : waiting_turns_) {
+    if (tried == words.size()) break;
+    if (word_of(each) != nullptr) continue;
+    ++tried;
+    try {
       words[read] = {each.cell * sync::kSignalCellSize + each.offset,
                      copy_word(each.cell, each.offset)};
       ++read;
+    } catch (const std::exception& error) {
+      warn_failed(each, error);  // its turns wait for the next round; the others go on
     }
-  } catch (const std::exception& error) {
-    if (!waiting_turns_.empty()) warn_failed(waiting_turns_.front(), error);
   }
   for (waiting_turn& each : waiting_turns_) {
     const std::uint32_t* word = word_of(each);

@@ -50,7 +50,6 @@ class cuda_signal_page final : public signal_page {
   static constexpr std::chrono::microseconds kRepairsBound{2000};
   /// Words read per pass_arrived_turns(): each read is a copy the daemon's loop waits for.
   static constexpr std::size_t kMostWordsRead = 32;
-  static constexpr std::uint16_t kHalfTheTickets = 0x8000;
 
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
   /// The word as the GPU holds it, with no wait for the repairs queued before it.

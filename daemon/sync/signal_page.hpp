@@ -29,16 +29,16 @@ class signal_page : public sync::signal_words {
 
   virtual int fd() const noexcept = 0;  ///< the chunk's shareable handle, owned by the page
   virtual std::uint64_t size() const noexcept = 0;
-  /// @brief Passes on the turns given to pass_turn() that have come since, looking at a
-  /// bounded number of them per call; the daemon's loop calls it now and then. A turn waits
+  /// @brief Passes on the turns given to pass_turn() that have come since, reading a bounded
+  /// number of words per call; the daemon's loop calls it now and then. A turn waits
   /// until the write that passes it on has landed (a daemon killed before then finds it in its
   /// record and writes it again), or until its word is found past it. One whose word could not
   /// be read or written is logged and stays waiting.
   /// @return whether any is still waiting.
   virtual bool pass_arrived_turns() noexcept = 0;
   virtual std::size_t waiting_turn_count() const noexcept = 0;
-  /// The turns still waiting, oldest first: what the state store writes down, and a restarted
-  /// daemon gives to pass_turn() again.
+  /// The turns still waiting, each lock's oldest first: what the state store writes down, and a
+  /// restarted daemon gives to pass_turn() again.
   virtual std::vector<waiting_turn> waiting_turns() const = 0;
 };
 

@@ -748,7 +748,7 @@ void sync_book::adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, o
       std::atomic_ref<std::uint64_t>(cell_as<sync::lock_cell>(entry->second).word)
           .load(std::memory_order_acquire));
   const auto taken_since = static_cast<std::uint16_t>(word.next - turn.turn);
-  if (taken_since == 0 || taken_since > 0x8000) {
+  if (taken_since == 0 || taken_since > sync::kHalfTheTickets) {
     throw request_error(errc::internal,
                         fmt::format("turn {} of lock {} is {} tickets behind the next", turn.turn,
                                     lock, taken_since));

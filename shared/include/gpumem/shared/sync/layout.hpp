@@ -39,6 +39,9 @@ inline constexpr std::uint32_t kMaxSlots = 4095;
 using slot_set = std::bitset<kMaxSlots + 1>;
 /// Tickets of one lock that may be taken and not yet served at once.
 inline constexpr std::uint32_t kLockQueueLength = 512;
+/// Tickets count on in 16 bits and compare cyclically: one this far or farther ahead of
+/// another is behind it.
+inline constexpr std::uint16_t kHalfTheTickets = 0x8000;
 /// Parties of one barrier (producer and consumers of one channel).
 inline constexpr std::uint32_t kMaxParties = 120;
 
