@@ -26,6 +26,11 @@ std::uint32_t load(const std::uint32_t& word) noexcept {
       .load(std::memory_order_acquire);
 }
 
+sync::lock_word load_word(sync::lock_cell& cell) noexcept {
+  return sync::lock_word::decode(
+      std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
+}
+
 object_kind kind_of(sync_kind kind) noexcept {
   switch (kind) {
     case sync_kind::barrier:
@@ -389,9 +394,7 @@ void sync_book::forget(object_id id) noexcept {
 
 bool sync_book::worth_keeping(const object_row& row, const cell_entry& entry) noexcept {
   if (entry.corrupt_rule != nullptr) return true;
-  auto& cell = cell_as<sync::lock_cell>(entry);
-  const auto word = sync::lock_word::decode(
-      std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
+  const auto word = load_word(cell_as<sync::lock_cell>(entry));
   if ((word.flags & (sync::lock_word::kOwnerDied | sync::lock_word::kNotRecoverable)) != 0) {
     return true;
   }
@@ -514,7 +517,11 @@ void sync_book::pass_arrived_turns() noexcept {
       if (before == 0) continue;
       signals->pass_arrived_turns();
       // The page's record lists its waiting turns (daemon/restart/).
-      if (signals->waiting_turn_count() != before) rows_.touch_page(id);
+      if (signals->waiting_turn_count() == before) continue;
+      try {
+        rows_.touch_page(id);
+      } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): written with the next
+      }                                  // change of the page, and a stale turn is dropped then
     }
   }
 }
@@ -527,10 +534,7 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
       // A corrupt cell is left as it is until an operator rewrites it.
       if (entry.corrupt_rule != nullptr) return sync::repair_status::done;
       auto& cell = cell_as<sync::lock_cell>(entry);
-      const bool held_on_host =
-          sync::lock_word::decode(
-              std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire))
-              .owner == dead_slot;
+      const bool held_on_host = load_word(cell).owner == dead_slot;
       const auto done =
           sync::reclaim(cell, gpu_page_of(row, entry), entry.cell, dead_slot, lock_facts_of(entry));
       if (done.repair.status == sync::repair_status::corrupt) {
@@ -744,9 +748,7 @@ void sync_book::adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, o
   // A turn still to come was taken less than half the 16-bit ticket space ago. Farther, the
   // record is older than the turn's pass and the lock has gone on since: it is gone, and the
   // cyclic order of tickets could no longer tell it from one still to come.
-  const auto word = sync::lock_word::decode(
-      std::atomic_ref<std::uint64_t>(cell_as<sync::lock_cell>(entry->second).word)
-          .load(std::memory_order_acquire));
+  const auto word = load_word(cell_as<sync::lock_cell>(entry->second));
   const auto taken_since = static_cast<std::uint16_t>(word.next - turn.turn);
   if (taken_since == 0 || taken_since > sync::kHalfTheTickets) {
     throw request_error(errc::internal,
@@ -779,8 +781,7 @@ proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
         record.domain = domain_word(row, entry);
         if (row.kind == object_kind::lock) {
           auto& cell = cell_as<sync::lock_cell>(entry);
-          const auto word = sync::lock_word::decode(
-              std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
+          const auto word = load_word(cell);
           record.attached = static_cast<std::uint32_t>(row.holders.size());
           record.flags = word.flags;
           // Said outright rather than left to a pid: a daemon in its own PID namespace sees
