@@ -71,6 +71,20 @@ std::uint32_t word_of(std::uint32_t cell) {
   return fake_word_in_the_range(cell * sync::kSignalCellSize);
 }
 
+/// Turns a page said wait no more, as cell and turn.
+using told_turns = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+
+/// One look at the page's waiting turns, adding those that wait no more to @p told.
+bool look(cuda_signal_page& page, told_turns& told) {
+  return page.pass_arrived_turns(
+      [&](std::uint32_t cell, std::uint32_t turn) { told.emplace_back(cell, turn); });
+}
+
+bool look(cuda_signal_page& page) {
+  told_turns ignored;
+  return look(page, ignored);
+}
+
 TEST(CudaSignalPage, TurnsOfDeadClientsPassOnAsTheyComeAndWaitForNoOtherLocksTurn) {
   reset_fake_driver();
   {
@@ -87,16 +101,18 @@ TEST(CudaSignalPage, TurnsOfDeadClientsPassOnAsTheyComeAndWaitForNoOtherLocksTur
     EXPECT_EQ(word_of(kOuter), 3u) << "a turn that has not come was passed on";
 
     gpu_writes(kOuter, 4);  // the outer lock's holder released it
-    EXPECT_TRUE(page.pass_arrived_turns()) << "the inner lock's turn has not come yet";
+    EXPECT_TRUE(look(page)) << "the inner lock's turn has not come yet";
     EXPECT_EQ(word_of(kOuter), 5u) << "the outer lock's turn waited behind the inner one's";
     EXPECT_EQ(word_of(kInner), 7u);
 
     gpu_writes(kInner, 8);  // the live client got the outer lock and released the inner one
-    EXPECT_TRUE(page.pass_arrived_turns());
+    EXPECT_TRUE(look(page));
     EXPECT_EQ(word_of(kInner), 9u);
     EXPECT_EQ(page.waiting_turn_count(), 1u)
         << "a turn passed on waits until its write is seen landed, the other one did not";
-    EXPECT_FALSE(page.pass_arrived_turns());
+    told_turns told;
+    EXPECT_FALSE(look(page, told));
+    EXPECT_EQ(told, (told_turns{{kInner, 8}})) << "the daemon was not told to free its entry";
   }
   EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
 }
@@ -108,10 +124,16 @@ TEST(CudaSignalPage, ATurnThatHasComePassesAtOnceAndTheDeadClientsNextTurnAfterI
   page.pass_turn(3, 0, 5, 6);
   page.pass_turn(3, 0, 6, 7);
   EXPECT_EQ(word_of(3), 7u);
-  // Both stay listed until a look sees their writes landed: a record of the page written
-  // before then must still hold them.
+  // Given again (a restarted daemon finds its entry still abandoned): nothing more is written.
+  const int writes = fake().calls["cuStreamWriteValue32"];
+  page.pass_turn(3, 0, 6, 7);
+  EXPECT_EQ(fake().calls["cuStreamWriteValue32"], writes);
+  // Both stay listed until a look sees their writes landed: their queue entries stay taken
+  // until then.
   EXPECT_EQ(page.waiting_turn_count(), 2u);
-  EXPECT_FALSE(page.pass_arrived_turns());
+  told_turns told;
+  EXPECT_FALSE(look(page, told));
+  EXPECT_EQ(told, (told_turns{{3, 5}, {3, 6}}));
   EXPECT_EQ(word_of(3), 7u);
 }
 
@@ -121,22 +143,22 @@ TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
   // The dead client's stream released turn 5 before the process died.
   gpu_writes(3, 6);
   page.pass_turn(3, 0, 5, 6);
-  EXPECT_EQ(page.waiting_turn_count(), 0u);
   // Tickets wrap at 16 bits: 0xfffe is past for a word of 2.
   gpu_writes(4, 2);
   page.pass_turn(4, 0, 0xfffe, 0xffff);
-  // Half the ticket space ahead of the word is behind it.
+  // A turn still to come is less than a lock's queue ahead of its word: one that far is behind.
   gpu_writes(5, 2);
-  page.pass_turn(5, 0, 2 + sync::kHalfTheTickets, 3 + sync::kHalfTheTickets);
-  EXPECT_EQ(page.waiting_turn_count(), 0u);
+  page.pass_turn(5, 0, 2 + sync::kMostTurnsAhead, 3 + sync::kMostTurnsAhead);
+  gpu_writes(6, 2);
+  page.pass_turn(6, 0, 1 + sync::kMostTurnsAhead, 2 + sync::kMostTurnsAhead);
+  told_turns told;
+  EXPECT_TRUE(look(page, told));
+  EXPECT_EQ(told, (told_turns{{3, 5}, {4, 0xfffe}, {5, 2 + sync::kMostTurnsAhead}}));
+  EXPECT_EQ(page.waiting_turn_count(), 1u) << "the turn just within a queue ahead waits on";
   EXPECT_EQ(word_of(3), 6u);
   EXPECT_EQ(word_of(4), 2u);
   EXPECT_EQ(word_of(5), 2u);
-
-  // A turn more than a lock's queue ahead still waits: live clients queue past the entries of
-  // dead ones, which the daemon clears.
-  page.pass_turn(5, 0, 2 + sync::kLockQueueLength + 2, 3 + sync::kLockQueueLength + 2);
-  EXPECT_EQ(page.waiting_turn_count(), 1u);
+  EXPECT_EQ(word_of(6), 2u);
 }
 
 TEST(CudaSignalPage, AClearedCellsTurnsNoLongerWait) {
@@ -146,9 +168,12 @@ TEST(CudaSignalPage, AClearedCellsTurnsNoLongerWait) {
   ASSERT_GT(page.waiting_turn_count(), 0u);
   page.clear(4);
   EXPECT_EQ(page.waiting_turn_count(), 0u);
-  // The cell's next lock reaches that value of its own: the dead client's turn is not passed.
+  // The cell's next lock reaches that value of its own: the dead client's turn is not passed,
+  // and the cell's new queue is not told of it.
   gpu_writes(4, 2);
-  EXPECT_FALSE(page.pass_arrived_turns());
+  told_turns told;
+  EXPECT_FALSE(look(page, told));
+  EXPECT_TRUE(told.empty());
   EXPECT_EQ(word_of(4), 2u);
 }
 
@@ -161,12 +186,12 @@ TEST(CudaSignalPage, EachLookAtWaitingTurnsReadsABoundedNumberOfWordsAndGoesOnWh
   for (std::uint32_t cell = 0; cell < kWaiting + kComing; ++cell) page.pass_turn(cell, 0, 1, 2);
   for (std::uint32_t cell = kWaiting; cell < kWaiting + kComing; ++cell) gpu_writes(cell, 1);
   int passed_after = 0;
-  for (int look = 1; look <= 4 && passed_after == 0; ++look) {
+  for (int round = 1; round <= 4 && passed_after == 0; ++round) {
     const int reads_before = fake().calls["cuMemcpyDtoH"];
-    EXPECT_TRUE(page.pass_arrived_turns());
+    EXPECT_TRUE(look(page));
     EXPECT_LT(fake().calls["cuMemcpyDtoH"] - reads_before, static_cast<int>(kWaiting))
         << "one look read every waiting turn's word";
-    if (word_of(kWaiting) == 2u) passed_after = look;
+    if (word_of(kWaiting) == 2u) passed_after = round;
   }
   EXPECT_EQ(passed_after, 2) << "the looks did not go on where the one before stopped";
   for (std::uint32_t cell = kWaiting; cell < kWaiting + kComing; ++cell) {
@@ -184,10 +209,12 @@ TEST(CudaSignalPage, OneReadOfALocksWordTellsEveryTurnWaitingInIt) {
   for (std::uint32_t n = 1; n <= kTurns; ++n) page.pass_turn(8, 0, 2 * n, 2 * n + 1);
   gpu_writes(8, 2 * kTurns);
   const int reads_before = fake().calls["cuMemcpyDtoH"];
-  EXPECT_TRUE(page.pass_arrived_turns());
+  told_turns told;
+  EXPECT_TRUE(look(page, told));
   EXPECT_EQ(fake().calls["cuMemcpyDtoH"] - reads_before, 1);
   EXPECT_EQ(word_of(8), 2 * kTurns + 1);
   EXPECT_EQ(page.waiting_turn_count(), 1u) << "the turns the word is past are gone";
+  EXPECT_EQ(told.size(), kTurns - 1);
 }
 
 TEST(CudaSignalPage, NoTurnIsToldBeforeTheRepairsLandAndAPassedOneLeavesOnceItsWriteHas) {
@@ -198,19 +225,22 @@ TEST(CudaSignalPage, NoTurnIsToldBeforeTheRepairsLandAndAPassedOneLeavesOnceItsW
   gpu_writes(6, 3);
   hold_up_repairs(true);
   page.pass_turn(6, 0, 3, 4);
-  EXPECT_TRUE(page.pass_arrived_turns());
+  told_turns told;
+  EXPECT_TRUE(look(page, told));
   EXPECT_EQ(word_of(6), 3u) << "a turn was passed on a word read before the repairs landed";
   hold_up_repairs(false);
-  EXPECT_TRUE(page.pass_arrived_turns());
+  EXPECT_TRUE(look(page, told));
   EXPECT_EQ(word_of(6), 4u);
   hold_up_repairs(true);
-  EXPECT_TRUE(page.pass_arrived_turns()) << "a pass left before its write was seen landed";
+  EXPECT_TRUE(look(page, told)) << "a pass left before its write was seen landed";
+  EXPECT_TRUE(told.empty()) << "an entry would be freed before its turn's pass landed";
   hold_up_repairs(false);
   const int writes = fake().calls["cuStreamWriteValue32"];
-  // The lock went on and round its 16-bit tickets to this turn again before the next look: a
-  // live holder's turn now, not the dead client's.
+  // Whatever the word shows at the next look, a passed turn is not written again: here the turn
+  // itself, which a lock shows again only once it has gone round its 16-bit tickets.
   gpu_writes(6, 3);
-  EXPECT_FALSE(page.pass_arrived_turns());
+  EXPECT_FALSE(look(page, told));
+  EXPECT_EQ(told, (told_turns{{6, 3}}));
   EXPECT_EQ(word_of(6), 3u);
   EXPECT_EQ(fake().calls["cuStreamWriteValue32"], writes) << "a passed turn was written again";
 }
@@ -222,14 +252,14 @@ TEST(CudaSignalPage, AWordThatCannotBeReadOrWrittenLeavesItsTurnWaiting) {
   fake().fail_with = CUDA_ERROR_UNKNOWN;
   fake().failing = "cuMemcpyDtoH";
   page.pass_turn(5, 0, 3, 4);
-  EXPECT_TRUE(page.pass_arrived_turns());
+  EXPECT_TRUE(look(page));
   fake().failing = "cuStreamWriteValue32";
-  EXPECT_TRUE(page.pass_arrived_turns());
+  EXPECT_TRUE(look(page));
   EXPECT_EQ(word_of(5), 3u);
   fake().failing = "";
-  EXPECT_TRUE(page.pass_arrived_turns());
+  EXPECT_TRUE(look(page));
   EXPECT_EQ(word_of(5), 4u);
-  EXPECT_FALSE(page.pass_arrived_turns());
+  EXPECT_FALSE(look(page));
 }
 
 /// Books on the fake driver with a stream-ordered lock: the holder's stream is served ticket
@@ -249,11 +279,11 @@ class BooksWithAStreamLock : public ::testing::Test {
                        book.sync.page_for(holder, opened.page).fd(), 0);
     ASSERT_NE(host_page, MAP_FAILED);
     index = sync::index_of_cell(opened.cell);
-    auto& cell = *reinterpret_cast<sync::lock_cell*>(static_cast<std::byte*>(host_page) +
-                                                     index * sync::kCellSize);
-    cell.domain = sync::domain_word(sync::domain::stream, 0);
-    ASSERT_EQ(sync::host_lock(cell, holder_slot).take_stream_ticket(), 0);
-    ASSERT_EQ(sync::host_lock(cell, dying_slot).take_stream_ticket(), 1);
+    cell = reinterpret_cast<sync::lock_cell*>(static_cast<std::byte*>(host_page) +
+                                              index * sync::kCellSize);
+    cell->domain = sync::domain_word(sync::domain::stream, 0);
+    ASSERT_EQ(sync::host_lock(*cell, holder_slot).take_stream_ticket(), 0);
+    ASSERT_EQ(sync::host_lock(*cell, dying_slot).take_stream_ticket(), 1);
   }
   void TearDown() override {
     if (host_page != MAP_FAILED) ::munmap(host_page, sync::kHostPageSize);
@@ -270,6 +300,12 @@ class BooksWithAStreamLock : public ::testing::Test {
     return fake_word_in_the_range(index * sync::kSignalCellSize +
                                   offsetof(sync::signal_cell, serving));
   }
+  /// The queue entry of @p ticket on the host page.
+  sync::queue_entry entry(std::uint16_t ticket) const {
+    return sync::queue_entry::decode(
+        std::atomic_ref<std::uint32_t>(cell->queue[ticket % sync::kLockQueueLength])
+            .load(std::memory_order_acquire));
+  }
 
   books book = make_books();
   client_id holder = book.add_client({200, 1000, 1000, {}});
@@ -277,6 +313,7 @@ class BooksWithAStreamLock : public ::testing::Test {
   proto::sync_open_reply opened{};
   void* host_page = MAP_FAILED;
   std::uint32_t index = 0;
+  sync::lock_cell* cell = nullptr;
 };
 
 TEST_F(BooksWithAStreamLock, TheBooksLookAtADeadClientsTurnUntilItComesAndThenStop) {
@@ -292,43 +329,67 @@ TEST_F(BooksWithAStreamLock, TheBooksLookAtADeadClientsTurnUntilItComesAndThenSt
   EXPECT_FALSE(book.sync.has_pending());
 }
 
-TEST_F(BooksWithAStreamLock, AWaitingTurnIsInItsPagesRestartRecordAndIsAdoptedOnlyForTheSameLock) {
+TEST_F(BooksWithAStreamLock, ADeadClientsEntryStaysTakenUntilItsTurnIsSeenPassed) {
   book.remove_client(dying);
-  const restart::record_key key{restart::record_type::page, opened.page};
-  const auto body = restart::encode(book, key);
-  ASSERT_TRUE(body);
-  const restart::state_image image = restart::decode({{key, *body}});
-  const auto& waiting = image.pages.at(opened.page).waiting_turns;
-  ASSERT_EQ(waiting.size(), 1u);
-  const object_id lock = book.sync.page_by_id(opened.page)->object_in(index);
-  EXPECT_EQ(waiting[0].device, 0);
-  EXPECT_EQ(waiting[0].lock, lock);
-  EXPECT_EQ(waiting[0].epoch, book.sync.cell_of(lock)->epoch);
-  EXPECT_EQ(waiting[0].turn.cell, index);
-  EXPECT_EQ(waiting[0].turn.turn, 1u);
-  EXPECT_EQ(waiting[0].turn.next_turn, 2u);
+  // Ticket 1 + 512 cannot be taken while ticket 1 waits: no turn still to come is a queue's
+  // length ahead of the word, however many clients die.
+  EXPECT_EQ(entry(1).state, sync::queue_entry::abandoned);
+  EXPECT_EQ(entry(1).ticket, 1u);
 
+  // A client given the dead one's slot queues behind it and dies too: the first turn is not
+  // counted or given again.
+  const client_id next = book.add_client({202, 1000, 1000, {}});
+  const std::uint16_t slot = book.sync.attach(next).slot;
+  ASSERT_EQ(entry(1).slot, slot);
+  proto::sync_open_request request{};
+  ASSERT_FALSE(proto::make_wire_name("streamed", request.name));
+  request.kind = proto::sync_kind::lock;
+  book.sync.open(next, request);
+  ASSERT_EQ(sync::host_lock(*cell, slot).take_stream_ticket(), 2);
+  book.remove_client(next);
+  EXPECT_EQ(cell->owner_deaths, 2u);
+  EXPECT_EQ(book.sync.page_by_id(opened.page)->signal_page_on(0)->waiting_turn_count(), 2u);
+
+  serving() = 1;
+  EXPECT_FALSE(book.sync.settle());
+  EXPECT_EQ(serving(), 2u);
+  EXPECT_EQ(entry(1).state, sync::queue_entry::abandoned) << "freed before its pass landed";
+  EXPECT_FALSE(book.sync.settle());
+  EXPECT_EQ(entry(1).state, sync::queue_entry::empty);
+  EXPECT_EQ(serving(), 3u);
+  EXPECT_TRUE(book.sync.settle());
+  EXPECT_EQ(entry(2).state, sync::queue_entry::empty);
+}
+
+TEST_F(BooksWithAStreamLock, ARestartedDaemonFindsADeadClientsTurnByItsAbandonedEntry) {
+  book.remove_client(dying);
   signal_page& signals = *book.sync.page_by_id(opened.page)->signal_page_on(0);
-  const auto adopted = [&](object_id which, std::uint32_t epoch, std::uint32_t turn) {
-    const std::size_t before = signals.waiting_turn_count();
-    try {
-      book.sync.adopt_waiting_turn(opened.page, 0, which, epoch, {index, 0, turn, turn + 1});
-    } catch (const request_error&) {
-      return false;
-    }
-    return signals.waiting_turn_count() == before + 1;
-  };
-  const std::uint32_t epoch = waiting[0].epoch;
-  EXPECT_FALSE(adopted(lock + 1, epoch, 1)) << "another lock's turn";
-  EXPECT_FALSE(adopted(lock, epoch + 1, 1)) << "a turn of the lock before a reset";
-  EXPECT_FALSE(adopted(lock, epoch, 2)) << "a ticket not taken yet";
-  // Without the check, the word at the turn would have it passed on and kept.
-  serving() = 0x10000 + 2 - 0x8001;
-  EXPECT_FALSE(adopted(lock, epoch, 0x10000 + 2 - 0x8001))
-      << "a turn more than half the ticket space behind the next ticket, so long passed";
-  serving() = 0;
-  EXPECT_TRUE(adopted(lock, epoch, 1));
-  EXPECT_EQ(serving(), 0u) << "an adopted turn that has not come was passed on";
+  // A signal page that does not know of the turn, as a restarted daemon's does not. (Clearing
+  // the cell zeroes its words, which the lock has not moved yet.)
+  signals.clear(index);
+  ASSERT_EQ(signals.waiting_turn_count(), 0u);
+  book.sync.resume_dead_turns();
+  EXPECT_EQ(signals.waiting_turn_count(), 1u);
+  book.sync.resume_dead_turns();
+  EXPECT_EQ(signals.waiting_turn_count(), 1u) << "one turn found twice waits once";
+  EXPECT_FALSE(book.sync.settle());
+  EXPECT_EQ(serving(), 0u) << "a turn that has not come was passed on";
+  serving() = 1;
+  EXPECT_FALSE(book.sync.settle());
+  EXPECT_EQ(serving(), 2u);
+  EXPECT_TRUE(book.sync.settle());
+  EXPECT_EQ(entry(1).state, sync::queue_entry::empty);
+
+  // The lock page's record no longer holds turns; one from a daemon that wrote them reads.
+  const restart::record_key key{restart::record_type::page, opened.page};
+  auto body = restart::encode(book, key);
+  ASSERT_TRUE(body);
+  // One turn: device, lock (64 bits), epoch, cell, offset, turn, next turn.
+  const std::array<std::uint32_t, 9> old_turns{1, 0, 7, 0, 1, index, 0, 1, 2};
+  const auto* bytes = reinterpret_cast<const std::byte*>(old_turns.data());
+  body->insert(body->end(), bytes, bytes + sizeof old_turns);
+  const restart::state_image image = restart::decode({{key, *body}});
+  EXPECT_EQ(image.pages.at(opened.page).signal_devices, std::vector<std::int32_t>{0});
 }
 
 }  // namespace

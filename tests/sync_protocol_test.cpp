@@ -79,10 +79,45 @@ TEST(LockProtocol, ADeadStreamHoldersTurnsArePassedOnOldestFirst) {
   EXPECT_EQ(page.passed, (std::vector<std::uint32_t>{0, 2}));
   EXPECT_EQ(page.at(kIndex).serving, 1u) << "the living holder's turn came";
   EXPECT_EQ(cell->owner_deaths, 2u);
-  for (const auto raw : cell->queue) {
-    const auto entry = queue_entry::decode(raw);
-    EXPECT_FALSE(entry.state != queue_entry::empty && entry.slot == kDead);
-  }
+  // Their entries stay taken, abandoned, until the daemon has seen each turn passed.
+  const auto entry = [&](std::uint16_t ticket) { return queue_entry::decode(cell->queue[ticket]); };
+  EXPECT_EQ(entry(0).state, queue_entry::abandoned);
+  EXPECT_EQ(entry(2).state, queue_entry::abandoned);
+  EXPECT_EQ(entry(1).state, queue_entry::waiting);
+  free_passed_turn(*cell, 1);
+  free_passed_turn(*cell, 2 + kLockQueueLength);
+  EXPECT_EQ(entry(1).state, queue_entry::waiting) << "a living holder's entry was freed";
+  EXPECT_EQ(entry(2).state, queue_entry::abandoned) << "another ticket's entry was freed";
+  free_passed_turn(*cell, 0);
+  free_passed_turn(*cell, 2);
+  EXPECT_EQ(cell->queue[0], 0u);
+  EXPECT_EQ(cell->queue[2], 0u);
+}
+
+TEST(LockProtocol, ARestartedDaemonPassesOnTheTurnsWhoseEntriesAreAbandoned) {
+  auto cell = std::make_unique<lock_cell>();
+  cell->domain = domain_word(domain::stream, 0);
+  host_signal_words before;
+  host_lock dead(*cell, kDead);
+  host_lock alive(*cell, kAlive);
+  ASSERT_EQ(alive.take_stream_ticket(), 0);
+  ASSERT_EQ(dead.take_stream_ticket(), 1);
+  ASSERT_EQ(dead.take_stream_ticket(), 2);
+  ASSERT_EQ(alive.take_stream_ticket(), 3);
+  ASSERT_EQ(reclaim(*cell, &before, kIndex, kDead, daemon_side().facts()).turns_passed, 2u);
+
+  // The new daemon's page knows nothing of them; the dead slot is free again.
+  host_signal_words after;
+  slot_set slots;
+  slots.set(kAlive);
+  EXPECT_EQ(resume_stream_turns(*cell, after, kIndex, {0, slots}), 2u);
+  EXPECT_EQ(after.passed, (std::vector<std::uint32_t>{1, 2})) << "not oldest first";
+  EXPECT_EQ(cell->owner_deaths, 2u) << "a death counted again";
+
+  cell->queue[5] = 1;  // bits but no state: the cell is not trusted
+  host_signal_words untrusted;
+  EXPECT_EQ(resume_stream_turns(*cell, untrusted, kIndex, {0, slots}), 0u);
+  EXPECT_TRUE(untrusted.passed.empty());
 }
 
 TEST(LockProtocol, ADeadDeviceHolderIsReleasedWithOwnerDiedAndOthersAreLeftAlone) {

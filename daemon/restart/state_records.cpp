@@ -319,28 +319,10 @@ saved_pool get_pool(record_reader& in) {
   return saved;
 }
 
-void put_page(record_writer& out, const books& state, const sync_page& page) {
+void put_page(record_writer& out, const sync_page& page) {
   put_tenant(out, page.tenant());
   out.put(static_cast<std::uint32_t>(page.signal_pages().size()));
   for (const auto& [device, signal] : page.signal_pages()) out.put(device);
-  std::vector<saved_turn> waiting;
-  for (const auto& [device, signal] : page.signal_pages()) {
-    for (const auto& turn : signal->waiting_turns()) {
-      const object_id lock = page.object_in(turn.cell);
-      const auto cell = state.sync.cell_of(lock);
-      waiting.push_back({device, lock, cell ? cell->epoch : 0, turn});
-    }
-  }
-  out.put(static_cast<std::uint32_t>(waiting.size()));
-  for (const saved_turn& each : waiting) {
-    out.put(each.device);
-    out.put(each.lock);
-    out.put(each.epoch);
-    out.put(each.turn.cell);
-    out.put(each.turn.offset);
-    out.put(each.turn.turn);
-    out.put(each.turn.next_turn);
-  }
 }
 
 saved_page get_page(record_reader& in) {
@@ -348,17 +330,8 @@ saved_page get_page(record_reader& in) {
   saved.tenant = get_tenant(in);
   saved.signal_devices.resize(in.get_count(4));
   for (auto& device : saved.signal_devices) device = in.get<std::int32_t>();
-  if (in.remaining() == 0) return saved;  // written before waiting turns were kept
-  saved.waiting_turns.resize(in.get_count(4 + 8 + 4 + 4 * 4));
-  for (saved_turn& each : saved.waiting_turns) {
-    each.device = in.get<std::int32_t>();
-    each.lock = in.get<object_id>();
-    each.epoch = in.get<std::uint32_t>();
-    each.turn.cell = in.get<std::uint32_t>();
-    each.turn.offset = in.get<std::uint32_t>();
-    each.turn.turn = in.get<std::uint32_t>();
-    each.turn.next_turn = in.get<std::uint32_t>();
-  }
+  // Daemons built from bec06ca to 6b028e2 wrote dead clients' waiting lock turns after these.
+  // They are not read: the turns' abandoned queue entries on the host page record them now.
   return saved;
 }
 
@@ -397,7 +370,7 @@ std::optional<std::vector<std::byte>> encode(const books& state, record_key key)
     case record_type::page: {
       const sync_page* page = state.sync.page_by_id(static_cast<std::uint32_t>(key.id));
       if (page == nullptr) return std::nullopt;
-      put_page(out, state, *page);
+      put_page(out, *page);
       break;
     }
   }

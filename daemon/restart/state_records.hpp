@@ -67,18 +67,9 @@ struct saved_pool {
   pool_config config;
   access_class tenant;
 };
-/// A dead client's stream-lock turn that was waiting to be passed on (signal_page::
-/// waiting_turn), with the lock whose cell it is in.
-struct saved_turn {
-  std::int32_t device = 0;
-  object_id lock = 0;
-  std::uint32_t epoch = 0;  ///< the lock's, which a reset moves
-  signal_page::waiting_turn turn;
-};
 struct saved_page {
   access_class tenant;
   std::vector<std::int32_t> signal_devices;
-  std::vector<saved_turn> waiting_turns;  ///< none in a record from before they were kept
 };
 struct state_image {
   saved_meta meta;

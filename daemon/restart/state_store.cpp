@@ -279,18 +279,7 @@ void state_store::adopt_image(books& state, const state_image& image) {
     }
   }
   for (const auto& pending : image.meta.pending) state.sync.adopt_pending(pending);
-  for (const auto& [id, saved] : image.pages) {
-    for (const saved_turn& waiting : saved.waiting_turns) {
-      try {
-        state.sync.adopt_waiting_turn(id, waiting.device, waiting.lock, waiting.epoch,
-                                      waiting.turn);
-      } catch (const std::exception& error) {
-        // Passed or dropped after the record was written; nothing is lost.
-        spdlog::info("a dead client's lock turn on lock page {} waits no more: {}", id,
-                     error.what());
-      }
-    }
-  }
+  state.sync.resume_dead_turns();
   state.rows.restore_next_ids(image.meta.next_object, image.meta.next_client);
   state.memory.reserve_pool_ids(image.meta.next_pool);
   chunk_ids_from(image.meta.next_chunk);

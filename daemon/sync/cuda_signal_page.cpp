@@ -84,15 +84,16 @@ std::uint16_t cuda_signal_page::ahead(const waiting_turn& each, std::uint32_t wo
 }
 
 bool cuda_signal_page::passed_by(const waiting_turn& each, std::uint32_t word) noexcept {
-  // Tickets compare cyclically: a turn half the 16-bit ticket space or more ahead of the word
-  // is behind it, released by the dead client's stream before the process died. (Not a lock's
-  // queue: the daemon clears a dead client's queue entries, and live clients queue past them.)
-  return ahead(each, word) >= sync::kHalfTheTickets;
+  // A turn still to come is less than a lock's queue ahead of its word (layout.hpp): one
+  // farther ahead is behind it, released by the dead client's stream before the process died,
+  // or passed by this page before a restart.
+  return ahead(each, word) >= sync::kMostTurnsAhead;
 }
 
 void cuda_signal_page::pass_on(waiting_turn& each) {
   // The word reached the turn and stays there until it is written here: its holder is dead.
-  // The turn waits on until the write is seen landed, so that no record says so before.
+  // The turn waits on until the write is seen landed, so that its queue entry, which keeps the
+  // ticket a queue's length later from being taken, is not freed before.
   write(each.cell, each.offset, each.next_turn);
   each.written = true;
 }
@@ -108,28 +109,38 @@ void cuda_signal_page::warn_failed(const waiting_turn& each, const std::exceptio
 void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                                  std::uint32_t next_turn) {
   (void)address(cell, offset);  // refused here, not at every look
+  const bool given_before =
+      std::any_of(waiting_turns_.begin(), waiting_turns_.end(), [&](const waiting_turn& each) {
+        return each.cell == cell && each.offset == offset && each.turn == turn;
+      });
+  if (given_before) return;
   // Waiting first, so that a look that fails leaves it for the next one.
   waiting_turns_.push_back({cell, static_cast<std::uint32_t>(offset), turn, next_turn, false});
-  // A turn that has come already (the dead client's stream took it and died) is passed on now;
-  // one its stream released before the process died waits no more.
+  // A turn that has come already (the dead client's stream took it and died) is passed on now.
+  // One its stream released before the process died leaves at the next look, which tells the
+  // daemon so.
   waiting_turn& given = waiting_turns_.back();
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
     // Only a word read after every repair queued before it lands says anything: a clear's
     // zeroes or a pass still on their way would show a turn that is gone.
     if (!repairs_landed()) return;
-    const std::uint32_t word = copy_word(cell, offset);
-    if (ahead(given, word) == 0) {
-      pass_on(given);
-    } else if (passed_by(given, word)) {
-      waiting_turns_.pop_back();
-    }
+    if (ahead(given, copy_word(cell, offset)) == 0) pass_on(given);
   } catch (const std::exception& error) {
     warn_failed(given, error);
   }
 }
 
-bool cuda_signal_page::pass_arrived_turns() noexcept {
+template <class Done>
+void cuda_signal_page::let_go_of(Done done, const passed_turn_sink& passed) noexcept {
+  std::erase_if(waiting_turns_, [&](const waiting_turn& each) {
+    if (!done(each)) return false;
+    passed(each.cell, each.turn);
+    return true;
+  });
+}
+
+bool cuda_signal_page::pass_arrived_turns(const passed_turn_sink& passed) noexcept {
   if (waiting_turns_.empty()) return false;
   // One read per word: it tells every turn of its lock, so that a dead client's next turn in a
   // lock is passed in the round after the one before it, however many other turns wait.
@@ -151,7 +162,7 @@ bool cuda_signal_page::pass_arrived_turns() noexcept {
   }
   // The passes written in earlier rounds have landed with the rest: those turns are done.
   // Their words are not read again: the lock may have gone round its tickets to them since.
-  std::erase_if(waiting_turns_, [](const waiting_turn& each) { return each.written; });
+  let_go_of([](const waiting_turn& each) { return each.written; }, passed);
   std::size_t tried = 0;  // words read or failed
   for (const waiting_turn& each : waiting_turns_) {
     if (tried == words.size()) break;
@@ -174,10 +185,12 @@ bool cuda_signal_page::pass_arrived_turns() noexcept {
       warn_failed(each, error);  // the word stays at the turn: passed on next round
     }
   }
-  std::erase_if(waiting_turns_, [&](const waiting_turn& each) {
-    const std::uint32_t* word = word_of(each);
-    return word != nullptr && !each.written && passed_by(each, *word);
-  });
+  let_go_of(
+      [&](const waiting_turn& each) {
+        const std::uint32_t* word = word_of(each);
+        return word != nullptr && !each.written && passed_by(each, *word);
+      },
+      passed);
   // The turns whose words were not read this round are read first in the next.
   std::stable_partition(waiting_turns_.begin(), waiting_turns_.end(),
                         [&](const waiting_turn& each) { return word_of(each) == nullptr; });

@@ -42,11 +42,20 @@ class cuda_signal_page final : public signal_page {
                  std::uint32_t next_turn) override;
   /// Drops the turns waiting on the cell: its next object or epoch starts from zero.
   void clear(std::uint32_t cell) override;
-  bool pass_arrived_turns() noexcept override;
+  bool pass_arrived_turns(const passed_turn_sink& passed) noexcept override;
   std::size_t waiting_turn_count() const noexcept override { return waiting_turns_.size(); }
-  std::vector<waiting_turn> waiting_turns() const override { return waiting_turns_; }
 
  private:
+  /// A dead stream-lock holder's turn given to pass_turn() that has not come, or whose pass
+  /// has not been seen landed.
+  struct waiting_turn {
+    std::uint32_t cell = 0;
+    std::uint32_t offset = 0;
+    std::uint32_t turn = 0;
+    std::uint32_t next_turn = 0;
+    bool written = false;  ///< the next turn is written, and waits to be seen landed
+  };
+
   static constexpr std::chrono::microseconds kRepairsBound{2000};
   /// Words read per pass_arrived_turns(): each read is a copy the daemon's loop waits for.
   static constexpr std::size_t kMostWordsRead = 32;
@@ -60,6 +69,9 @@ class cuda_signal_page final : public signal_page {
   static bool passed_by(const waiting_turn& each, std::uint32_t word) noexcept;
   /// Writes the next turn of @p each, which has come. @throws cuda::cuda_error
   void pass_on(waiting_turn& each);
+  /// Takes the turns that @p done says wait no more off the list, telling @p passed of each.
+  template <class Done>
+  void let_go_of(Done done, const passed_turn_sink& passed) noexcept;
   void warn_failed(const waiting_turn& each, const std::exception& error) noexcept;
   /// Whether every write queued on repairs_ has landed, asked for at most kRepairsBound. They
   /// wait for no client and land in well under a millisecond, but a context's streams share

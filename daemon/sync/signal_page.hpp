@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <vector>
 
 #include "gpumem/shared/sync/signal_words.hpp"
 #include "gpumem/shared/unique_fd.hpp"
@@ -17,29 +16,19 @@ namespace gpumem::daemon {
 
 class signal_page : public sync::signal_words {
  public:
-  /// A dead stream-lock holder's turn given to pass_turn() that has not come, or whose pass
-  /// has not been seen landed.
-  struct waiting_turn {
-    std::uint32_t cell = 0;
-    std::uint32_t offset = 0;
-    std::uint32_t turn = 0;
-    std::uint32_t next_turn = 0;
-    bool written = false;  ///< the next turn is written, and waits to be seen landed
-  };
+  /// Told of each turn given to pass_turn() that waits no more: its pass was seen landed, or
+  /// its word was found past it. Called on the daemon's loop; must not throw.
+  using passed_turn_sink = std::function<void(std::uint32_t cell, std::uint32_t turn)>;
 
   virtual int fd() const noexcept = 0;  ///< the chunk's shareable handle, owned by the page
   virtual std::uint64_t size() const noexcept = 0;
   /// @brief Passes on the turns given to pass_turn() that have come since, reading a bounded
-  /// number of words per call; the daemon's loop calls it now and then. A turn waits
-  /// until the write that passes it on has landed (a daemon killed before then finds it in its
-  /// record and writes it again), or until its word is found past it. One whose word could not
-  /// be read or written is logged and stays waiting.
+  /// number of words per call; the daemon's loop calls it now and then. A turn waits until the
+  /// write that passes it on has landed, or until its word is found past it, and is then told
+  /// to @p passed. One whose word could not be read or written is logged and stays waiting.
   /// @return whether any is still waiting.
-  virtual bool pass_arrived_turns() noexcept = 0;
+  virtual bool pass_arrived_turns(const passed_turn_sink& passed) noexcept = 0;
   virtual std::size_t waiting_turn_count() const noexcept = 0;
-  /// The turns still waiting, each lock's oldest first: what the state store writes down, and a
-  /// restarted daemon gives to pass_turn() again.
-  virtual std::vector<waiting_turn> waiting_turns() const = 0;
 };
 
 /// Makes the signal page of @p device; throws request_error.

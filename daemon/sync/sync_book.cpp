@@ -26,11 +26,6 @@ std::uint32_t load(const std::uint32_t& word) noexcept {
       .load(std::memory_order_acquire);
 }
 
-sync::lock_word load_word(sync::lock_cell& cell) noexcept {
-  return sync::lock_word::decode(
-      std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
-}
-
 object_kind kind_of(sync_kind kind) noexcept {
   switch (kind) {
     case sync_kind::barrier:
@@ -376,7 +371,6 @@ void sync_book::forget(object_id id) noexcept {
   if (found != objects_.end()) {
     if (signal_page* page = gpu_page_of(*row, found->second)) {
       try {
-        rows_.touch_page(found->second.page);  // its record lists the turns clear() drops
         page->clear(found->second.cell);
       } catch (const std::exception& error) {
         spdlog::error("{} '{}': clearing its signal cell: {}", kind_name(row->kind), row->name,
@@ -394,7 +388,7 @@ void sync_book::forget(object_id id) noexcept {
 
 bool sync_book::worth_keeping(const object_row& row, const cell_entry& entry) noexcept {
   if (entry.corrupt_rule != nullptr) return true;
-  const auto word = load_word(cell_as<sync::lock_cell>(entry));
+  const auto word = sync::load_lock_word(cell_as<sync::lock_cell>(entry));
   if ((word.flags & (sync::lock_word::kOwnerDied | sync::lock_word::kNotRecoverable)) != 0) {
     return true;
   }
@@ -513,15 +507,15 @@ bool sync_book::has_waiting_turns() const noexcept {
 void sync_book::pass_arrived_turns() noexcept {
   for (const auto& [id, page] : pages_) {
     for (const auto& [device, signals] : page->signal_pages()) {
-      const std::size_t before = signals->waiting_turn_count();
-      if (before == 0) continue;
-      signals->pass_arrived_turns();
-      // The page's record lists its waiting turns (daemon/restart/).
-      if (signals->waiting_turn_count() == before) continue;
-      try {
-        rows_.touch_page(id);
-      } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): written with the next
-      }                                  // change of the page, and a stale turn is dropped then
+      signals->pass_arrived_turns([&](std::uint32_t cell, std::uint32_t turn) {
+        const auto entry = objects_.find(page->object_in(cell));
+        // A freed or rewritten cell has no entry of the turn's left to free.
+        if (entry == objects_.end() || entry->second.corrupt_rule != nullptr) return;
+        const object_row* row = rows_.find(entry->first);
+        if (row == nullptr || row->kind != object_kind::lock) return;
+        sync::free_passed_turn(cell_as<sync::lock_cell>(entry->second),
+                               static_cast<std::uint16_t>(turn));
+      });
     }
   }
 }
@@ -534,7 +528,7 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
       // A corrupt cell is left as it is until an operator rewrites it.
       if (entry.corrupt_rule != nullptr) return sync::repair_status::done;
       auto& cell = cell_as<sync::lock_cell>(entry);
-      const bool held_on_host = load_word(cell).owner == dead_slot;
+      const bool held_on_host = sync::load_lock_word(cell).owner == dead_slot;
       const auto done =
           sync::reclaim(cell, gpu_page_of(row, entry), entry.cell, dead_slot, lock_facts_of(entry));
       if (done.repair.status == sync::repair_status::corrupt) {
@@ -548,7 +542,6 @@ sync::repair_status sync_book::reclaim(object_id id, const object_row& row, std:
             {id, row, dead_client, dead_row != clients.end() ? dead_row->second.who.pid : 0});
       }
       if (done.turns_passed > 0) {
-        rows_.touch_page(entry.page);  // its record holds the turns that wait
         spdlog::warn("lock '{}': passing on {} turn(s) of a dead client as they come", row.name,
                      done.turns_passed);
       }
@@ -596,7 +589,6 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
   const std::string by = access_policy::describe(asker.who, asker.label);
   cell_entry& entry = objects_.at(id);
   signal_page* page = gpu_page_of(row, entry);
-  if (page != nullptr) rows_.touch_page(entry.page);  // a rewrite drops the cell's waiting turns
   const char* rewritten_because = entry.corrupt_rule;
   if (row.kind == object_kind::lock) {
     auto& cell = cell_as<sync::lock_cell>(entry);
@@ -732,31 +724,23 @@ void sync_book::adopt_attachment(client_id client, const saved_attachment& saved
   attached_.insert_or_assign(client, attached_client{saved.slot, saved.own_page});
 }
 
-void sync_book::adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, object_id lock,
-                                   std::uint32_t epoch, const signal_page::waiting_turn& turn) {
-  const auto page = pages_.find(page_id);
-  signal_page* signals = page == pages_.end() ? nullptr : page->second->signal_page_on(device);
-  if (signals == nullptr) {
-    throw request_error(errc::internal, fmt::format("no signal page on device {}", device));
+void sync_book::resume_dead_turns() noexcept {
+  for (auto& [id, entry] : objects_) {
+    const object_row* row = rows_.find(id);
+    if (row == nullptr || row->kind != object_kind::lock || entry.corrupt_rule != nullptr) continue;
+    signal_page* page = gpu_page_of(*row, entry);
+    if (page == nullptr) continue;
+    try {
+      const std::uint32_t turns = sync::resume_stream_turns(cell_as<sync::lock_cell>(entry), *page,
+                                                            entry.cell, lock_facts_of(entry));
+      if (turns > 0) {
+        spdlog::info("lock '{}': passing on {} turn(s) of dead clients as they come", row->name,
+                     turns);
+      }
+    } catch (const std::exception& error) {
+      spdlog::error("lock '{}': looking at dead clients' turns: {}", row->name, error.what());
+    }
   }
-  const auto entry = objects_.find(lock);
-  if (lock == 0 || page->second->object_in(turn.cell) != lock || entry == objects_.end() ||
-      entry->second.epoch != epoch) {
-    throw request_error(errc::internal, fmt::format("lock {} of epoch {} is no longer in cell {}",
-                                                    lock, epoch, turn.cell));
-  }
-  // A turn still to come was taken less than half the 16-bit ticket space ago. Farther, the
-  // record is older than the turn's pass and the lock has gone on since: it is gone, and the
-  // cyclic order of tickets could no longer tell it from one still to come.
-  const auto word = load_word(cell_as<sync::lock_cell>(entry->second));
-  const auto taken_since = static_cast<std::uint16_t>(word.next - turn.turn);
-  if (taken_since == 0 || taken_since > sync::kHalfTheTickets) {
-    throw request_error(errc::internal,
-                        fmt::format("turn {} of lock {} is {} tickets behind the next", turn.turn,
-                                    lock, taken_since));
-  }
-  // Looked at now, while the check above still holds.
-  signals->pass_turn(turn.cell, turn.offset, turn.turn, turn.next_turn);
 }
 
 void sync_book::adopt_pending(const saved_reclaim& saved) {
@@ -781,7 +765,7 @@ proto::sync_list_reply sync_book::list(client_id asker, object_id after) const {
         record.domain = domain_word(row, entry);
         if (row.kind == object_kind::lock) {
           auto& cell = cell_as<sync::lock_cell>(entry);
-          const auto word = load_word(cell);
+          const auto word = sync::load_lock_word(cell);
           record.attached = static_cast<std::uint32_t>(row.holders.size());
           record.flags = word.flags;
           // Said outright rather than left to a pid: a daemon in its own PID namespace sees

@@ -147,14 +147,10 @@ class sync_book {
   /// held by it.
   void adopt_attachment(client_id client, const saved_attachment& saved);
   void adopt_pending(const saved_reclaim& saved);
-  /// @brief A dead client's turn in lock @p lock of @p epoch that the previous daemon was
-  /// waiting to pass on, on page @p page_id's signal page of @p device (after adopt_page() and
-  /// adopt_cell()).
-  /// @throws request_error(internal) when that page or signal page is not adopted, the cell no
-  /// longer holds @p lock of @p epoch, or the lock has taken more than half its 16-bit tickets
-  /// since the turn (the record is older than the turn's pass).
-  void adopt_waiting_turn(std::uint32_t page_id, std::int32_t device, object_id lock,
-                          std::uint32_t epoch, const signal_page::waiting_turn& turn);
+  /// @brief Gives the signal pages the turns of dead clients that the previous daemon had
+  /// not seen passed (sync::resume_stream_turns()), after the cells and attachments are
+  /// adopted. A lock whose page cannot take them is logged and left.
+  void resume_dead_turns() noexcept;
   /// @}
 
  private:

@@ -353,13 +353,17 @@ daemon_release release_for(lock_cell& cell, std::uint16_t holder, lock_hold hold
 
 }  // namespace
 
+lock_word load_lock_word(const lock_cell& cell) noexcept {
+  return lock_word::decode(word_of(const_cast<lock_cell&>(cell)).load(std::memory_order_acquire));
+}
+
 const char* check_lock_cell(const lock_cell& cell, const lock_facts& facts) noexcept {
   auto& shared = const_cast<lock_cell&>(cell);
   const std::uint32_t where_word =
       std::atomic_ref<std::uint32_t>(shared.domain).load(std::memory_order_acquire);
   if (!is_domain_word(where_word)) return "the domain word names no domain";
   const bool stream = domain_of(where_word) == domain::stream;
-  const lock_word word = lock_word::decode(word_of(shared).load(std::memory_order_acquire));
+  const lock_word word = load_lock_word(cell);
   if ((word.flags & ~kKnownFlags) != 0) return "the lock word has flags no lock sets";
   if (word.epoch != facts.epoch) return "the lock word's epoch is not the daemon's";
   if (stream) {

@@ -17,31 +17,45 @@ void count_death(lock_cell& cell) noexcept {
   std::atomic_ref<std::uint32_t>(cell.owner_deaths).fetch_add(1, std::memory_order_relaxed);
 }
 
+/// Gives @p tickets of the cell's lock, which no live process will take, to the page, the
+/// oldest first: a later turn of the lock comes only once the earlier is passed.
+void pass_turns(const lock_cell& cell, std::vector<std::uint16_t>& tickets, signal_words& page,
+                std::uint32_t index) {
+  const std::uint16_t next = load_lock_word(cell).next;
+  std::sort(tickets.begin(), tickets.end(), [&](std::uint16_t a, std::uint16_t b) {
+    return static_cast<std::uint16_t>(next - a) > static_cast<std::uint16_t>(next - b);
+  });
+  for (const std::uint16_t ticket : tickets) {
+    page.pass_turn(index, offsetof(signal_cell, serving), ticket,
+                   static_cast<std::uint16_t>(ticket + 1));
+  }
+}
+
 std::uint32_t reclaim_stream_turns(lock_cell& cell, signal_words* page, std::uint32_t index,
                                    std::uint16_t dead_slot) {
-  const auto word =
-      lock_word::decode(std::atomic_ref<std::uint64_t>(cell.word).load(std::memory_order_acquire));
-  // Its tickets, oldest first: a later turn of the lock comes only once the earlier is passed.
+  const std::uint16_t next = load_lock_word(cell).next;
   std::vector<std::uint16_t> tickets;
   for (auto& raw : cell.queue) {
-    const auto entry = queue_entry::decode(load(raw));
-    if (entry.state == queue_entry::empty || !entry.stream || entry.slot != dead_slot) continue;
-    std::atomic_ref<std::uint32_t>(raw).store(0, std::memory_order_release);
-    if (entry.ticket != word.next) tickets.push_back(entry.ticket);  // else never taken
+    std::uint32_t seen = load(raw);
+    const auto entry = queue_entry::decode(seen);
+    // An abandoned entry is a turn given to the page at an earlier death of this slot.
+    if (entry.state != queue_entry::waiting || !entry.stream || entry.slot != dead_slot) continue;
+    // A taken ticket's entry stays, abandoned, until its turn is seen passed
+    // (free_passed_turn()), so that no ticket is taken a queue's length past it before then.
+    const bool taken = entry.ticket != next;
+    const std::uint32_t left = taken ? entry.with(queue_entry::abandoned).encode() : 0;
+    if (!std::atomic_ref<std::uint32_t>(raw).compare_exchange_strong(seen, left,
+                                                                     std::memory_order_acq_rel)) {
+      continue;  // the dead client's stream released it meanwhile
+    }
+    if (taken) tickets.push_back(entry.ticket);
   }
-  std::sort(tickets.begin(), tickets.end(), [&](std::uint16_t a, std::uint16_t b) {
-    return static_cast<std::uint16_t>(word.next - a) > static_cast<std::uint16_t>(word.next - b);
-  });
   if (tickets.empty() || page == nullptr) return 0;
   // The page tells whether each turn has come, or was served already (the dead client's stream
-  // wrote the next turn and died before it cleared the entry): a word read here could be from
-  // before repairs still on their way. Such a turn counts as a death too, a race of one
-  // batch of two stream writes.
-  for (const std::uint16_t ticket : tickets) {
-    page->pass_turn(index, offsetof(signal_cell, serving), ticket,
-                    static_cast<std::uint16_t>(ticket + 1));
-    count_death(cell);
-  }
+  // wrote the next turn and died before it cleared the entry). Such a turn counts as a death
+  // too, a race of one batch of two stream writes.
+  pass_turns(cell, tickets, *page, index);
+  for (std::size_t i = 0; i < tickets.size(); ++i) count_death(cell);
   return static_cast<std::uint32_t>(tickets.size());
 }
 
@@ -86,6 +100,29 @@ reset_result reset(lock_cell& cell, signal_words* page, std::uint32_t index,
     page->write(index, offsetof(signal_cell, device_lock), 0);
   }
   return {true, reset_lock(cell, facts)};
+}
+
+std::uint32_t resume_stream_turns(lock_cell& cell, signal_words& page, std::uint32_t index,
+                                  const lock_facts& facts) {
+  if (domain_of(load(cell.domain)) != domain::stream || check_lock_cell(cell, facts) != nullptr) {
+    return 0;
+  }
+  std::vector<std::uint16_t> tickets;
+  for (auto& raw : cell.queue) {
+    const auto entry = queue_entry::decode(load(raw));
+    if (entry.state == queue_entry::abandoned && entry.stream) tickets.push_back(entry.ticket);
+  }
+  pass_turns(cell, tickets, page, index);
+  return static_cast<std::uint32_t>(tickets.size());
+}
+
+void free_passed_turn(lock_cell& cell, std::uint16_t ticket) noexcept {
+  auto entry = std::atomic_ref<std::uint32_t>(cell.queue[ticket % kLockQueueLength]);
+  std::uint32_t seen = entry.load(std::memory_order_acquire);
+  const auto found = queue_entry::decode(seen);
+  // Anything else there is a later ticket's, or the cell was rewritten since.
+  if (found.state != queue_entry::abandoned || !found.stream || found.ticket != ticket) return;
+  entry.compare_exchange_strong(seen, 0, std::memory_order_acq_rel);
 }
 
 void rewrite(lock_cell& cell, signal_words* page, std::uint32_t index, std::uint16_t epoch) {

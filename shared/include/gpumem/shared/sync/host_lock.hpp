@@ -103,6 +103,9 @@ struct lock_repair {
   const char* broken_rule = nullptr;  ///< for corrupt: which rule the cell broke
 };
 
+/// @brief The lock word of @p cell, read atomically: clients change it at any time.
+lock_word load_lock_word(const lock_cell& cell) noexcept;
+
 /// @brief Checks the words of @p cell against @p facts and against each other, as they can
 /// be in any state a live client leaves them in.
 /// @return nullptr when consistent, else the rule the cell breaks.

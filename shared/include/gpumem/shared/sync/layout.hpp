@@ -39,9 +39,12 @@ inline constexpr std::uint32_t kMaxSlots = 4095;
 using slot_set = std::bitset<kMaxSlots + 1>;
 /// Tickets of one lock that may be taken and not yet served at once.
 inline constexpr std::uint32_t kLockQueueLength = 512;
-/// Tickets count on in 16 bits and compare cyclically: one this far or farther ahead of
-/// another is behind it.
-inline constexpr std::uint16_t kHalfTheTickets = 0x8000;
+/// A stream-ordered lock's turns still to come are fewer than this many tickets ahead of its
+/// `serving` word, cyclically in 16 bits: a ticket is taken only once the queue entry of the
+/// ticket kLockQueueLength before it is free, and that entry is freed only after its turn has
+/// passed (by the holder's stream, right after it writes the next turn; by the daemon, once its
+/// pass of a dead holder's turn has landed). A turn this far ahead or farther is behind.
+inline constexpr std::uint16_t kMostTurnsAhead = kLockQueueLength;
 /// Parties of one barrier (producer and consumers of one channel).
 inline constexpr std::uint32_t kMaxParties = 120;
 

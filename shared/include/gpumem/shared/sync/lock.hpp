@@ -32,7 +32,7 @@ struct stream_write {
 
 /// @brief What a stream writes, in this order, to release @p ticket: the next turn, then its
 /// queue entry cleared. A death between the two leaves an entry whose turn has passed, which
-/// reclaim() recognises; the other order would lose the turn.
+/// the daemon recognises by the word past it; the other order would lose the turn.
 constexpr std::array<stream_write, 2> stream_release_writes(std::uint16_t ticket) noexcept {
   return {{{stream_write::word_type::serving, static_cast<std::uint16_t>(ticket + 1)},
            {stream_write::word_type::queue_entry, 0}}};
@@ -46,12 +46,26 @@ struct reclaim_result {
 
 /// @brief After the process of @p dead_slot exited: its host holds and queued tickets are
 /// released or abandoned (the next holder is told the owner died), its stream turns are passed
-/// on as they come (signal_words::pass_turn()), its device lock is released with owner_died
-/// set. A cell that breaks a rule of check_lock_cell() is left alone and reported.
+/// on as they come (signal_words::pass_turn()) and their queue entries abandoned until then,
+/// its device lock is released with owner_died set. A cell that breaks a rule of
+/// check_lock_cell() is left alone and reported.
 /// @param page the signal page of the lock's device; nullptr when it has none (host lock, or
 /// no stream or kernel ever used it). @throws what @p page throws.
 reclaim_result reclaim(lock_cell& cell, signal_words* page, std::uint32_t index,
                        std::uint16_t dead_slot, const lock_facts& facts);
+
+/// @brief For a daemon that restarted: gives the page the turns of dead stream holders that
+/// the daemon before it had not seen passed. Their abandoned queue entries are the record of
+/// them: they live in the host page, which outlives the daemon, and go only with
+/// free_passed_turn(). A cell that breaks a rule of check_lock_cell() is left alone.
+/// @return how many turns. @throws what @p page throws.
+std::uint32_t resume_stream_turns(lock_cell& cell, signal_words& page, std::uint32_t index,
+                                  const lock_facts& facts);
+
+/// @brief Frees the queue entry of a dead holder's turn @p ticket once the daemon has seen the
+/// turn passed (its pass landed, or its word was past it), so that the ticket a queue's
+/// length after it can be taken. An entry that is no longer that turn's is left as it is.
+void free_passed_turn(lock_cell& cell, std::uint16_t ticket) noexcept;
 
 struct reset_result {
   /// false for a consistent stream-ordered lock: its turns pass on by themselves after a
