@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "gpumem/shared/sync/counters.hpp"
@@ -62,61 +65,101 @@ TEST(LockProtocol, AStreamReleaseWritesTheTurnBeforeClearingItsEntry) {
   EXPECT_EQ(stream_release_writes(0xffff)[0].value, 0u) << "tickets wrap at 16 bits";
 }
 
-TEST(LockProtocol, ADeadStreamHoldersTurnsArePassedOnOldestFirst) {
+/// A stream-ordered lock whose next ticket is @p next: the tickets taken from there on sit
+/// at the end of the queue and then, wrapping, at its start.
+std::unique_ptr<lock_cell> stream_lock_at(std::uint16_t next) {
   auto cell = std::make_unique<lock_cell>();
   cell->domain = domain_word(domain::stream, 0);
+  lock_word word;
+  word.serving = next;
+  word.next = next;
+  cell->word = word.encode();
+  return cell;
+}
+
+constexpr std::uint16_t kLast = kLockQueueLength - 1;  // the last ticket before the queue wraps
+
+TEST(LockProtocol, ADeadStreamHoldersTurnsArePassedOnOldestFirst) {
+  auto cell = stream_lock_at(kLast);
   host_signal_words page;
-  // The dead client took tickets 0 and 2, the living one 1; nobody was served yet.
+  // The dead client took tickets 511 and 513 (queue entries 511 and 1), the living one 512;
+  // nobody was served yet.
   host_lock dead(*cell, kDead);
   host_lock alive(*cell, kAlive);
-  ASSERT_EQ(dead.take_stream_ticket(), 0);
-  ASSERT_EQ(alive.take_stream_ticket(), 1);
-  ASSERT_EQ(dead.take_stream_ticket(), 2);
+  ASSERT_EQ(dead.take_stream_ticket(), kLast);
+  ASSERT_EQ(alive.take_stream_ticket(), kLast + 1);
+  ASSERT_EQ(dead.take_stream_ticket(), kLast + 2);
+  page.at(kIndex).serving = kLast;
 
   const reclaim_result result = reclaim(*cell, &page, kIndex, kDead, daemon_side().facts());
   EXPECT_EQ(result.repair.status, repair_status::done);
   EXPECT_EQ(result.turns_passed, 2u);
-  EXPECT_EQ(page.passed, (std::vector<std::uint32_t>{0, 2}));
-  EXPECT_EQ(page.at(kIndex).serving, 1u) << "the living holder's turn came";
+  EXPECT_EQ(page.passed, (std::vector<std::uint32_t>{kLast, kLast + 2}));
+  EXPECT_EQ(page.at(kIndex).serving, kLast + 1u) << "the living holder's turn came";
   EXPECT_EQ(cell->owner_deaths, 2u);
   // Their entries stay taken, abandoned, until the daemon has seen each turn passed.
-  const auto entry = [&](std::uint16_t ticket) { return queue_entry::decode(cell->queue[ticket]); };
-  EXPECT_EQ(entry(0).state, queue_entry::abandoned);
-  EXPECT_EQ(entry(2).state, queue_entry::abandoned);
-  EXPECT_EQ(entry(1).state, queue_entry::waiting);
-  free_passed_turn(*cell, 1);
-  free_passed_turn(*cell, 2 + kLockQueueLength);
-  EXPECT_EQ(entry(1).state, queue_entry::waiting) << "a living holder's entry was freed";
-  EXPECT_EQ(entry(2).state, queue_entry::abandoned) << "another ticket's entry was freed";
+  const auto entry = [&](std::uint16_t ticket) {
+    return queue_entry::decode(cell->queue[ticket % kLockQueueLength]);
+  };
+  EXPECT_EQ(entry(kLast).state, queue_entry::abandoned);
+  EXPECT_EQ(entry(kLast + 2).state, queue_entry::abandoned);
+  EXPECT_EQ(entry(kLast + 1).state, queue_entry::waiting);
+  free_passed_turn(*cell, kLast + 1);
+  free_passed_turn(*cell, kLast + 2 + kLockQueueLength);
+  EXPECT_EQ(entry(kLast + 1).state, queue_entry::waiting) << "a living holder's entry was freed";
+  EXPECT_EQ(entry(kLast + 2).state, queue_entry::abandoned) << "another ticket's entry was freed";
+  free_passed_turn(*cell, kLast);
+  free_passed_turn(*cell, kLast + 2);
+  EXPECT_EQ(entry(kLast).state, queue_entry::empty);
+  EXPECT_EQ(entry(kLast + 2).state, queue_entry::empty);
+}
+
+TEST(LockProtocol, NoStreamTicketIsTakenAQueuesLengthPastADeadHoldersTurnUntilItIsPassed) {
+  auto cell = stream_lock_at(0);
+  host_signal_words page;
+  host_lock dead(*cell, kDead);
+  host_lock alive(*cell, kAlive);
+  ASSERT_EQ(dead.take_stream_ticket(), 0);
+  for (std::uint32_t ticket = 1; ticket < kLockQueueLength; ++ticket) {
+    ASSERT_EQ(alive.take_stream_ticket(), ticket);
+  }
+  ASSERT_EQ(reclaim(*cell, &page, kIndex, kDead, daemon_side().facts()).turns_passed, 1u);
+  std::atomic<bool> taken{false};
+  std::thread queuer([&] {
+    EXPECT_EQ(alive.take_stream_ticket(), kLockQueueLength);
+    taken = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(taken) << "a ticket was taken a queue's length past a turn still to come";
   free_passed_turn(*cell, 0);
-  free_passed_turn(*cell, 2);
-  EXPECT_EQ(cell->queue[0], 0u);
-  EXPECT_EQ(cell->queue[2], 0u);
+  queuer.join();
+  EXPECT_TRUE(taken);
 }
 
 TEST(LockProtocol, ARestartedDaemonPassesOnTheTurnsWhoseEntriesAreAbandoned) {
-  auto cell = std::make_unique<lock_cell>();
-  cell->domain = domain_word(domain::stream, 0);
+  auto cell = stream_lock_at(kLast);
   host_signal_words before;
   host_lock dead(*cell, kDead);
   host_lock alive(*cell, kAlive);
-  ASSERT_EQ(alive.take_stream_ticket(), 0);
-  ASSERT_EQ(dead.take_stream_ticket(), 1);
-  ASSERT_EQ(dead.take_stream_ticket(), 2);
-  ASSERT_EQ(alive.take_stream_ticket(), 3);
+  ASSERT_EQ(dead.take_stream_ticket(), kLast);
+  ASSERT_EQ(alive.take_stream_ticket(), kLast + 1);
+  ASSERT_EQ(dead.take_stream_ticket(), kLast + 2);
   ASSERT_EQ(reclaim(*cell, &before, kIndex, kDead, daemon_side().facts()).turns_passed, 2u);
 
   // The new daemon's page knows nothing of them; the dead slot is free again.
   host_signal_words after;
   slot_set slots;
   slots.set(kAlive);
-  EXPECT_EQ(resume_stream_turns(*cell, after, kIndex, {0, slots}), 2u);
-  EXPECT_EQ(after.passed, (std::vector<std::uint32_t>{1, 2})) << "not oldest first";
+  const reclaim_result resumed = resume_stream_turns(*cell, after, kIndex, {0, slots});
+  EXPECT_EQ(resumed.repair.status, repair_status::done);
+  EXPECT_EQ(resumed.turns_passed, 2u);
+  EXPECT_EQ(after.passed, (std::vector<std::uint32_t>{kLast, kLast + 2})) << "not oldest first";
   EXPECT_EQ(cell->owner_deaths, 2u) << "a death counted again";
 
   cell->queue[5] = 1;  // bits but no state: the cell is not trusted
   host_signal_words untrusted;
-  EXPECT_EQ(resume_stream_turns(*cell, untrusted, kIndex, {0, slots}), 0u);
+  EXPECT_EQ(resume_stream_turns(*cell, untrusted, kIndex, {0, slots}).repair.status,
+            repair_status::corrupt);
   EXPECT_TRUE(untrusted.passed.empty());
 }
 

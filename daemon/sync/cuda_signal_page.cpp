@@ -109,11 +109,6 @@ void cuda_signal_page::warn_failed(const waiting_turn& each, const std::exceptio
 void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                                  std::uint32_t next_turn) {
   (void)address(cell, offset);  // refused here, not at every look
-  const bool given_before =
-      std::any_of(waiting_turns_.begin(), waiting_turns_.end(), [&](const waiting_turn& each) {
-        return each.cell == cell && each.offset == offset && each.turn == turn;
-      });
-  if (given_before) return;
   // Waiting first, so that a look that fails leaves it for the next one.
   waiting_turns_.push_back({cell, static_cast<std::uint32_t>(offset), turn, next_turn, false});
   // A turn that has come already (the dead client's stream took it and died) is passed on now.
@@ -132,7 +127,7 @@ void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::ui
 }
 
 template <class Done>
-void cuda_signal_page::let_go_of(Done done, const passed_turn_sink& passed) noexcept {
+void cuda_signal_page::finish_turns_if(Done done, const passed_turn_sink& passed) noexcept {
   std::erase_if(waiting_turns_, [&](const waiting_turn& each) {
     if (!done(each)) return false;
     passed(each.cell, each.turn);
@@ -162,7 +157,7 @@ bool cuda_signal_page::pass_arrived_turns(const passed_turn_sink& passed) noexce
   }
   // The passes written in earlier rounds have landed with the rest: those turns are done.
   // Their words are not read again: the lock may have gone round its tickets to them since.
-  let_go_of([](const waiting_turn& each) { return each.written; }, passed);
+  finish_turns_if([](const waiting_turn& each) { return each.written; }, passed);
   std::size_t tried = 0;  // words read or failed
   for (const waiting_turn& each : waiting_turns_) {
     if (tried == words.size()) break;
@@ -185,7 +180,7 @@ bool cuda_signal_page::pass_arrived_turns(const passed_turn_sink& passed) noexce
       warn_failed(each, error);  // the word stays at the turn: passed on next round
     }
   }
-  let_go_of(
+  finish_turns_if(
       [&](const waiting_turn& each) {
         const std::uint32_t* word = word_of(each);
         return word != nullptr && !each.written && passed_by(each, *word);

@@ -71,7 +71,7 @@ class cuda_signal_page final : public signal_page {
   void pass_on(waiting_turn& each);
   /// Takes the turns that @p done says wait no more off the list, telling @p passed of each.
   template <class Done>
-  void let_go_of(Done done, const passed_turn_sink& passed) noexcept;
+  void finish_turns_if(Done done, const passed_turn_sink& passed) noexcept;
   void warn_failed(const waiting_turn& each, const std::exception& error) noexcept;
   /// Whether every write queued on repairs_ has landed, asked for at most kRepairsBound. They
   /// wait for no client and land in well under a millisecond, but a context's streams share

@@ -508,9 +508,10 @@ void sync_book::pass_arrived_turns() noexcept {
   for (const auto& [id, page] : pages_) {
     for (const auto& [device, signals] : page->signal_pages()) {
       signals->pass_arrived_turns([&](std::uint32_t cell, std::uint32_t turn) {
+        // A freed or rewritten cell has no entry of the turn's left to free; one found corrupt
+        // since still has it, and live clients that queue there need it free.
         const auto entry = objects_.find(page->object_in(cell));
-        // A freed or rewritten cell has no entry of the turn's left to free.
-        if (entry == objects_.end() || entry->second.corrupt_rule != nullptr) return;
+        if (entry == objects_.end()) return;
         const object_row* row = rows_.find(entry->first);
         if (row == nullptr || row->kind != object_kind::lock) return;
         sync::free_passed_turn(cell_as<sync::lock_cell>(entry->second),
@@ -728,17 +729,21 @@ void sync_book::resume_dead_turns() noexcept {
   for (auto& [id, entry] : objects_) {
     const object_row* row = rows_.find(id);
     if (row == nullptr || row->kind != object_kind::lock || entry.corrupt_rule != nullptr) continue;
+    // No signal page, no turn: reclaim() abandons entries only when it gives the page their turns.
     signal_page* page = gpu_page_of(*row, entry);
     if (page == nullptr) continue;
     try {
-      const std::uint32_t turns = sync::resume_stream_turns(cell_as<sync::lock_cell>(entry), *page,
-                                                            entry.cell, lock_facts_of(entry));
-      if (turns > 0) {
+      const auto resumed = sync::resume_stream_turns(cell_as<sync::lock_cell>(entry), *page,
+                                                     entry.cell, lock_facts_of(entry));
+      if (resumed.repair.status == sync::repair_status::corrupt) {
+        mark_corrupt(id, *row, entry, resumed.repair.broken_rule);
+      } else if (resumed.turns_passed > 0) {
         spdlog::info("lock '{}': passing on {} turn(s) of dead clients as they come", row->name,
-                     turns);
+                     resumed.turns_passed);
       }
     } catch (const std::exception& error) {
-      spdlog::error("lock '{}': looking at dead clients' turns: {}", row->name, error.what());
+      spdlog::error("lock '{}': its dead clients' turns are not passed on: {}", row->name,
+                    error.what());
     }
   }
 }

@@ -148,8 +148,9 @@ class sync_book {
   void adopt_attachment(client_id client, const saved_attachment& saved);
   void adopt_pending(const saved_reclaim& saved);
   /// @brief Gives the signal pages the turns of dead clients that the previous daemon had
-  /// not seen passed (sync::resume_stream_turns()), after the cells and attachments are
-  /// adopted. A lock whose page cannot take them is logged and left.
+  /// not seen passed (sync::resume_stream_turns()), once, after the cells, attachments and
+  /// pending clean-ups are adopted. A cell found inconsistent is marked corrupt; a lock whose
+  /// page cannot take its turns is logged and left.
   void resume_dead_turns() noexcept;
   /// @}
 

@@ -36,26 +36,30 @@ std::uint32_t reclaim_stream_turns(lock_cell& cell, signal_words* page, std::uin
   const std::uint16_t next = load_lock_word(cell).next;
   std::vector<std::uint16_t> tickets;
   for (auto& raw : cell.queue) {
-    std::uint32_t seen = load(raw);
-    const auto entry = queue_entry::decode(seen);
+    const auto entry = queue_entry::decode(load(raw));
     // An abandoned entry is a turn given to the page at an earlier death of this slot.
     if (entry.state != queue_entry::waiting || !entry.stream || entry.slot != dead_slot) continue;
-    // A taken ticket's entry stays, abandoned, until its turn is seen passed
-    // (free_passed_turn()), so that no ticket is taken a queue's length past it before then.
-    const bool taken = entry.ticket != next;
-    const std::uint32_t left = taken ? entry.with(queue_entry::abandoned).encode() : 0;
-    if (!std::atomic_ref<std::uint32_t>(raw).compare_exchange_strong(seen, left,
-                                                                     std::memory_order_acq_rel)) {
-      continue;  // the dead client's stream released it meanwhile
+    if (entry.ticket != next && page != nullptr) {
+      tickets.push_back(entry.ticket);
+    } else {  // never taken (it died between claim and word), or no page to pass it on
+      std::atomic_ref<std::uint32_t>(raw).store(0, std::memory_order_release);
     }
-    if (taken) tickets.push_back(entry.ticket);
   }
-  if (tickets.empty() || page == nullptr) return 0;
+  if (tickets.empty()) return 0;
   // The page tells whether each turn has come, or was served already (the dead client's stream
   // wrote the next turn and died before it cleared the entry). Such a turn counts as a death
   // too, a race of one batch of two stream writes.
   pass_turns(cell, tickets, *page, index);
-  for (std::size_t i = 0; i < tickets.size(); ++i) count_death(cell);
+  for (const std::uint16_t ticket : tickets) {
+    // Only once the page has it (pass_turns() can throw): the entry stays taken, abandoned,
+    // until the page has seen its turn passed (free_passed_turn()), so that no ticket is taken
+    // a queue's length past a turn still to come.
+    auto& raw = cell.queue[ticket % kLockQueueLength];
+    const auto entry = queue_entry::decode(load(raw));
+    std::atomic_ref<std::uint32_t>(raw).store(entry.with(queue_entry::abandoned).encode(),
+                                              std::memory_order_release);
+    count_death(cell);
+  }
   return static_cast<std::uint32_t>(tickets.size());
 }
 
@@ -102,10 +106,13 @@ reset_result reset(lock_cell& cell, signal_words* page, std::uint32_t index,
   return {true, reset_lock(cell, facts)};
 }
 
-std::uint32_t resume_stream_turns(lock_cell& cell, signal_words& page, std::uint32_t index,
-                                  const lock_facts& facts) {
-  if (domain_of(load(cell.domain)) != domain::stream || check_lock_cell(cell, facts) != nullptr) {
-    return 0;
+reclaim_result resume_stream_turns(lock_cell& cell, signal_words& page, std::uint32_t index,
+                                   const lock_facts& facts) {
+  reclaim_result result;
+  if (domain_of(load(cell.domain)) != domain::stream) return result;
+  if (const char* rule = check_lock_cell(cell, facts)) {
+    result.repair = {repair_status::corrupt, rule};
+    return result;
   }
   std::vector<std::uint16_t> tickets;
   for (auto& raw : cell.queue) {
@@ -113,7 +120,8 @@ std::uint32_t resume_stream_turns(lock_cell& cell, signal_words& page, std::uint
     if (entry.state == queue_entry::abandoned && entry.stream) tickets.push_back(entry.ticket);
   }
   pass_turns(cell, tickets, page, index);
-  return static_cast<std::uint32_t>(tickets.size());
+  result.turns_passed = static_cast<std::uint32_t>(tickets.size());
+  return result;
 }
 
 void free_passed_turn(lock_cell& cell, std::uint16_t ticket) noexcept {

@@ -52,7 +52,8 @@ class host_lock {
   acquire_result acquire(std::optional<clock::time_point> deadline = std::nullopt) noexcept;
   release_status release(lock_hold hold, release_mode mode = release_mode::normal) noexcept;
   /// @brief Takes the next ticket for a stream-ordered holder, whose queue entry stays until
-  /// its stream clears it after passing the turn on (waits while the entry is still in use).
+  /// its stream clears it after passing the turn on, or, the holder dead, until the daemon has
+  /// seen the turn passed (waits while the entry a queue's length before is still in use).
   std::uint16_t take_stream_ticket() noexcept;
   /// @brief Clears the owner-died flag: the holder repaired what the dead holder left.
   bool mark_consistent(lock_hold hold) noexcept;

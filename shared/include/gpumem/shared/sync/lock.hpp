@@ -54,13 +54,13 @@ struct reclaim_result {
 reclaim_result reclaim(lock_cell& cell, signal_words* page, std::uint32_t index,
                        std::uint16_t dead_slot, const lock_facts& facts);
 
-/// @brief For a daemon that restarted: gives the page the turns of dead stream holders that
-/// the daemon before it had not seen passed. Their abandoned queue entries are the record of
-/// them: they live in the host page, which outlives the daemon, and go only with
-/// free_passed_turn(). A cell that breaks a rule of check_lock_cell() is left alone.
-/// @return how many turns. @throws what @p page throws.
-std::uint32_t resume_stream_turns(lock_cell& cell, signal_words& page, std::uint32_t index,
-                                  const lock_facts& facts);
+/// @brief For a daemon that restarted: gives @p page, which has no turns yet, the turns of
+/// dead stream holders that the daemon before it had not seen passed. Their abandoned queue
+/// entries are the record of them: they live in the host page, which outlives the daemon, and
+/// go only with free_passed_turn(). A cell that breaks a rule of check_lock_cell() is left
+/// alone and reported, as by reclaim(). @throws what @p page throws.
+reclaim_result resume_stream_turns(lock_cell& cell, signal_words& page, std::uint32_t index,
+                                   const lock_facts& facts);
 
 /// @brief Frees the queue entry of a dead holder's turn @p ticket once the daemon has seen the
 /// turn passed (its pass landed, or its word was past it), so that the ticket a queue's
