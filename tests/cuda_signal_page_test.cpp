@@ -7,13 +7,16 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <utility>
+#include <vector>
 
 #include "books.hpp"
 #include "gpumem/shared/sync/host_lock.hpp"
 #include "gpumem/shared/sync/layout.hpp"
-#include "request_error.hpp"
 #include "restart/state_records.hpp"
 #include "support/fake_driver.hpp"
 #include "support/host_pools.hpp"
@@ -144,12 +147,12 @@ TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
   page.pass_turn(4, 0, 0xfffe, 0xffff);
   // A turn still to come is less than a lock's queue ahead of its word: one that far is behind.
   gpu_writes(5, 2);
-  page.pass_turn(5, 0, 2 + sync::kMostTurnsAhead, 3 + sync::kMostTurnsAhead);
+  page.pass_turn(5, 0, 2 + sync::kTurnsAheadBound, 3 + sync::kTurnsAheadBound);
   gpu_writes(6, 2);
-  page.pass_turn(6, 0, 1 + sync::kMostTurnsAhead, 2 + sync::kMostTurnsAhead);
+  page.pass_turn(6, 0, 1 + sync::kTurnsAheadBound, 2 + sync::kTurnsAheadBound);
   told_turns told;
   EXPECT_TRUE(look(page, told));
-  EXPECT_EQ(told, (told_turns{{3, 5}, {4, 0xfffe}, {5, 2 + sync::kMostTurnsAhead}}));
+  EXPECT_EQ(told, (told_turns{{3, 5}, {4, 0xfffe}, {5, 2 + sync::kTurnsAheadBound}}));
   EXPECT_EQ(page.waiting_turn_count(), 1u) << "the turn just within a queue ahead waits on";
   EXPECT_EQ(word_of(3), 6u);
   EXPECT_EQ(word_of(4), 2u);
@@ -357,6 +360,30 @@ TEST_F(BooksWithAStreamLock, ADeadClientsEntryStaysTakenUntilItsTurnIsSeenPassed
   EXPECT_EQ(entry(2).state, sync::queue_entry::empty);
 }
 
+TEST_F(BooksWithAStreamLock, ARestartThatFindsTheCellCorruptMarksItAndGivesNoTurn) {
+  book.remove_client(dying);
+  signal_page& signals = *book.sync.page_by_id(opened.page)->signal_page_on(0);
+  signals.clear(index);  // as a restarted daemon's page
+  cell->queue[5] = 1;    // bits but no state
+  book.sync.resume_dead_turns();
+  const object_id lock = book.sync.page_by_id(opened.page)->object_in(index);
+  EXPECT_TRUE(book.sync.cell_of(lock)->corrupt);
+  EXPECT_EQ(signals.waiting_turn_count(), 0u) << "a corrupt cell's entries were trusted";
+}
+
+TEST_F(BooksWithAStreamLock, ALockFoundCorruptAfterADeathStillFreesThePassedTurnsEntry) {
+  book.remove_client(dying);
+  cell->queue[5] = 1;
+  book.remove_client(holder);  // its clean-up finds the cell corrupt
+  const object_id lock = book.sync.page_by_id(opened.page)->object_in(index);
+  ASSERT_TRUE(book.sync.cell_of(lock)->corrupt);
+  // Live clients that still queue there need the entry.
+  serving() = 1;
+  EXPECT_FALSE(book.sync.settle());
+  EXPECT_TRUE(book.sync.settle());
+  EXPECT_EQ(entry(1).state, sync::queue_entry::empty);
+}
+
 TEST_F(BooksWithAStreamLock, ARestartedDaemonFindsADeadClientsTurnByItsAbandonedEntry) {
   book.remove_client(dying);
   signal_page& signals = *book.sync.page_by_id(opened.page)->signal_page_on(0);
@@ -378,7 +405,7 @@ TEST_F(BooksWithAStreamLock, ARestartedDaemonFindsADeadClientsTurnByItsAbandoned
   const restart::record_key key{restart::record_type::page, opened.page};
   auto body = restart::encode(book, key);
   ASSERT_TRUE(body);
-  // One turn: device, lock (64 bits), epoch, cell, offset, turn, next turn.
+  // A count of one, then the turn: device, lock (64 bits), epoch, cell, offset, turn, next.
   const std::array<std::uint32_t, 9> old_turns{1, 0, 7, 0, 1, index, 0, 1, 2};
   const auto* bytes = reinterpret_cast<const std::byte*>(old_turns.data());
   body->insert(body->end(), bytes, bytes + sizeof old_turns);

@@ -5,7 +5,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,7 @@ class host_signal_words final : public signal_words {
   }
   void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                  std::uint32_t next_turn) override {
+    if (passed.size() == refuse_after) throw std::bad_alloc();
     passed.push_back(turn);
     if (*word(cell, offset) == turn) *word(cell, offset) = next_turn;
   }
@@ -34,6 +37,7 @@ class host_signal_words final : public signal_words {
 
   signal_cell& at(std::uint32_t cell) { return cells.at(cell); }
   std::vector<std::uint32_t> passed;
+  std::size_t refuse_after = SIZE_MAX;  ///< turns taken before pass_turn() throws
 
  private:
   std::uint32_t* word(std::uint32_t cell, std::size_t offset) {
@@ -77,41 +81,44 @@ std::unique_ptr<lock_cell> stream_lock_at(std::uint16_t next) {
   return cell;
 }
 
-constexpr std::uint16_t kLast = kLockQueueLength - 1;  // the last ticket before the queue wraps
+// Tickets on both sides of the 16-bit wrap, which is also the queue's: oldest first is not
+// the order of their queue entries, nor of their numbers.
+constexpr std::uint16_t kLast = 0xffff;
+constexpr std::uint16_t kFirst = 0;
+constexpr std::uint16_t kSecond = 1;
 
 TEST(LockProtocol, ADeadStreamHoldersTurnsArePassedOnOldestFirst) {
   auto cell = stream_lock_at(kLast);
   host_signal_words page;
-  // The dead client took tickets 511 and 513 (queue entries 511 and 1), the living one 512;
-  // nobody was served yet.
+  // The dead client took the tickets around the living one's; nobody was served yet.
   host_lock dead(*cell, kDead);
   host_lock alive(*cell, kAlive);
   ASSERT_EQ(dead.take_stream_ticket(), kLast);
-  ASSERT_EQ(alive.take_stream_ticket(), kLast + 1);
-  ASSERT_EQ(dead.take_stream_ticket(), kLast + 2);
+  ASSERT_EQ(alive.take_stream_ticket(), kFirst);
+  ASSERT_EQ(dead.take_stream_ticket(), kSecond);
   page.at(kIndex).serving = kLast;
 
   const reclaim_result result = reclaim(*cell, &page, kIndex, kDead, daemon_side().facts());
   EXPECT_EQ(result.repair.status, repair_status::done);
   EXPECT_EQ(result.turns_passed, 2u);
-  EXPECT_EQ(page.passed, (std::vector<std::uint32_t>{kLast, kLast + 2}));
-  EXPECT_EQ(page.at(kIndex).serving, kLast + 1u) << "the living holder's turn came";
+  EXPECT_EQ(page.passed, (std::vector<std::uint32_t>{kLast, kSecond}));
+  EXPECT_EQ(page.at(kIndex).serving, kFirst) << "the living holder's turn came";
   EXPECT_EQ(cell->owner_deaths, 2u);
   // Their entries stay taken, abandoned, until the daemon has seen each turn passed.
   const auto entry = [&](std::uint16_t ticket) {
     return queue_entry::decode(cell->queue[ticket % kLockQueueLength]);
   };
   EXPECT_EQ(entry(kLast).state, queue_entry::abandoned);
-  EXPECT_EQ(entry(kLast + 2).state, queue_entry::abandoned);
-  EXPECT_EQ(entry(kLast + 1).state, queue_entry::waiting);
-  free_passed_turn(*cell, kLast + 1);
-  free_passed_turn(*cell, kLast + 2 + kLockQueueLength);
-  EXPECT_EQ(entry(kLast + 1).state, queue_entry::waiting) << "a living holder's entry was freed";
-  EXPECT_EQ(entry(kLast + 2).state, queue_entry::abandoned) << "another ticket's entry was freed";
+  EXPECT_EQ(entry(kSecond).state, queue_entry::abandoned);
+  EXPECT_EQ(entry(kFirst).state, queue_entry::waiting);
+  free_passed_turn(*cell, kFirst);
+  free_passed_turn(*cell, kSecond + kLockQueueLength);
+  EXPECT_EQ(entry(kFirst).state, queue_entry::waiting) << "a living holder's entry was freed";
+  EXPECT_EQ(entry(kSecond).state, queue_entry::abandoned) << "another ticket's entry was freed";
   free_passed_turn(*cell, kLast);
-  free_passed_turn(*cell, kLast + 2);
+  free_passed_turn(*cell, kSecond);
   EXPECT_EQ(entry(kLast).state, queue_entry::empty);
-  EXPECT_EQ(entry(kLast + 2).state, queue_entry::empty);
+  EXPECT_EQ(entry(kSecond).state, queue_entry::empty);
 }
 
 TEST(LockProtocol, NoStreamTicketIsTakenAQueuesLengthPastADeadHoldersTurnUntilItIsPassed) {
@@ -132,8 +139,33 @@ TEST(LockProtocol, NoStreamTicketIsTakenAQueuesLengthPastADeadHoldersTurnUntilIt
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(taken) << "a ticket was taken a queue's length past a turn still to come";
   free_passed_turn(*cell, 0);
+  for (int wait = 0; wait < 500 && !taken; ++wait) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(taken) << "the entry of the passed turn was not freed";
+  std::atomic_ref<std::uint32_t>(cell->queue[0]).store(0);  // lets a queuer still waiting go
   queuer.join();
-  EXPECT_TRUE(taken);
+}
+
+TEST(LockProtocol, ADeadStreamHoldersEntriesGoWhenNoPageTakesTheirTurns) {
+  auto cell = stream_lock_at(0);
+  host_lock dead(*cell, kDead);
+  ASSERT_EQ(dead.take_stream_ticket(), 0);
+  ASSERT_EQ(dead.take_stream_ticket(), 1);
+  ASSERT_EQ(dead.take_stream_ticket(), 2);
+  EXPECT_EQ(reclaim(*cell, nullptr, kIndex, kDead, daemon_side().facts()).turns_passed, 0u);
+  EXPECT_EQ(cell->queue[0], 0u) << "abandoned with no page to pass its turn on";
+
+  cell = stream_lock_at(0);
+  host_lock again(*cell, kDead);
+  for (int ticket = 0; ticket < 3; ++ticket) ASSERT_EQ(again.take_stream_ticket(), ticket);
+  host_signal_words page;
+  page.refuse_after = 1;  // the second turn cannot be taken
+  EXPECT_THROW(reclaim(*cell, &page, kIndex, kDead, daemon_side().facts()), std::bad_alloc);
+  EXPECT_EQ(queue_entry::decode(cell->queue[0]).state, queue_entry::abandoned)
+      << "the turn the page took";
+  EXPECT_EQ(cell->queue[1], 0u) << "a turn no page took is left waiting";
+  EXPECT_EQ(cell->queue[2], 0u);
 }
 
 TEST(LockProtocol, ARestartedDaemonPassesOnTheTurnsWhoseEntriesAreAbandoned) {
@@ -142,8 +174,8 @@ TEST(LockProtocol, ARestartedDaemonPassesOnTheTurnsWhoseEntriesAreAbandoned) {
   host_lock dead(*cell, kDead);
   host_lock alive(*cell, kAlive);
   ASSERT_EQ(dead.take_stream_ticket(), kLast);
-  ASSERT_EQ(alive.take_stream_ticket(), kLast + 1);
-  ASSERT_EQ(dead.take_stream_ticket(), kLast + 2);
+  ASSERT_EQ(alive.take_stream_ticket(), kFirst);
+  ASSERT_EQ(dead.take_stream_ticket(), kSecond);
   ASSERT_EQ(reclaim(*cell, &before, kIndex, kDead, daemon_side().facts()).turns_passed, 2u);
 
   // The new daemon's page knows nothing of them; the dead slot is free again.
@@ -153,7 +185,7 @@ TEST(LockProtocol, ARestartedDaemonPassesOnTheTurnsWhoseEntriesAreAbandoned) {
   const reclaim_result resumed = resume_stream_turns(*cell, after, kIndex, {0, slots});
   EXPECT_EQ(resumed.repair.status, repair_status::done);
   EXPECT_EQ(resumed.turns_passed, 2u);
-  EXPECT_EQ(after.passed, (std::vector<std::uint32_t>{kLast, kLast + 2})) << "not oldest first";
+  EXPECT_EQ(after.passed, (std::vector<std::uint32_t>{kLast, kSecond})) << "not oldest first";
   EXPECT_EQ(cell->owner_deaths, 2u) << "a death counted again";
 
   cell->queue[5] = 1;  // bits but no state: the cell is not trusted

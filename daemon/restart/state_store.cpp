@@ -279,7 +279,6 @@ void state_store::adopt_image(books& state, const state_image& image) {
     }
   }
   for (const auto& pending : image.meta.pending) state.sync.adopt_pending(pending);
-  state.sync.resume_dead_turns();
   state.rows.restore_next_ids(image.meta.next_object, image.meta.next_client);
   state.memory.reserve_pool_ids(image.meta.next_pool);
   chunk_ids_from(image.meta.next_chunk);
@@ -308,6 +307,9 @@ void state_store::start(books& state, bool readopted) {
   books_ = &state;
   // From here on, what changes is written down.
   state.rows.track_changes();
+  // Once changes are written down (it may find a cell corrupt), and before the clients that
+  // died meanwhile are let go: their turns go to the pages then, and no turn is given twice.
+  if (readopted && adopted_) state.sync.resume_dead_turns();
   for (const client_id dead : dead_clients_) {
     spdlog::info("client {} exited while no gpumemd ran: what it held is let go", dead);
     state.remove_client(dead);

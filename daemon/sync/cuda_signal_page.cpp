@@ -87,7 +87,7 @@ bool cuda_signal_page::passed_by(const waiting_turn& each, std::uint32_t word) n
   // A turn still to come is less than a lock's queue ahead of its word (layout.hpp): one
   // farther ahead is behind it, released by the dead client's stream before the process died,
   // or passed by this page before a restart.
-  return ahead(each, word) >= sync::kMostTurnsAhead;
+  return ahead(each, word) >= sync::kTurnsAheadBound;
 }
 
 void cuda_signal_page::pass_on(waiting_turn& each) {

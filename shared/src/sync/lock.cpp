@@ -18,9 +18,11 @@ void count_death(lock_cell& cell) noexcept {
 }
 
 /// Gives @p tickets of the cell's lock, which no live process will take, to the page, the
-/// oldest first: a later turn of the lock comes only once the earlier is passed.
+/// oldest first (a later turn of the lock comes only once the earlier is passed), calling
+/// @p given(ticket) after each.
+template <class Given>
 void pass_turns(const lock_cell& cell, std::vector<std::uint16_t>& tickets, signal_words& page,
-                std::uint32_t index) {
+                std::uint32_t index, Given given) {
   const std::uint16_t next = load_lock_word(cell).next;
   std::sort(tickets.begin(), tickets.end(), [&](std::uint16_t a, std::uint16_t b) {
     return static_cast<std::uint16_t>(next - a) > static_cast<std::uint16_t>(next - b);
@@ -28,7 +30,16 @@ void pass_turns(const lock_cell& cell, std::vector<std::uint16_t>& tickets, sign
   for (const std::uint16_t ticket : tickets) {
     page.pass_turn(index, offsetof(signal_cell, serving), ticket,
                    static_cast<std::uint16_t>(ticket + 1));
+    given(ticket);
   }
+}
+
+/// Moves the entry of @p ticket, which the dead @p slot queued, from waiting to @p left.
+void leave_entry(lock_cell& cell, std::uint16_t ticket, std::uint16_t slot,
+                 std::uint32_t left) noexcept {
+  std::uint32_t waiting = queue_entry{ticket, slot, true, queue_entry::waiting}.encode();
+  std::atomic_ref<std::uint32_t>(cell.queue[ticket % kLockQueueLength])
+      .compare_exchange_strong(waiting, left, std::memory_order_acq_rel);
 }
 
 std::uint32_t reclaim_stream_turns(lock_cell& cell, signal_words* page, std::uint32_t index,
@@ -42,25 +53,29 @@ std::uint32_t reclaim_stream_turns(lock_cell& cell, signal_words* page, std::uin
     if (entry.ticket != next && page != nullptr) {
       tickets.push_back(entry.ticket);
     } else {  // never taken (it died between claim and word), or no page to pass it on
-      std::atomic_ref<std::uint32_t>(raw).store(0, std::memory_order_release);
+      leave_entry(cell, entry.ticket, dead_slot, 0);
     }
   }
   if (tickets.empty()) return 0;
   // The page tells whether each turn has come, or was served already (the dead client's stream
   // wrote the next turn and died before it cleared the entry). Such a turn counts as a death
   // too, a race of one batch of two stream writes.
-  pass_turns(cell, tickets, *page, index);
-  for (const std::uint16_t ticket : tickets) {
-    // Only once the page has it (pass_turns() can throw): the entry stays taken, abandoned,
-    // until the page has seen its turn passed (free_passed_turn()), so that no ticket is taken
-    // a queue's length past a turn still to come.
-    auto& raw = cell.queue[ticket % kLockQueueLength];
-    const auto entry = queue_entry::decode(load(raw));
-    std::atomic_ref<std::uint32_t>(raw).store(entry.with(queue_entry::abandoned).encode(),
-                                              std::memory_order_release);
-    count_death(cell);
+  std::uint32_t given = 0;
+  try {
+    pass_turns(cell, tickets, *page, index, [&](std::uint16_t ticket) {
+      // Once the page has the turn, its entry stays taken, abandoned, until the page has seen
+      // the turn passed (free_passed_turn()): no ticket is taken a queue's length past it.
+      leave_entry(cell, ticket, dead_slot,
+                  queue_entry{ticket, dead_slot, true, queue_entry::abandoned}.encode());
+      count_death(cell);
+      ++given;
+    });
+  } catch (...) {
+    // The turns the page did not take are lost, as with no page: their entries go.
+    for (const std::uint16_t ticket : tickets) leave_entry(cell, ticket, dead_slot, 0);
+    throw;
   }
-  return static_cast<std::uint32_t>(tickets.size());
+  return given;
 }
 
 bool release_device_lock(lock_cell& cell, signal_words* page, std::uint32_t index,
@@ -119,7 +134,7 @@ reclaim_result resume_stream_turns(lock_cell& cell, signal_words& page, std::uin
     const auto entry = queue_entry::decode(load(raw));
     if (entry.state == queue_entry::abandoned && entry.stream) tickets.push_back(entry.ticket);
   }
-  pass_turns(cell, tickets, page, index);
+  pass_turns(cell, tickets, page, index, [](std::uint16_t) {});
   result.turns_passed = static_cast<std::uint32_t>(tickets.size());
   return result;
 }

@@ -43,8 +43,9 @@ inline constexpr std::uint32_t kLockQueueLength = 512;
 /// `serving` word, cyclically in 16 bits: a ticket is taken only once the queue entry of the
 /// ticket kLockQueueLength before it is free, and that entry is freed only after its turn has
 /// passed (by the holder's stream, right after it writes the next turn; by the daemon, once its
-/// pass of a dead holder's turn has landed). A turn this far ahead or farther is behind.
-inline constexpr std::uint16_t kMostTurnsAhead = kLockQueueLength;
+/// pass of a dead holder's turn has landed or the word is found past the turn). A turn this
+/// far ahead or farther is behind: the bound is exclusive.
+inline constexpr std::uint16_t kTurnsAheadBound = kLockQueueLength;
 /// Parties of one barrier (producer and consumers of one channel).
 inline constexpr std::uint32_t kMaxParties = 120;
 

@@ -24,7 +24,7 @@ class signal_words {
   /// @brief Once the word equals @p turn, stores @p next_turn (passing on the turn of a
   /// stream-ordered lock that a dead client will never take), without blocking and without
   /// waiting for any other turn: the turns of different locks come in any order. A word past
-  /// @p turn already (@p turn kMostTurnsAhead or more ahead of it, cyclically) needs nothing.
+  /// @p turn already (@p turn kTurnsAheadBound or more ahead of it, cyclically) needs nothing.
   /// Each turn is given once.
   virtual void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
                          std::uint32_t next_turn) = 0;
