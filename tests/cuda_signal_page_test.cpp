@@ -88,6 +88,10 @@ bool look(cuda_signal_page& page) {
   return look(page, ignored);
 }
 
+// A look decides on the words of the read queued by the look before it (or by pass_turn()),
+// which the fake driver copies at once, as a stream with nothing before the copy would; it
+// then queues the next read. So a turn is passed at the second look after its word came.
+
 TEST(CudaSignalPage, TurnsOfDeadClientsPassOnAsTheyComeAndWaitForNoOtherLocksTurn) {
   reset_fake_driver();
   {
@@ -96,41 +100,48 @@ TEST(CudaSignalPage, TurnsOfDeadClientsPassOnAsTheyComeAndWaitForNoOtherLocksTur
     // live client that nests the locks got the outer one, whose turn is given second.
     constexpr std::uint32_t kInner = 1, kOuter = 2;
     gpu_writes(kInner, 7);
-    page.pass_turn(kInner, 0, 8, 9);
     gpu_writes(kOuter, 3);
-    page.pass_turn(kOuter, 0, 4, 5);
-    EXPECT_GT(page.waiting_turn_count(), 0u);
+    page.pass_turn(kInner, 8, 9);
+    page.pass_turn(kOuter, 4, 5);
+    told_turns told;
+    EXPECT_TRUE(look(page, told));
     EXPECT_EQ(word_of(kInner), 7u);
     EXPECT_EQ(word_of(kOuter), 3u) << "a turn that has not come was passed on";
 
     gpu_writes(kOuter, 4);  // the outer lock's holder released it
-    EXPECT_TRUE(look(page)) << "the inner lock's turn has not come yet";
+    EXPECT_TRUE(look(page, told));
+    EXPECT_TRUE(look(page, told)) << "the inner lock's turn has not come yet";
     EXPECT_EQ(word_of(kOuter), 5u) << "the outer lock's turn waited behind the inner one's";
     EXPECT_EQ(word_of(kInner), 7u);
 
     gpu_writes(kInner, 8);  // the live client got the outer lock and released the inner one
-    EXPECT_TRUE(look(page));
+    EXPECT_TRUE(look(page, told));
+    EXPECT_TRUE(look(page, told));
     EXPECT_EQ(word_of(kInner), 9u);
     EXPECT_EQ(page.waiting_turn_count(), 1u)
         << "a turn passed on waits until its write is seen landed, the other one did not";
-    told_turns told;
     EXPECT_FALSE(look(page, told));
-    EXPECT_EQ(told, (told_turns{{kInner, 8}})) << "the daemon was not told to free its entry";
+    EXPECT_EQ(told, (told_turns{{kOuter, 4}, {kInner, 8}}))
+        << "the daemon was not told to free the entries";
+    EXPECT_EQ(fake().calls["cuMemcpyDtoH"], 0) << "the daemon waited for a read";
   }
   EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
 }
 
-TEST(CudaSignalPage, ATurnThatHasComePassesAtOnceAndTheDeadClientsNextTurnAfterIt) {
+TEST(CudaSignalPage, ADeadClientsTurnsInOneLockPassOneAfterTheOther) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
   gpu_writes(3, 5);
-  page.pass_turn(3, 0, 5, 6);
-  page.pass_turn(3, 0, 6, 7);
-  EXPECT_EQ(word_of(3), 7u);
-  // Both stay listed until a look sees their writes landed: their queue entries stay taken
-  // until then.
-  EXPECT_EQ(page.waiting_turn_count(), 2u);
+  page.pass_turn(3, 5, 6);
+  page.pass_turn(3, 6, 7);
   told_turns told;
+  EXPECT_TRUE(look(page, told));
+  EXPECT_EQ(word_of(3), 6u);
+  EXPECT_TRUE(look(page, told));
+  EXPECT_EQ(word_of(3), 7u);
+  // Both stay listed until a read queued after their writes lands: their queue entries stay
+  // taken until then.
+  EXPECT_EQ(told, (told_turns{{3, 5}}));
   EXPECT_FALSE(look(page, told));
   EXPECT_EQ(told, (told_turns{{3, 5}, {3, 6}}));
   EXPECT_EQ(word_of(3), 7u);
@@ -139,18 +150,17 @@ TEST(CudaSignalPage, ATurnThatHasComePassesAtOnceAndTheDeadClientsNextTurnAfterI
 TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
-  // The dead client's stream released turn 5 before the process died.
-  gpu_writes(3, 6);
-  page.pass_turn(3, 0, 5, 6);
-  // Tickets wrap at 16 bits: 0xfffe is past for a word of 2.
-  gpu_writes(4, 2);
-  page.pass_turn(4, 0, 0xfffe, 0xffff);
+  gpu_writes(3, 6);  // the dead client's stream released turn 5 before the process died
+  gpu_writes(4, 2);  // tickets wrap at 16 bits: 0xfffe is past for a word of 2
   // A turn still to come is less than a lock's queue ahead of its word: one that far is behind.
   gpu_writes(5, 2);
-  page.pass_turn(5, 0, 2 + sync::kTurnsAheadBound, 3 + sync::kTurnsAheadBound);
   gpu_writes(6, 2);
-  page.pass_turn(6, 0, 1 + sync::kTurnsAheadBound, 2 + sync::kTurnsAheadBound);
+  page.pass_turn(3, 5, 6);
+  page.pass_turn(4, 0xfffe, 0xffff);
+  page.pass_turn(5, 2 + sync::kTurnsAheadBound, 3 + sync::kTurnsAheadBound);
+  page.pass_turn(6, 1 + sync::kTurnsAheadBound, 2 + sync::kTurnsAheadBound);
   told_turns told;
+  EXPECT_TRUE(look(page, told));
   EXPECT_TRUE(look(page, told));
   EXPECT_EQ(told, (told_turns{{3, 5}, {4, 0xfffe}, {5, 2 + sync::kTurnsAheadBound}}));
   EXPECT_EQ(page.waiting_turn_count(), 1u) << "the turn just within a queue ahead waits on";
@@ -163,7 +173,7 @@ TEST(CudaSignalPage, ATurnTheWordHasMovedPastWaitsNoLongerAndIsNotWritten) {
 TEST(CudaSignalPage, AClearedCellsTurnsNoLongerWait) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
-  page.pass_turn(4, 0, 2, 3);
+  page.pass_turn(4, 2, 3);
   ASSERT_GT(page.waiting_turn_count(), 0u);
   page.clear(4);
   EXPECT_EQ(page.waiting_turn_count(), 0u);
@@ -176,57 +186,54 @@ TEST(CudaSignalPage, AClearedCellsTurnsNoLongerWait) {
   EXPECT_EQ(word_of(4), 2u);
 }
 
-TEST(CudaSignalPage, EachLookAtWaitingTurnsReadsABoundedNumberOfWordsAndGoesOnWhereItStopped) {
+TEST(CudaSignalPage, ATurnIsToldOnlyByAReadQueuedAfterItWasGiven) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
-  // Many turns that have not come, given before a few that come: every look reads a bounded
-  // number of words, and the next goes on where it stopped, so the later ones are reached.
-  constexpr std::uint32_t kWaiting = 40, kComing = 8;
-  for (std::uint32_t cell = 0; cell < kWaiting + kComing; ++cell) page.pass_turn(cell, 0, 1, 2);
-  for (std::uint32_t cell = kWaiting; cell < kWaiting + kComing; ++cell) gpu_writes(cell, 1);
-  int passed_after = 0;
-  for (int round = 1; round <= 4 && passed_after == 0; ++round) {
-    const int reads_before = fake().calls["cuMemcpyDtoH"];
-    EXPECT_TRUE(look(page));
-    EXPECT_LT(fake().calls["cuMemcpyDtoH"] - reads_before, static_cast<int>(kWaiting))
-        << "one look read every waiting turn's word";
-    if (word_of(kWaiting) == 2u) passed_after = round;
-  }
-  EXPECT_EQ(passed_after, 2) << "the looks did not go on where the one before stopped";
-  for (std::uint32_t cell = kWaiting; cell < kWaiting + kComing; ++cell) {
+  gpu_writes(4, 7);
+  page.pass_turn(5, 1, 2);  // queues a read, which finds cell 4 at 7
+  page.clear(4);            // the cell's next lock starts from zero
+  page.pass_turn(4, 7, 8);  // a dead client's turn in that lock, seven tickets on
+  EXPECT_TRUE(look(page));
+  EXPECT_EQ(word_of(4), 0u) << "decided on a read queued before the turn was given";
+  EXPECT_TRUE(look(page));
+  EXPECT_EQ(word_of(4), 0u);
+}
+
+TEST(CudaSignalPage, OneCopyPerLookTellsEveryTurnOfEveryLock) {
+  reset_fake_driver();
+  cuda_signal_page page(fake_driver(), 0);
+  // Many locks whose turns have not come, a few whose turns have, and many turns of one lock
+  // that alternate with a live client's: one look passes on every turn that came.
+  constexpr std::uint32_t kWaiting = 40, kComing = 8, kTurns = 40;
+  constexpr std::uint32_t kOneLock = kWaiting + kComing;
+  for (std::uint32_t cell = kWaiting; cell < kOneLock; ++cell) gpu_writes(cell, 1);
+  gpu_writes(kOneLock, 2 * kTurns);
+  for (std::uint32_t cell = 0; cell < kOneLock; ++cell) page.pass_turn(cell, 1, 2);
+  for (std::uint32_t n = 1; n <= kTurns; ++n) page.pass_turn(kOneLock, 2 * n, 2 * n + 1);
+  EXPECT_TRUE(look(page));  // the read pass_turn() queued was before most turns were given
+  const int copies_before = fake().calls["cuMemcpy2DAsync"];
+  told_turns told;
+  EXPECT_TRUE(look(page, told));
+  EXPECT_EQ(fake().calls["cuMemcpy2DAsync"] - copies_before, 1) << "one copy per look";
+  for (std::uint32_t cell = kWaiting; cell < kOneLock; ++cell) {
     EXPECT_EQ(word_of(cell), 2u) << cell;
   }
   EXPECT_EQ(word_of(0), 0u);
+  EXPECT_EQ(word_of(kOneLock), 2 * kTurns + 1);
+  EXPECT_EQ(told.size(), kTurns - 1) << "the turns the one lock's word is past";
+  EXPECT_EQ(page.waiting_turn_count(), kWaiting + kComing + 1);
 }
 
-TEST(CudaSignalPage, OneReadOfALocksWordTellsEveryTurnWaitingInIt) {
+TEST(CudaSignalPage, NoTurnIsToldBeforeTheReadLandsAndAPassedOneLeavesOnceItsWriteHas) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
-  // A dead client's turns alternate with a live one's in one lock, more of them than one look
-  // reads words: the one that comes is passed on at the next look, wherever it is listed.
-  constexpr std::uint32_t kTurns = 40;
-  for (std::uint32_t n = 1; n <= kTurns; ++n) page.pass_turn(8, 0, 2 * n, 2 * n + 1);
-  gpu_writes(8, 2 * kTurns);
-  const int reads_before = fake().calls["cuMemcpyDtoH"];
-  told_turns told;
-  EXPECT_TRUE(look(page, told));
-  EXPECT_EQ(fake().calls["cuMemcpyDtoH"] - reads_before, 1);
-  EXPECT_EQ(word_of(8), 2 * kTurns + 1);
-  EXPECT_EQ(page.waiting_turn_count(), 1u) << "the turns the word is past are gone";
-  EXPECT_EQ(told.size(), kTurns - 1);
-}
-
-TEST(CudaSignalPage, NoTurnIsToldBeforeTheRepairsLandAndAPassedOneLeavesOnceItsWriteHas) {
-  reset_fake_driver();
-  cuda_signal_page page(fake_driver(), 0);
-  // The word shows the turn, but a write queued before (a clear's zeroes, say) has not landed:
-  // what the word will be is not known yet.
+  // The read is queued behind repairs that have not landed: nothing can be told from it yet.
   gpu_writes(6, 3);
   hold_up_repairs(true);
-  page.pass_turn(6, 0, 3, 4);
+  page.pass_turn(6, 3, 4);
   told_turns told;
   EXPECT_TRUE(look(page, told));
-  EXPECT_EQ(word_of(6), 3u) << "a turn was passed on a word read before the repairs landed";
+  EXPECT_EQ(word_of(6), 3u) << "a turn was passed on a read that had not landed";
   hold_up_repairs(false);
   EXPECT_TRUE(look(page, told));
   EXPECT_EQ(word_of(6), 4u);
@@ -235,8 +242,8 @@ TEST(CudaSignalPage, NoTurnIsToldBeforeTheRepairsLandAndAPassedOneLeavesOnceItsW
   EXPECT_TRUE(told.empty()) << "an entry would be freed before its turn's pass landed";
   hold_up_repairs(false);
   const int writes = fake().calls["cuStreamWriteValue32"];
-  // Whatever the word shows at the next look, a passed turn is not written again: here the turn
-  // itself, which a lock shows again only once it has gone round its 16-bit tickets.
+  // Whatever the word shows by then, a passed turn is not written again: here the turn itself,
+  // which a lock shows again only once it has gone round its 16-bit tickets.
   gpu_writes(6, 3);
   EXPECT_FALSE(look(page, told));
   EXPECT_EQ(told, (told_turns{{6, 3}}));
@@ -244,16 +251,17 @@ TEST(CudaSignalPage, NoTurnIsToldBeforeTheRepairsLandAndAPassedOneLeavesOnceItsW
   EXPECT_EQ(fake().calls["cuStreamWriteValue32"], writes) << "a passed turn was written again";
 }
 
-TEST(CudaSignalPage, AWordThatCannotBeReadOrWrittenLeavesItsTurnWaiting) {
+TEST(CudaSignalPage, AReadOrWriteThatFailsLeavesTheTurnWaiting) {
   reset_fake_driver();
   cuda_signal_page page(fake_driver(), 0);
   gpu_writes(5, 3);
   fake().fail_with = CUDA_ERROR_UNKNOWN;
-  fake().failing = "cuMemcpyDtoH";
-  page.pass_turn(5, 0, 3, 4);
+  fake().failing = "cuMemcpy2DAsync";
+  page.pass_turn(5, 3, 4);
   EXPECT_TRUE(look(page));
   fake().failing = "cuStreamWriteValue32";
-  EXPECT_TRUE(look(page));
+  EXPECT_TRUE(look(page));  // queues the read
+  EXPECT_TRUE(look(page));  // the write fails
   EXPECT_EQ(word_of(5), 3u);
   fake().failing = "";
   EXPECT_TRUE(look(page));
@@ -321,6 +329,7 @@ TEST_F(BooksWithAStreamLock, TheBooksLookAtADeadClientsTurnUntilItComesAndThenSt
   EXPECT_FALSE(book.sync.settle());
   EXPECT_EQ(serving(), 0u);
   serving() = 1;  // the holder's stream released
+  EXPECT_FALSE(book.sync.settle()) << "decided on the read queued before the release";
   EXPECT_FALSE(book.sync.settle()) << "passed on, and waits until its write is seen";
   EXPECT_EQ(serving(), 2u);
   EXPECT_TRUE(book.sync.settle());
@@ -350,6 +359,7 @@ TEST_F(BooksWithAStreamLock, ADeadClientsEntryStaysTakenUntilItsTurnIsSeenPassed
   EXPECT_EQ(book.sync.page_by_id(opened.page)->signal_page_on(0)->waiting_turn_count(), 2u);
 
   serving() = 1;
+  EXPECT_FALSE(book.sync.settle());  // on the read queued before the release
   EXPECT_FALSE(book.sync.settle());
   EXPECT_EQ(serving(), 2u);
   EXPECT_EQ(entry(1).state, sync::queue_entry::abandoned) << "freed before its pass landed";
@@ -380,6 +390,7 @@ TEST_F(BooksWithAStreamLock, ALockFoundCorruptAfterADeathStillFreesThePassedTurn
   // Live clients that still queue there need the entry.
   serving() = 1;
   EXPECT_FALSE(book.sync.settle());
+  EXPECT_FALSE(book.sync.settle());
   EXPECT_TRUE(book.sync.settle());
   EXPECT_EQ(entry(1).state, sync::queue_entry::empty);
 }
@@ -396,6 +407,7 @@ TEST_F(BooksWithAStreamLock, ARestartedDaemonFindsADeadClientsTurnByItsAbandoned
   EXPECT_FALSE(book.sync.settle());
   EXPECT_EQ(serving(), 0u) << "a turn that has not come was passed on";
   serving() = 1;
+  EXPECT_FALSE(book.sync.settle());
   EXPECT_FALSE(book.sync.settle());
   EXPECT_EQ(serving(), 2u);
   EXPECT_TRUE(book.sync.settle());

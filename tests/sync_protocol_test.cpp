@@ -27,11 +27,10 @@ class host_signal_words final : public signal_words {
   void write(std::uint32_t cell, std::size_t offset, std::uint32_t value) override {
     *word(cell, offset) = value;
   }
-  void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
-                 std::uint32_t next_turn) override {
+  void pass_turn(std::uint32_t cell, std::uint32_t turn, std::uint32_t next_turn) override {
     if (passed.size() == refuse_after) throw std::bad_alloc();
     passed.push_back(turn);
-    if (*word(cell, offset) == turn) *word(cell, offset) = next_turn;
+    if (at(cell).serving == turn) at(cell).serving = next_turn;
   }
   void clear(std::uint32_t cell) override { cells.at(cell) = {}; }
 

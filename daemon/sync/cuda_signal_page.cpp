@@ -1,8 +1,11 @@
 #include "sync/cuda_signal_page.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 
 #include "cuda_device.hpp"
 #include "gpumem/shared/sync/layout.hpp"
@@ -51,6 +54,31 @@ void cuda_signal_page::map_into_daemon(std::int32_t device) {
   check(cu_.cuMemSetAccess(range_.get(), size_, &access, 1), "cuMemSetAccess");
   check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, repairs_),
         "cuStreamCreate");
+  constexpr std::size_t kBytes = sync::kCellCount * sizeof(std::uint32_t);
+  static_assert(kBytes % 4096 == 0, "whole pages, for aligned_alloc and the registration");
+  served_.reset(static_cast<std::uint32_t*>(std::aligned_alloc(4096, kBytes)));
+  if (!served_) throw std::bad_alloc();
+  std::fill_n(served_.get(), sync::kCellCount, 0u);
+  check(cuda::host_registration::register_range(cu_, served_.get(), kBytes, 0, served_pinned_),
+        "cuMemHostRegister(served words)");
+}
+
+cuda_signal_page::~cuda_signal_page() {
+  if (!read_in_flight_) return;
+  // A read still on its way would land in freed memory. It waits for nothing but the repairs
+  // before it, which are given their bound; past that its 4 KiB stay, pinned, for good.
+  try {
+    check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+    if (repairs_landed()) return;
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): kept, as below
+  }
+  (void)served_pinned_.release();
+  (void)served_.release();
+  spdlog::warn("a signal page's last read of its words had not landed: its 4 KiB are kept");
+}
+
+void cuda_signal_page::pinned_words::operator()(std::uint32_t* words) const noexcept {
+  std::free(words);  // NOLINT(cppcoreguidelines-no-malloc): from aligned_alloc
 }
 
 CUdeviceptr cuda_signal_page::address(std::uint32_t cell, std::size_t offset) const {
@@ -64,10 +92,6 @@ std::uint32_t cuda_signal_page::read(std::uint32_t cell, std::size_t offset) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   // After the writes queued before it (a reset's zeroes, say), as far as they land in time.
   (void)repairs_landed();
-  return copy_word(cell, offset);
-}
-
-std::uint32_t cuda_signal_page::copy_word(std::uint32_t cell, std::size_t offset) {
   std::uint32_t value = 0;
   check(cu_.cuMemcpyDtoH(&value, address(cell, offset), sizeof value), "cuMemcpyDtoH");
   return value;
@@ -92,10 +116,11 @@ bool cuda_signal_page::passed_by(const waiting_turn& each, std::uint32_t word) n
 
 void cuda_signal_page::pass_on(waiting_turn& each) {
   // The word reached the turn and stays there until it is written here: its holder is dead.
-  // The turn waits on until the write is seen landed, so that its queue entry, which keeps the
-  // ticket a queue's length later from being taken, is not freed before.
-  write(each.cell, each.offset, each.next_turn);
+  // The turn waits on until a read queued after the write lands, so that its queue entry,
+  // which keeps the ticket a queue's length later from being taken, is not freed before.
+  write(each.cell, offsetof(sync::signal_cell, serving), each.next_turn);
   each.written = true;
+  each.told_by_read = reads_queued_ + 1;
 }
 
 void cuda_signal_page::warn_failed(const waiting_turn& each, const std::exception& error) noexcept {
@@ -106,24 +131,33 @@ void cuda_signal_page::warn_failed(const waiting_turn& each, const std::exceptio
   }
 }
 
-void cuda_signal_page::pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
-                                 std::uint32_t next_turn) {
-  (void)address(cell, offset);  // refused here, not at every look
-  // Waiting first, so that a look that fails leaves it for the next one.
-  waiting_turns_.push_back({cell, static_cast<std::uint32_t>(offset), turn, next_turn, false});
-  // A turn that has come already (the dead client's stream took it and died) is passed on now.
-  // One its stream released before the process died leaves at the next look, which tells the
-  // daemon so.
-  waiting_turn& given = waiting_turns_.back();
+void cuda_signal_page::pass_turn(std::uint32_t cell, std::uint32_t turn, std::uint32_t next_turn) {
+  (void)address(cell, offsetof(sync::signal_cell, serving));  // refused here, not at every look
+  // Told by the next read queued: one queued before could have read the word before a clear's
+  // zeroes or a pass queued since.
+  waiting_turns_.push_back({cell, turn, next_turn, reads_queued_ + 1, false});
+  if (read_in_flight_) return;  // the next is queued once it lands
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-    // Only a word read after every repair queued before it lands says anything: a clear's
-    // zeroes or a pass still on their way would show a turn that is gone.
-    if (!repairs_landed()) return;
-    if (ahead(given, copy_word(cell, offset)) == 0) pass_on(given);
+    queue_read();
   } catch (const std::exception& error) {
-    warn_failed(given, error);
+    warn_failed(waiting_turns_.back(), error);  // queued again at the next look
   }
+}
+
+void cuda_signal_page::queue_read() {
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = address(0, offsetof(sync::signal_cell, serving));
+  copy.srcPitch = sync::kSignalCellSize;
+  copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+  copy.dstHost = served_.get();
+  copy.dstPitch = sizeof(std::uint32_t);
+  copy.WidthInBytes = sizeof(std::uint32_t);
+  copy.Height = sync::kCellCount;
+  check(cu_.cuMemcpy2DAsync(&copy, repairs_.get()), "cuMemcpy2DAsync");
+  ++reads_queued_;
+  read_in_flight_ = true;
 }
 
 template <class Done>
@@ -135,60 +169,45 @@ void cuda_signal_page::finish_turns_if(Done done, const passed_turn_sink& passed
   });
 }
 
-bool cuda_signal_page::pass_arrived_turns(const passed_turn_sink& passed) noexcept {
-  if (waiting_turns_.empty()) return false;
-  // One read per word: it tells every turn of its lock, so that a dead client's next turn in a
-  // lock is passed in the round after the one before it, however many other turns wait.
-  std::array<std::pair<std::uint32_t, std::uint32_t>, kMostWordsRead> words{};  // address, word
-  std::size_t read = 0;
-  const auto word_of = [&](const waiting_turn& each) -> const std::uint32_t* {
-    const std::uint32_t at = each.cell * sync::kSignalCellSize + each.offset;
-    for (std::size_t i = 0; i < read; ++i) {
-      if (words[i].first == at) return &words[i].second;
-    }
-    return nullptr;
-  };
-  try {
-    check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-    if (!repairs_landed()) return true;  // nothing can be told yet
-  } catch (const std::exception& error) {
-    warn_failed(waiting_turns_.front(), error);
-    return true;
-  }
-  // The passes written in earlier rounds have landed with the rest: those turns are done.
-  // Their words are not read again: the lock may have gone round its tickets to them since.
-  finish_turns_if([](const waiting_turn& each) { return each.written; }, passed);
-  std::size_t tried = 0;  // words read or failed
-  for (const waiting_turn& each : waiting_turns_) {
-    if (tried == words.size()) break;
-    if (word_of(each) != nullptr) continue;
-    ++tried;
-    try {
-      words[read] = {each.cell * sync::kSignalCellSize + each.offset,
-                     copy_word(each.cell, each.offset)};
-      ++read;
-    } catch (const std::exception& error) {
-      warn_failed(each, error);  // its turns wait for the next round; the others go on
-    }
-  }
+void cuda_signal_page::decide(const passed_turn_sink& passed) noexcept {
+  const std::uint64_t landed = reads_queued_;  // one read is on its way at a time
+  // A pass written before the read landed with it: that turn is done, and its word is not
+  // looked at again (the lock went on from it).
+  finish_turns_if(
+      [&](const waiting_turn& each) {
+        if (each.told_by_read > landed) return false;
+        return each.written || passed_by(each, served_[each.cell]);
+      },
+      passed);
   for (waiting_turn& each : waiting_turns_) {
-    const std::uint32_t* word = word_of(each);
-    if (word == nullptr || ahead(each, *word) != 0) continue;
+    if (each.written || each.told_by_read > landed || ahead(each, served_[each.cell]) != 0) {
+      continue;
+    }
     try {
       pass_on(each);
     } catch (const std::exception& error) {
-      warn_failed(each, error);  // the word stays at the turn: passed on next round
+      warn_failed(each, error);  // the word stays at the turn: passed on at a later look
     }
   }
-  finish_turns_if(
-      [&](const waiting_turn& each) {
-        const std::uint32_t* word = word_of(each);
-        return word != nullptr && !each.written && passed_by(each, *word);
-      },
-      passed);
-  // The turns whose words were not read this round are read first in the next.
-  std::stable_partition(waiting_turns_.begin(), waiting_turns_.end(),
-                        [&](const waiting_turn& each) { return word_of(each) == nullptr; });
+}
+
+bool cuda_signal_page::pass_arrived_turns(const passed_turn_sink& passed) noexcept {
+  if (waiting_turns_.empty()) return false;
+  try {
+    check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+    if (read_in_flight_) {
+      // The stream drained: the read and every write queued before it have landed.
+      const CUresult status = cu_.cuStreamQuery(repairs_.get());
+      if (status == CUDA_ERROR_NOT_READY) return true;  // held up: looked at again next round
+      check(status, "cuStreamQuery");
+      read_in_flight_ = false;
+      decide(passed);
+    }
+    // Behind the passes just written, so that it tells of them.
+    if (!waiting_turns_.empty()) queue_read();
+  } catch (const std::exception& error) {
+    if (!waiting_turns_.empty()) warn_failed(waiting_turns_.front(), error);
+  }
   return !waiting_turns_.empty();
 }
 

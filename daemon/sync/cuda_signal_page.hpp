@@ -6,17 +6,22 @@
 /// never waits, so they land in the order they were made and soon.
 ///
 /// The turns of a dead stream-lock holder are not passed on by a stream wait: the daemon
-/// looks at each turn's word from the host now and then (pass_arrived_turns()) and writes
-/// the next turn once it has come. Waits queued on one stream would pass on every lock's
-/// turns in the order they were queued, and a turn that comes only after another lock's
-/// turn behind it would hold both up for good: two turns of a dead process whose other
-/// clients nest the locks, say. A wait on a stream of its own per turn would still share a
-/// hardware queue with the others (see repairs_landed()).
+/// looks at the `serving` words now and then (pass_arrived_turns()) and writes the next turn
+/// once a dead holder's has come. Waits queued on one stream would pass on every lock's turns
+/// in the order they were queued, and a turn that comes only after another lock's turn behind
+/// it would hold both up for good: two turns of a dead process whose other clients nest the
+/// locks, say. A wait on a stream of its own per turn would still share a hardware queue with
+/// the others (see repairs_landed()).
+///
+/// The daemon does not wait for the words either: one copy on repairs_, queued behind the
+/// writes before it, gathers every cell's `serving` word into pinned host memory, and the next
+/// look decides on them once the copy has landed, then queues the next copy.
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include "gpumem/shared/cuda/driver.hpp"
@@ -33,13 +38,15 @@ class cuda_signal_page final : public signal_page {
   cuda_signal_page(const cuda::driver_api& driver, std::int32_t device);
   /// @brief Re-adoption: the page a previous daemon made, by its kept fd, words intact.
   cuda_signal_page(const cuda::driver_api& driver, std::int32_t device, unique_fd exported);
+  cuda_signal_page(const cuda_signal_page&) = delete;
+  cuda_signal_page& operator=(const cuda_signal_page&) = delete;
+  ~cuda_signal_page() override;
 
   int fd() const noexcept override { return exported_.get(); }
   std::uint64_t size() const noexcept override { return size_; }
   std::uint32_t read(std::uint32_t cell, std::size_t offset) override;
   void write(std::uint32_t cell, std::size_t offset, std::uint32_t value) override;
-  void pass_turn(std::uint32_t cell, std::size_t offset, std::uint32_t turn,
-                 std::uint32_t next_turn) override;
+  void pass_turn(std::uint32_t cell, std::uint32_t turn, std::uint32_t next_turn) override;
   /// Drops the turns waiting on the cell: its next object or epoch starts from zero.
   void clear(std::uint32_t cell) override;
   bool pass_arrived_turns(const passed_turn_sink& passed) noexcept override;
@@ -50,25 +57,33 @@ class cuda_signal_page final : public signal_page {
   /// has not been seen landed.
   struct waiting_turn {
     std::uint32_t cell = 0;
-    std::uint32_t offset = 0;
     std::uint32_t turn = 0;
     std::uint32_t next_turn = 0;
+    /// The first read of the words (counted by reads_queued_) queued after the turn was given,
+    /// or after its pass was written: the first that can tell of it.
+    std::uint64_t told_by_read = 0;
     bool written = false;  ///< the next turn is written, and waits to be seen landed
+  };
+  /// Where a read of the words lands: one `serving` word per cell.
+  struct pinned_words {
+    void operator()(std::uint32_t* words) const noexcept;
   };
 
   static constexpr std::chrono::microseconds kRepairsBound{2000};
-  /// Words read per pass_arrived_turns(): each read is a copy the daemon's loop waits for.
-  static constexpr std::size_t kMostWordsRead = 32;
 
   CUdeviceptr address(std::uint32_t cell, std::size_t offset) const;
-  /// The word as the GPU holds it, with no wait for the repairs queued before it.
-  std::uint32_t copy_word(std::uint32_t cell, std::size_t offset);
   /// How many tickets @p each is ahead of its lock's @p word, cyclically.
   static std::uint16_t ahead(const waiting_turn& each, std::uint32_t word) noexcept;
   /// Whether the lock's @p word has moved past @p each: the turn waits no more.
   static bool passed_by(const waiting_turn& each, std::uint32_t word) noexcept;
   /// Writes the next turn of @p each, which has come. @throws cuda::cuda_error
   void pass_on(waiting_turn& each);
+  /// Queues the copy of every cell's `serving` word into served_, behind the writes queued
+  /// before it. @throws cuda::cuda_error
+  void queue_read();
+  /// Decides on the words of the read that has just landed: passes on the turns that have
+  /// come, and lets go of those that wait no more.
+  void decide(const passed_turn_sink& passed) noexcept;
   /// Takes the turns that @p done says wait no more off the list, telling @p passed of each.
   template <class Done>
   void finish_turns_if(Done done, const passed_turn_sink& passed) noexcept;
@@ -81,7 +96,7 @@ class cuda_signal_page final : public signal_page {
   /// client (a pool's frees wait for the client's release event) may hold them up: the daemon
   /// waits no longer, and not again until they have landed (held_up_).
   bool repairs_landed();
-  /// Maps handle_ into the daemon and makes repairs_.
+  /// Maps handle_ into the daemon, makes repairs_, and pins served_.
   void map_into_daemon(std::int32_t device);
 
   const cuda::driver_api& cu_;
@@ -93,7 +108,10 @@ class cuda_signal_page final : public signal_page {
   cuda::address_range range_;
   cuda::mapped_range mapped_;
   cuda::stream repairs_;
-  /// Those whose words were not read in the last round first.
+  std::unique_ptr<std::uint32_t[], pinned_words> served_;
+  cuda::host_registration served_pinned_;
+  std::uint64_t reads_queued_ = 0;
+  bool read_in_flight_ = false;  ///< the last read queued has not been seen landed
   std::vector<waiting_turn> waiting_turns_;
   bool held_up_ = false;  ///< the last wait for repairs_ ran out, and it has not drained since
   /// One line a second at most: clients can make clears (opening and closing objects) while the

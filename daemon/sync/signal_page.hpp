@@ -22,10 +22,10 @@ class signal_page : public sync::signal_words {
 
   virtual int fd() const noexcept = 0;  ///< the chunk's shareable handle, owned by the page
   virtual std::uint64_t size() const noexcept = 0;
-  /// @brief Passes on the turns given to pass_turn() that have come since, reading a bounded
-  /// number of words per call; the daemon's loop calls it now and then. A turn waits until the
-  /// write that passes it on has landed, or until its word is found past it, and is then told
-  /// to @p passed. One whose word could not be read or written is logged and stays waiting.
+  /// @brief Passes on the turns given to pass_turn() that have come since, without waiting for
+  /// the GPU; the daemon's loop calls it now and then. A turn waits until the write that passes
+  /// it on has landed, or until its word is found past it, and is then told to @p passed. One
+  /// whose word could not be read or written is logged and stays waiting.
   /// @return whether any is still waiting.
   virtual bool pass_arrived_turns(const passed_turn_sink& passed) noexcept = 0;
   virtual std::size_t waiting_turn_count() const noexcept = 0;

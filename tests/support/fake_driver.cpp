@@ -149,14 +149,34 @@ CUresult write_value(CUstream, CUdeviceptr address, std::uint32_t value, unsigne
 }
 
 /// Reads fake().words, whole words at 4-byte steps; the rest reads as zeroes.
-CUresult copy_to_host(void* to, CUdeviceptr from, std::size_t bytes) {
+void read_words(void* to, CUdeviceptr from, std::size_t bytes) {
   std::memset(to, 0, bytes);
   for (std::size_t at = 0; at + sizeof(std::uint32_t) <= bytes; at += sizeof(std::uint32_t)) {
     if (const auto word = books.words.find(from + at); word != books.words.end()) {
       std::memcpy(static_cast<char*>(to) + at, &word->second, sizeof word->second);
     }
   }
+}
+
+CUresult copy_to_host(void* to, CUdeviceptr from, std::size_t bytes) {
+  read_words(to, from, bytes);
   return device_work("cuMemcpyDtoH");
+}
+
+/// Gathers rows of fake().words into host memory at once, as a stream with nothing before
+/// the copy would; words never written read as zeroes.
+CUresult copy_2d_async(const CUDA_MEMCPY2D* copy, CUstream) {
+  const CUresult status = device_work("cuMemcpy2DAsync");
+  if (status != CUDA_SUCCESS) return status;
+  if (copy->srcMemoryType != CU_MEMORYTYPE_DEVICE || copy->dstMemoryType != CU_MEMORYTYPE_HOST) {
+    books.misuse.push_back("cuMemcpy2DAsync other than device to host");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (std::size_t row = 0; row < copy->Height; ++row) {
+    read_words(static_cast<char*>(copy->dstHost) + row * copy->dstPitch,
+               copy->srcDevice + row * copy->srcPitch, copy->WidthInBytes);
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult event_create(CUevent* event, unsigned) {
@@ -288,6 +308,7 @@ cuda::driver_api make_table() {
   table.cuStreamBatchMemOp = &batch_mem_op;
   table.cuMemsetD32 = &memset_d32;
   table.cuMemcpyDtoH = &copy_to_host;
+  table.cuMemcpy2DAsync = &copy_2d_async;
   table.cuStreamWriteValue32 = &write_value;
   table.cuEventCreate = &event_create;
   table.cuIpcOpenEventHandle = &ipc_open_event;

@@ -28,8 +28,7 @@ void pass_turns(const lock_cell& cell, std::vector<std::uint16_t>& tickets, sign
     return static_cast<std::uint16_t>(next - a) > static_cast<std::uint16_t>(next - b);
   });
   for (const std::uint16_t ticket : tickets) {
-    page.pass_turn(index, offsetof(signal_cell, serving), ticket,
-                   static_cast<std::uint16_t>(ticket + 1));
+    page.pass_turn(index, ticket, static_cast<std::uint16_t>(ticket + 1));
     given(ticket);
   }
 }

@@ -68,6 +68,7 @@ namespace gpumem::cuda {
   X(cuMemsetD32)                        \
   X(cuMemsetD8)                         \
   X(cuMemcpyDtoH)                       \
+  X(cuMemcpy2DAsync)                    \
   X(cuMemcpyHtoD)                       \
   X(cuMemHostRegister)                  \
   X(cuMemHostUnregister)                \
