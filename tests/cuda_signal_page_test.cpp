@@ -52,8 +52,9 @@ TEST(CudaSignalPage, OnlyTheFirstClearOrReadAfterItsRepairsAreHeldUpWaitsForThem
     const int queried = fake().calls["cuStreamQuery"];
     page.clear(2);
     EXPECT_EQ(page.read(2, 0), 0u);
-    EXPECT_EQ(fake().calls["cuStreamQuery"] - queried, 2)
-        << "while still held up, a clear and a read each looked once and went on";
+    EXPECT_EQ(fake().calls["cuStreamQuery"] - queried, 3)
+        << "while still held up, a clear looked before and after its zeroes, a read once, and "
+           "each went on";
 
     hold_up_repairs(false);
     page.clear(3);  // landed: the page waits again for the next hold-up
@@ -249,6 +250,22 @@ TEST(CudaSignalPage, NoTurnIsToldBeforeTheReadLandsAndAPassedOneLeavesOnceItsWri
   EXPECT_EQ(told, (told_turns{{6, 3}}));
   EXPECT_EQ(word_of(6), 3u);
   EXPECT_EQ(fake().calls["cuStreamWriteValue32"], writes) << "a passed turn was written again";
+}
+
+TEST(CudaSignalPage, AReadRunsOnAStreamOfItsOwnBehindTheRepairsIntoRegisteredMemory) {
+  reset_fake_driver();
+  {
+    cuda_signal_page page(fake_driver(), 0);
+    page.pass_turn(2, 1, 2);
+    EXPECT_EQ(fake().calls["cuEventRecord"], 1);
+    EXPECT_EQ(fake().calls["cuStreamWaitEvent"], 1);
+    EXPECT_EQ(fake().live_count(gpumem::testing::kind::stream), 2u);
+    EXPECT_EQ(fake().live_count(gpumem::testing::kind::registration), 1u);
+  }
+  EXPECT_EQ(fake().live_count(gpumem::testing::kind::registration), 0u)
+      << "a landed read's memory stayed registered";
+  EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
+  EXPECT_EQ(fake().retained(), 0);
 }
 
 TEST(CudaSignalPage, AReadOrWriteThatFailsLeavesTheTurnWaiting) {

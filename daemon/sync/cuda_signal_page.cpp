@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <new>
 
 #include "cuda_device.hpp"
 #include "gpumem/shared/sync/layout.hpp"
@@ -54,8 +55,13 @@ void cuda_signal_page::map_into_daemon(std::int32_t device) {
   check(cu_.cuMemSetAccess(range_.get(), size_, &access, 1), "cuMemSetAccess");
   check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, repairs_),
         "cuStreamCreate");
+  check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, reads_),
+        "cuStreamCreate");
+  check(cuda::event::create(cu_, context_.get(), CU_EVENT_DISABLE_TIMING, repairs_so_far_),
+        "cuEventCreate");
   constexpr std::size_t kBytes = sync::kCellCount * sizeof(std::uint32_t);
-  static_assert(kBytes % 4096 == 0, "whole pages, for aligned_alloc and the registration");
+  // A multiple of aligned_alloc's alignment; one page where pages are 4 KiB.
+  static_assert(kBytes % 4096 == 0, "aligned_alloc takes a multiple of the alignment");
   served_.reset(static_cast<std::uint32_t*>(std::aligned_alloc(4096, kBytes)));
   if (!served_) throw std::bad_alloc();
   std::fill_n(served_.get(), sync::kCellCount, 0u);
@@ -66,10 +72,13 @@ void cuda_signal_page::map_into_daemon(std::int32_t device) {
 cuda_signal_page::~cuda_signal_page() {
   if (!read_in_flight_) return;
   // A read still on its way would land in freed memory. It waits for nothing but the repairs
-  // before it, which are given their bound; past that its 4 KiB stay, pinned, for good.
+  // before it and a copy engine, and is given their bound; past that its 4 KiB stay, pinned.
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-    if (repairs_landed()) return;
+    const auto give_up = std::chrono::steady_clock::now() + kRepairsBound;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (read_landed()) return;
+    }
   } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): kept, as below
   }
   (void)served_pinned_.release();
@@ -135,11 +144,13 @@ void cuda_signal_page::pass_turn(std::uint32_t cell, std::uint32_t turn, std::ui
   (void)address(cell, offsetof(sync::signal_cell, serving));  // refused here, not at every look
   // Told by the next read queued: one queued before could have read the word before a clear's
   // zeroes or a pass queued since.
+  const bool none_waited = waiting_turns_.empty();
   waiting_turns_.push_back({cell, turn, next_turn, reads_queued_ + 1, false});
-  if (read_in_flight_) return;  // the next is queued once it lands
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-    queue_read();
+    // A read left by turns that have all gone since tells nobody: it need not be waited for.
+    if (read_in_flight_ && none_waited && read_landed()) read_in_flight_ = false;
+    if (!read_in_flight_) queue_read();  // else the next is queued once it lands
   } catch (const std::exception& error) {
     warn_failed(waiting_turns_.back(), error);  // queued again at the next look
   }
@@ -155,9 +166,18 @@ void cuda_signal_page::queue_read() {
   copy.dstPitch = sizeof(std::uint32_t);
   copy.WidthInBytes = sizeof(std::uint32_t);
   copy.Height = sync::kCellCount;
-  check(cu_.cuMemcpy2DAsync(&copy, repairs_.get()), "cuMemcpy2DAsync");
+  check(cu_.cuEventRecord(repairs_so_far_.get(), repairs_.get()), "cuEventRecord");
+  check(cu_.cuStreamWaitEvent(reads_.get(), repairs_so_far_.get(), 0), "cuStreamWaitEvent");
+  check(cu_.cuMemcpy2DAsync(&copy, reads_.get()), "cuMemcpy2DAsync");
   ++reads_queued_;
   read_in_flight_ = true;
+}
+
+bool cuda_signal_page::read_landed() {
+  const CUresult status = cu_.cuStreamQuery(reads_.get());
+  if (status == CUDA_ERROR_NOT_READY) return false;
+  check(status, "cuStreamQuery");
+  return true;
 }
 
 template <class Done>
@@ -196,10 +216,8 @@ bool cuda_signal_page::pass_arrived_turns(const passed_turn_sink& passed) noexce
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
     if (read_in_flight_) {
-      // The stream drained: the read and every write queued before it have landed.
-      const CUresult status = cu_.cuStreamQuery(repairs_.get());
-      if (status == CUDA_ERROR_NOT_READY) return true;  // held up: looked at again next round
-      check(status, "cuStreamQuery");
+      // Landed: the read, and every write queued on repairs_ before it.
+      if (!read_landed()) return true;  // held up: looked at again next round
       read_in_flight_ = false;
       decide(passed);
     }
@@ -214,6 +232,9 @@ bool cuda_signal_page::pass_arrived_turns(const passed_turn_sink& passed) noexce
 void cuda_signal_page::clear(std::uint32_t cell) {
   std::erase_if(waiting_turns_, [&](const waiting_turn& each) { return each.cell == cell; });
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+  // A hold-up that has ended gives these zeroes their full bound again: asked after them, the
+  // stream would never look drained while clients keep making clears.
+  if (held_up_ && cu_.cuStreamQuery(repairs_.get()) == CUDA_SUCCESS) held_up_ = false;
   // Stream writes behind the cell's earlier repairs: a dead party's jump made before a reset
   // must not land after it (a memset on the null stream, which a non-blocking stream does not
   // wait for, could be overtaken). Writes, not a memset, so that no kernel has to find an SM

@@ -2,8 +2,8 @@
 /// @file
 /// @brief The signal page on a CUDA device: one VMM chunk (stream memory operations are
 /// refused on pool memory), mapped in the daemon too so that it can repair words after a
-/// death or a reset. Its one stream, `repairs_`, carries the daemon's writes and clears and
-/// never waits, so they land in the order they were made and soon.
+/// death or a reset. Its stream `repairs_` carries the daemon's writes and clears and never
+/// waits, so they land in the order they were made and soon.
 ///
 /// The turns of a dead stream-lock holder are not passed on by a stream wait: the daemon
 /// looks at the `serving` words now and then (pass_arrived_turns()) and writes the next turn
@@ -13,9 +13,11 @@
 /// locks, say. A wait on a stream of its own per turn would still share a hardware queue with
 /// the others (see repairs_landed()).
 ///
-/// The daemon does not wait for the words either: one copy on repairs_, queued behind the
-/// writes before it, gathers every cell's `serving` word into pinned host memory, and the next
-/// look decides on them once the copy has landed, then queues the next copy.
+/// The daemon does not wait for the words either: one copy on a stream of its own, `reads_`,
+/// queued behind the writes made on repairs_ before it (an event), gathers every cell's
+/// `serving` word into pinned host memory; the next look decides on them once the copy has
+/// landed, then queues the next copy. The copy waits for a copy engine, which clients' copies
+/// may keep busy: on a stream of its own it holds up no repair.
 
 #include <chrono>
 #include <cstddef>
@@ -34,7 +36,7 @@ namespace gpumem::daemon {
 
 class cuda_signal_page final : public signal_page {
  public:
-  /// @throws request_error(no_such_device), cuda::cuda_error
+  /// @throws request_error(no_such_device), cuda::cuda_error, std::bad_alloc
   cuda_signal_page(const cuda::driver_api& driver, std::int32_t device);
   /// @brief Re-adoption: the page a previous daemon made, by its kept fd, words intact.
   cuda_signal_page(const cuda::driver_api& driver, std::int32_t device, unique_fd exported);
@@ -78,9 +80,11 @@ class cuda_signal_page final : public signal_page {
   static bool passed_by(const waiting_turn& each, std::uint32_t word) noexcept;
   /// Writes the next turn of @p each, which has come. @throws cuda::cuda_error
   void pass_on(waiting_turn& each);
-  /// Queues the copy of every cell's `serving` word into served_, behind the writes queued
-  /// before it. @throws cuda::cuda_error
+  /// Queues the copy of every cell's `serving` word into served_ on reads_, behind the writes
+  /// queued on repairs_ before it. @throws cuda::cuda_error
   void queue_read();
+  /// Whether the read queued last has landed. @throws cuda::cuda_error
+  bool read_landed();
   /// Decides on the words of the read that has just landed: passes on the turns that have
   /// come, and lets go of those that wait no more.
   void decide(const passed_turn_sink& passed) noexcept;
@@ -96,7 +100,7 @@ class cuda_signal_page final : public signal_page {
   /// client (a pool's frees wait for the client's release event) may hold them up: the daemon
   /// waits no longer, and not again until they have landed (held_up_).
   bool repairs_landed();
-  /// Maps handle_ into the daemon, makes repairs_, and pins served_.
+  /// Maps handle_ into the daemon, makes the streams, and pins served_.
   void map_into_daemon(std::int32_t device);
 
   const cuda::driver_api& cu_;
@@ -108,6 +112,8 @@ class cuda_signal_page final : public signal_page {
   cuda::address_range range_;
   cuda::mapped_range mapped_;
   cuda::stream repairs_;
+  cuda::stream reads_;
+  cuda::event repairs_so_far_;  ///< recorded on repairs_ before each read, which waits for it
   std::unique_ptr<std::uint32_t[], pinned_words> served_;
   cuda::host_registration served_pinned_;
   std::uint64_t reads_queued_ = 0;

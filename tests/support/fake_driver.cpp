@@ -163,20 +163,33 @@ CUresult copy_to_host(void* to, CUdeviceptr from, std::size_t bytes) {
   return device_work("cuMemcpyDtoH");
 }
 
-/// Gathers rows of fake().words into host memory at once, as a stream with nothing before
-/// the copy would; words never written read as zeroes.
+/// Gathers rows of fake().words into host memory at once, when the copy is queued rather than
+/// when it runs, as a stream with nothing before the copy would; words never written read as
+/// zeroes.
 CUresult copy_2d_async(const CUDA_MEMCPY2D* copy, CUstream) {
   const CUresult status = device_work("cuMemcpy2DAsync");
   if (status != CUDA_SUCCESS) return status;
-  if (copy->srcMemoryType != CU_MEMORYTYPE_DEVICE || copy->dstMemoryType != CU_MEMORYTYPE_HOST) {
-    books.misuse.push_back("cuMemcpy2DAsync other than device to host");
+  if (copy->srcMemoryType != CU_MEMORYTYPE_DEVICE || copy->dstMemoryType != CU_MEMORYTYPE_HOST ||
+      copy->srcPitch < copy->WidthInBytes || copy->dstPitch < copy->WidthInBytes) {
+    books.misuse.push_back("cuMemcpy2DAsync other than device to host, or pitches too small");
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (books.live[kind::registration].count(raw(copy->dstHost)) == 0) {
+    books.misuse.push_back("cuMemcpy2DAsync into host memory not registered (not async)");
   }
   for (std::size_t row = 0; row < copy->Height; ++row) {
     read_words(static_cast<char*>(copy->dstHost) + row * copy->dstPitch,
                copy->srcDevice + row * copy->srcPitch, copy->WidthInBytes);
   }
   return CUDA_SUCCESS;
+}
+
+CUresult event_record(CUevent, CUstream) {
+  return device_work("cuEventRecord");
+}
+
+CUresult stream_wait_event(CUstream, CUevent, unsigned) {
+  return device_work("cuStreamWaitEvent");
 }
 
 CUresult event_create(CUevent* event, unsigned) {
@@ -311,6 +324,8 @@ cuda::driver_api make_table() {
   table.cuMemcpy2DAsync = &copy_2d_async;
   table.cuStreamWriteValue32 = &write_value;
   table.cuEventCreate = &event_create;
+  table.cuEventRecord = &event_record;
+  table.cuStreamWaitEvent = &stream_wait_event;
   table.cuIpcOpenEventHandle = &ipc_open_event;
   table.cuEventDestroy = &event_destroy;
   table.cuMemPoolCreate = &pool_create;
