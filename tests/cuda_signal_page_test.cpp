@@ -31,7 +31,8 @@ using gpumem::testing::fake_word_in_the_range;
 using gpumem::testing::reset_fake_driver;
 using clock_type = std::chrono::steady_clock;
 
-/// The repairs stream queries as not drained from now on, or drained again.
+/// Every stream, the repairs' and the reads', queries as not drained from now on, or drained
+/// again.
 void hold_up_repairs(bool held) {
   fake().failing = held ? "cuStreamQuery" : "";
   fake().fail_with = CUDA_ERROR_NOT_READY;
@@ -266,6 +267,21 @@ TEST(CudaSignalPage, AReadRunsOnAStreamOfItsOwnBehindTheRepairsIntoRegisteredMem
       << "a landed read's memory stayed registered";
   EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
   EXPECT_EQ(fake().retained(), 0);
+}
+
+TEST(CudaSignalPage, AReadLeftByTurnsThatHaveAllGoneIsNotWaitedFor) {
+  reset_fake_driver();
+  cuda_signal_page page(fake_driver(), 0);
+  hold_up_repairs(true);
+  page.pass_turn(2, 1, 2);
+  page.clear(2);  // its only turn goes while its read is on its way
+  hold_up_repairs(false);
+  const int copies = fake().calls["cuMemcpy2DAsync"];
+  gpu_writes(3, 1);
+  page.pass_turn(3, 1, 2);
+  EXPECT_EQ(fake().calls["cuMemcpy2DAsync"], copies + 1) << "the new turn waited for the old read";
+  EXPECT_TRUE(look(page));
+  EXPECT_EQ(word_of(3), 2u);
 }
 
 TEST(CudaSignalPage, AReadOrWriteThatFailsLeavesTheTurnWaiting) {

@@ -71,19 +71,22 @@ void cuda_signal_page::map_into_daemon(std::int32_t device) {
 
 cuda_signal_page::~cuda_signal_page() {
   if (!read_in_flight_) return;
-  // A read still on its way would land in freed memory. It waits for nothing but the repairs
-  // before it and a copy engine, and is given their bound; past that its 4 KiB stay, pinned.
+  // A read still on its way would land in freed memory, or read an unmapped page. It waits for
+  // nothing but the repairs before it and a copy engine, and is given their bound; past that
+  // the buffer and the page's mapping stay, for good.
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
     const auto give_up = std::chrono::steady_clock::now() + kRepairsBound;
-    while (std::chrono::steady_clock::now() < give_up) {
+    do {
       if (read_landed()) return;
-    }
+    } while (std::chrono::steady_clock::now() < give_up);
   } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): kept, as below
   }
   (void)served_pinned_.release();
   (void)served_.release();
-  spdlog::warn("a signal page's last read of its words had not landed: its 4 KiB are kept");
+  (void)mapped_.release();
+  (void)range_.release();
+  spdlog::warn("a signal page's last read of its words had not landed: its mapping is kept");
 }
 
 void cuda_signal_page::pinned_words::operator()(std::uint32_t* words) const noexcept {

@@ -17,7 +17,8 @@
 /// queued behind the writes made on repairs_ before it (an event), gathers every cell's
 /// `serving` word into pinned host memory; the next look decides on them once the copy has
 /// landed, then queues the next copy. The copy waits for a copy engine, which clients' copies
-/// may keep busy: on a stream of its own it holds up no repair.
+/// may keep busy: on a stream of its own it holds up no repair, unless the two streams share a
+/// hardware queue (see repairs_landed()), and then no longer than the bound.
 
 #include <chrono>
 #include <cstddef>
