@@ -356,8 +356,8 @@ asio::awaitable<void> server::settle_loop() {
     co_await settle_timer_.async_wait(asio::redirect_error(asio::use_awaitable, error));
     if (error) break;
     const bool settled = books_.sync.settle();
-    // What the round finished (a hand-off, a lock turn passed on) is written down now, not
-    // with the next request: a restarted daemon must not find a turn that is long gone.
+    // What the round changed (a hand-off finished, a cell found corrupt) is written down now,
+    // not with the next request, which may be long in coming.
     books_.write_changes();
     if (settled) break;
   }

@@ -76,10 +76,7 @@ cuda_signal_page::~cuda_signal_page() {
   // the buffer and the page's mapping stay, for good.
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-    const auto give_up = std::chrono::steady_clock::now() + kRepairsBound;
-    do {
-      if (read_landed()) return;
-    } while (std::chrono::steady_clock::now() < give_up);
+    if (drained_within(reads_, kRepairsBound)) return;
   } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): kept, as below
   }
   (void)served_pinned_.release();
@@ -152,7 +149,7 @@ void cuda_signal_page::pass_turn(std::uint32_t cell, std::uint32_t turn, std::ui
   try {
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
     // A read left by turns that have all gone since tells nobody: it need not be waited for.
-    if (read_in_flight_ && none_waited && read_landed()) read_in_flight_ = false;
+    if (read_in_flight_ && none_waited && drained_within(reads_, {})) read_in_flight_ = false;
     if (!read_in_flight_) queue_read();  // else the next is queued once it lands
   } catch (const std::exception& error) {
     warn_failed(waiting_turns_.back(), error);  // queued again at the next look
@@ -176,11 +173,14 @@ void cuda_signal_page::queue_read() {
   read_in_flight_ = true;
 }
 
-bool cuda_signal_page::read_landed() {
-  const CUresult status = cu_.cuStreamQuery(reads_.get());
-  if (status == CUDA_ERROR_NOT_READY) return false;
-  check(status, "cuStreamQuery");
-  return true;
+bool cuda_signal_page::drained_within(const cuda::stream& stream, std::chrono::microseconds bound) {
+  const auto give_up = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    const CUresult status = cu_.cuStreamQuery(stream.get());
+    if (status == CUDA_SUCCESS) return true;
+    if (status != CUDA_ERROR_NOT_READY) check(status, "cuStreamQuery");
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+  }
 }
 
 template <class Done>
@@ -220,7 +220,7 @@ bool cuda_signal_page::pass_arrived_turns(const passed_turn_sink& passed) noexce
     check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
     if (read_in_flight_) {
       // Landed: the read, and every write queued on repairs_ before it.
-      if (!read_landed()) return true;  // held up: looked at again next round
+      if (!drained_within(reads_, {})) return true;  // held up: looked at again next round
       read_in_flight_ = false;
       decide(passed);
     }
@@ -237,7 +237,7 @@ void cuda_signal_page::clear(std::uint32_t cell) {
   check(cu_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
   // A hold-up that has ended gives these zeroes their full bound again: asked after them, the
   // stream would never look drained while clients keep making clears.
-  if (held_up_ && cu_.cuStreamQuery(repairs_.get()) == CUDA_SUCCESS) held_up_ = false;
+  if (held_up_) held_up_ = !drained_within(repairs_, {});
   // Stream writes behind the cell's earlier repairs: a dead party's jump made before a reset
   // must not land after it (a memset on the null stream, which a non-blocking stream does not
   // wait for, could be overtaken). Writes, not a memset, so that no kernel has to find an SM
@@ -268,20 +268,8 @@ void cuda_signal_page::clear(std::uint32_t cell) {
 bool cuda_signal_page::repairs_landed() {
   // Once a wait ran out, the next ones only look until the stream has drained: a queue held up
   // costs the daemon one bound, not one per request a client can make meanwhile.
-  const auto give_up =
-      std::chrono::steady_clock::now() + (held_up_ ? std::chrono::microseconds{0} : kRepairsBound);
-  for (;;) {
-    const CUresult status = cu_.cuStreamQuery(repairs_.get());
-    if (status == CUDA_SUCCESS) {
-      held_up_ = false;
-      return true;
-    }
-    if (status != CUDA_ERROR_NOT_READY) check(status, "cuStreamQuery");
-    if (std::chrono::steady_clock::now() >= give_up) {
-      held_up_ = true;
-      return false;
-    }
-  }
+  held_up_ = !drained_within(repairs_, held_up_ ? std::chrono::microseconds{0} : kRepairsBound);
+  return !held_up_;
 }
 
 signal_page_maker cuda_signal_page_maker(const cuda::driver_api& driver) {

@@ -84,8 +84,9 @@ class cuda_signal_page final : public signal_page {
   /// Queues the copy of every cell's `serving` word into served_ on reads_, behind the writes
   /// queued on repairs_ before it. @throws cuda::cuda_error
   void queue_read();
-  /// Whether the read queued last has landed. @throws cuda::cuda_error
-  bool read_landed();
+  /// Whether everything queued on @p stream has landed, asked until @p bound has passed (at
+  /// least once). @throws cuda::cuda_error
+  bool drained_within(const cuda::stream& stream, std::chrono::microseconds bound);
   /// Decides on the words of the read that has just landed: passes on the turns that have
   /// come, and lets go of those that wait no more.
   void decide(const passed_turn_sink& passed) noexcept;
