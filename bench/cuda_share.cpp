@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,14 +43,14 @@ double micros_since(clock_type::time_point start) {
 }
 
 // Each of several series measured in one child (the child returns [n, samples of series
-// 0..k-1 each n long]), summarised plainly and block by block.
+// 0..k-1 each n long], then anything else it measured), summarised plainly and block by block.
 struct series_summary {
   gpumem::bench::summary plain;
   gpumem::bench::summary blockwise;
 };
 
-std::vector<series_summary> series(int count, const std::function<std::vector<double>()>& work) {
-  const auto flat = in_child(work);
+// Splits what a child returned into its series and summarises each.
+std::vector<series_summary> summaries(int count, const std::vector<double>& flat) {
   const auto n = static_cast<std::size_t>(flat.at(0));
   std::vector<series_summary> out;
   for (int s = 0; s < count; ++s) {
@@ -57,6 +58,10 @@ std::vector<series_summary> series(int count, const std::function<std::vector<do
     out.push_back({summarise(samples), gpumem::bench::summarise_blockwise(samples)});
   }
   return out;
+}
+
+std::vector<series_summary> series(int count, const std::function<std::vector<double>()>& work) {
+  return summaries(count, in_child(work));
 }
 
 std::vector<double> flatten(const std::vector<std::vector<double>>& all) {
@@ -160,7 +165,7 @@ int main(int argc, char** argv) {
     ping_after_request,
     figures
   };
-  const auto single = series(figures, [&] {
+  const auto measured = in_child([&] {
     const auto why = why_no_gpu();
     if (!why.empty()) throw std::runtime_error(why);
     auto client = gpumem::Client::connect(connect);
@@ -176,6 +181,10 @@ int main(int argc, char** argv) {
       if (i >= 10) t[which].push_back(took);
     };
     const auto own_cuda_work = [] { device_free(device_malloc(kShareSize)); };
+    std::set<void*> blocks;  // each allocation is released before the next
+    const auto allocate = [&] {
+      return client.allocate(kShareSize, {.device = 0, .stream = stream});
+    };
     for (int i = 0; i < iterations + 10; ++i) {
       void* raw = nullptr;
       timed(cuda_malloc, i, [&] { raw = device_malloc(kShareSize); });
@@ -183,16 +192,16 @@ int main(int argc, char** argv) {
       timed(ping_after_cuda, i, [&] { client.ping(); });
       own_cuda_work();
       gpumem::Buffer buffer;
-      timed(allocate_after_cuda, i,
-            [&] { buffer = client.allocate(kShareSize, {.device = 0, .stream = stream}); });
+      timed(allocate_after_cuda, i, [&] { buffer = allocate(); });
+      blocks.insert(buffer.data());
       timed(release_buffer, i, [&] { buffer.release(); });
       timed(open_named, i, [&] { buffer = client.open("bench-named", {.stream = stream}); });
       buffer.release();
       client.ping();
       timed(ping_after_request, i, [&] { client.ping(); });
       client.ping();
-      timed(allocate_after_request, i,
-            [&] { buffer = client.allocate(kShareSize, {.device = 0, .stream = stream}); });
+      timed(allocate_after_request, i, [&] { buffer = allocate(); });
+      blocks.insert(buffer.data());
       buffer.release();
       constexpr int kPairs = 1000;  // one pair is below the clock's resolution: time a batch
       const auto start = clock_type::now();
@@ -200,8 +209,12 @@ int main(int argc, char** argv) {
       if (i >= 10) t[slab_pair].push_back(micros_since(start) / kPairs);
     }
     synchronize(stream);
-    return flatten(t);
+    auto flat = flatten(t);
+    flat.push_back(static_cast<double>(blocks.size()));
+    return flat;
   });
+  const auto single = summaries(figures, measured);
+  const auto blocks_handed_out = static_cast<long>(measured.back());
   const auto handled = in_child(
       [&] { return daemon_handling(gpumem::Client::connect(connect).metrics(), "allocate"); });
   const auto legacy = series(1, [&] { return flatten({legacy_share(iterations)}); });
@@ -261,6 +274,11 @@ int main(int argc, char** argv) {
   row("gpumemd release (stream-ordered, event to daemon)", single[release_buffer]);
   row("gpumemd open existing named buffer", single[open_named]);
   row("slab allocate + free pair, 4-6 KiB (no daemon)", single[slab_pair]);
+  // Each allocation is released before the next, so the pool needs a few blocks in all; one
+  // that did not reuse released memory grew by a block a round, and the client paid for
+  // importing from each new 32 MiB of it (released_blocks.hpp).
+  std::printf("blocks the %d anonymous allocations were given: %ld\n", 2 * (iterations + 10),
+              blocks_handed_out);
   const auto median = [&](figure which) { return single[which].blockwise.median; };
   const auto p99 = [&](figure which) { return single[which].blockwise.p99; };
   std::printf("ratio allocate / ping, each after cudaMalloc+cudaFree: %.2f (target <= 1.3)\n",

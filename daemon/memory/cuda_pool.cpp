@@ -80,6 +80,7 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
         "cuStreamCreate");
   check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, release_stream_),
         "cuStreamCreate");
+  released_.emplace(cu_, context_.get());
   check(cuda::event::create(cu_, context_.get(), CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
                             ready_),
         "cuEventCreate(interprocess)");
@@ -95,6 +96,7 @@ cuda_pool::~cuda_pool() {
   spares_.stop();
   drop_spares();
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
+  released_->free_all(release_stream_.get());
   cu_.cuStreamSynchronize(allocation_stream_.get());
   cu_.cuStreamSynchronize(release_stream_.get());
 }
@@ -118,6 +120,7 @@ void cuda_pool::finish_allocations() const {
 std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) const {
   enter();
   exported_block block;
+  log_failed_free(released_->free_landed(allocation_stream_.get()));
   const CUresult status =
       cu_.cuMemAllocFromPoolAsync(&block.pointer, size, pool_.get(), allocation_stream_.get());
   if (status == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
@@ -222,13 +225,16 @@ void cuda_pool::holder_released(const placement&, const std::optional<ipc_handle
 void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
   exports_.erase(where.offset);
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
-  if (const CUresult status = cu_.cuMemFreeAsync(where.offset, release_stream_.get());
-      status != CUDA_SUCCESS) {
-    try {
-      spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
-    } catch (...) {
-      // A log line that cannot be made (its text is allocated) must not end the daemon.
-    }
+  log_failed_free(released_->free_landed(allocation_stream_.get()));
+  log_failed_free(released_->add(where.offset, release_stream_.get()));
+}
+
+void cuda_pool::log_failed_free(CUresult status) const noexcept {
+  if (status == CUDA_SUCCESS) return;
+  try {
+    spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
+  } catch (...) {
+    // A log line that cannot be made (its text is allocated) must not end the daemon.
   }
 }
 

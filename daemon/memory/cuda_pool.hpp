@@ -6,11 +6,13 @@
 /// holders' release events; keeping those waits off the allocation stream means a slow holder
 /// delays only the return of its own memory, never someone else's allocation. The pool is set
 /// to reuse freed memory only once its free has completed (no internal dependencies), for the
-/// same reason. Spare blocks (cuda_spares) were never handed out, so their frees wait for no
-/// holder: they go on the allocation stream, where the next allocation reuses the memory.
+/// same reason; a released block is freed onto the allocation stream once its waits are done
+/// (released_blocks), so that the next allocations reuse it. Spare blocks (cuda_spares) were
+/// never handed out, so their frees wait for no holder: they go on the allocation stream too.
 
 #include <cuda.h>
 
+#include <optional>
 #include <unordered_map>
 
 #include "gpumem/shared/cuda/driver.hpp"
@@ -18,6 +20,7 @@
 #include "gpumem/shared/unique_fd.hpp"
 #include "memory/cuda_spares.hpp"
 #include "memory/pool.hpp"
+#include "memory/released_blocks.hpp"
 
 namespace gpumem::daemon {
 
@@ -52,6 +55,8 @@ class cuda_pool final : public pool {
   std::uint64_t largest_possible() const noexcept override;
   /// Makes the pool's device context current for the calls that follow.
   void enter() const;
+  /// Logs a free the driver refused (the block stays the pool's until it goes).
+  void log_failed_free(CUresult status) const noexcept;
   /// Allocates on the allocation stream, exports, and records the ready event. Thread-safe.
   std::optional<exported_block> allocate_exported(std::uint64_t size) const;
 
@@ -61,6 +66,8 @@ class cuda_pool final : public pool {
   cuda::memory_pool pool_;
   cuda::stream allocation_stream_;
   cuda::stream release_stream_;
+  /// Made with the streams; freed onto the allocation stream by the loop and the spares' worker.
+  mutable std::optional<released_blocks> released_;
   cuda::event ready_;
   CUipcEventHandle ready_handle_{};
   unique_fd exported_;

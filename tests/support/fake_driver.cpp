@@ -15,6 +15,8 @@ fake_books books;
 std::uintptr_t next_handle = 1;
 /// The context each handle was made in.
 std::unordered_map<std::uintptr_t, CUcontext> made_in;
+/// Events recorded on a held stream, by the stream: they have not landed.
+std::map<CUevent, CUstream> events_on_held_streams;
 /// The size each range was reserved with and each mapping made with, by address.
 std::map<std::pair<kind, CUdeviceptr>, std::size_t> sizes;
 
@@ -184,8 +186,27 @@ CUresult copy_2d_async(const CUDA_MEMCPY2D* copy, CUstream) {
   return CUDA_SUCCESS;
 }
 
-CUresult event_record(CUevent, CUstream) {
-  return device_work("cuEventRecord");
+CUresult event_record(CUevent event, CUstream stream) {
+  const CUresult status = device_work("cuEventRecord");
+  if (status != CUDA_SUCCESS) return status;
+  if (books.held_streams.contains(stream)) {
+    events_on_held_streams[event] = stream;
+  } else {
+    events_on_held_streams.erase(event);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult event_query(CUevent event) {
+  const CUresult status = device_work("cuEventQuery");
+  if (status != CUDA_SUCCESS) return status;
+  return events_on_held_streams.contains(event) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+
+CUresult free_async(CUdeviceptr memory, CUstream stream) {
+  const CUresult status = device_work("cuMemFreeAsync");
+  if (status == CUDA_SUCCESS) books.frees.emplace_back(memory, stream);
+  return status;
 }
 
 CUresult stream_wait_event(CUstream, CUevent, unsigned) {
@@ -325,6 +346,8 @@ cuda::driver_api make_table() {
   table.cuStreamWriteValue32 = &write_value;
   table.cuEventCreate = &event_create;
   table.cuEventRecord = &event_record;
+  table.cuEventQuery = &event_query;
+  table.cuMemFreeAsync = &free_async;
   table.cuStreamWaitEvent = &stream_wait_event;
   table.cuIpcOpenEventHandle = &ipc_open_event;
   table.cuEventDestroy = &event_destroy;
@@ -366,6 +389,16 @@ void reset_fake_driver() {
   books = fake_books{};
   made_in.clear();
   sizes.clear();
+  events_on_held_streams.clear();
+}
+
+void hold_stream(CUstream stream, bool held) {
+  if (held) {
+    books.held_streams.insert(stream);
+    return;
+  }
+  books.held_streams.erase(stream);
+  std::erase_if(events_on_held_streams, [&](const auto& event) { return event.second == stream; });
 }
 
 const cuda::driver_api& fake_driver() {

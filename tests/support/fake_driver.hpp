@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpumem/shared/cuda/driver.hpp"
@@ -28,6 +29,11 @@ struct fake_books {
   /// cuStreamBatchMemOp store here at once, cuMemcpyDtoH reads from here, and a word never
   /// written reads as zero.
   std::map<CUdeviceptr, std::uint32_t> words;
+  /// Streams whose work does not finish: an event recorded on one has not landed
+  /// (cuEventQuery) until hold_stream lets it go.
+  std::set<CUstream> held_streams;
+  /// Every cuMemFreeAsync, in order: the memory and the stream it was queued on.
+  std::vector<std::pair<CUdeviceptr, CUstream>> frees;
   std::vector<std::string> misuse;   ///< empty while the code under test behaves
   std::map<std::string, int> calls;  ///< of the device-work entry points, by name, since the reset
   /// The entry point (its name without _v2) that answers fail_with; empty: none fails.
@@ -43,6 +49,9 @@ fake_books& fake();
 void reset_fake_driver();
 /// The table; its entry points write to fake().
 const cuda::driver_api& fake_driver();
+
+/// Holds up the work of @p stream from now on, or lets it and every event recorded on it land.
+void hold_stream(CUstream stream, bool held);
 
 /// The context that the fake's primary context of @p device is.
 CUcontext fake_primary_context(CUdevice device);
