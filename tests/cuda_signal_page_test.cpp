@@ -322,8 +322,8 @@ class BooksWithAStreamLock : public ::testing::Test {
     cell = reinterpret_cast<sync::lock_cell*>(static_cast<std::byte*>(host_page) +
                                               index * sync::kCellSize);
     cell->domain = sync::domain_word(sync::domain::stream, 0);
-    ASSERT_EQ(sync::host_lock(*cell, holder_slot).take_stream_ticket(), 0);
-    ASSERT_EQ(sync::host_lock(*cell, dying_slot).take_stream_ticket(), 1);
+    ASSERT_EQ(sync::host_lock(*cell, holder_slot).try_take_stream_ticket(), 0);
+    ASSERT_EQ(sync::host_lock(*cell, dying_slot).try_take_stream_ticket(), 1);
   }
   void TearDown() override {
     if (host_page != MAP_FAILED) ::munmap(host_page, sync::kHostPageSize);
@@ -386,7 +386,7 @@ TEST_F(BooksWithAStreamLock, ADeadClientsEntryStaysTakenUntilItsTurnIsSeenPassed
   ASSERT_FALSE(proto::make_wire_name("streamed", request.name));
   request.kind = proto::sync_kind::lock;
   book.sync.open(next, request);
-  ASSERT_EQ(sync::host_lock(*cell, slot).take_stream_ticket(), 2);
+  ASSERT_EQ(sync::host_lock(*cell, slot).try_take_stream_ticket(), 2);
   book.remove_client(next);
   EXPECT_EQ(cell->owner_deaths, 2u);
   EXPECT_EQ(book.sync.page_by_id(opened.page)->signal_page_on(0)->waiting_turn_count(), 2u);

@@ -92,9 +92,9 @@ std::unique_ptr<lock_cell> dead_around_living() {
   auto cell = stream_lock_at(kLast);
   host_lock dead(*cell, kDead);
   host_lock alive(*cell, kAlive);
-  EXPECT_EQ(dead.take_stream_ticket(), kLast);
-  EXPECT_EQ(alive.take_stream_ticket(), kFirst);
-  EXPECT_EQ(dead.take_stream_ticket(), kSecond);
+  EXPECT_EQ(dead.try_take_stream_ticket(), kLast);
+  EXPECT_EQ(alive.try_take_stream_ticket(), kFirst);
+  EXPECT_EQ(dead.try_take_stream_ticket(), kSecond);
   return cell;
 }
 
@@ -131,39 +131,35 @@ TEST(LockProtocol, NoStreamTicketIsTakenAQueuesLengthPastADeadHoldersTurnUntilIt
   host_signal_words page;
   host_lock dead(*cell, kDead);
   host_lock alive(*cell, kAlive);
-  ASSERT_EQ(dead.take_stream_ticket(), 0);
+  ASSERT_EQ(dead.try_take_stream_ticket(), 0);
   for (std::uint32_t ticket = 1; ticket < kLockQueueLength; ++ticket) {
-    ASSERT_EQ(alive.take_stream_ticket(), ticket);
+    ASSERT_EQ(alive.try_take_stream_ticket(), ticket);
   }
   ASSERT_EQ(reclaim(*cell, &page, kIndex, kDead, daemon_side().facts()).turns_passed, 1u);
-  std::atomic<bool> taken{false};
-  std::thread queuer([&] {
-    EXPECT_EQ(alive.take_stream_ticket(), kLockQueueLength);
-    taken = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(taken) << "a ticket was taken a queue's length past a turn still to come";
+  const std::uint64_t word_before = cell->word;
+  EXPECT_EQ(alive.try_take_stream_ticket(), std::nullopt)
+      << "a ticket was taken a queue's length past a turn still to come";
+  EXPECT_EQ(cell->word, word_before) << "a try that found the queue full took a ticket";
+  const queue_entry dead_turn{0, kDead, true, queue_entry::abandoned};
+  EXPECT_EQ(cell->queue[0], dead_turn.encode())
+      << "a try that found the queue full changed the dead turn's entry";
   free_passed_turn(*cell, 0);
-  for (int wait = 0; wait < 500 && !taken; ++wait) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(taken) << "the entry of the passed turn was not freed";
-  std::atomic_ref<std::uint32_t>(cell->queue[0]).store(0);  // lets a queuer still waiting go
-  queuer.join();
+  EXPECT_EQ(alive.try_take_stream_ticket(), kLockQueueLength)
+      << "the entry of the passed turn was not freed";
 }
 
 TEST(LockProtocol, ADeadStreamHoldersEntriesGoWhenNoPageTakesTheirTurns) {
   auto cell = stream_lock_at(0);
   host_lock dead(*cell, kDead);
-  ASSERT_EQ(dead.take_stream_ticket(), 0);
-  ASSERT_EQ(dead.take_stream_ticket(), 1);
-  ASSERT_EQ(dead.take_stream_ticket(), 2);
+  ASSERT_EQ(dead.try_take_stream_ticket(), 0);
+  ASSERT_EQ(dead.try_take_stream_ticket(), 1);
+  ASSERT_EQ(dead.try_take_stream_ticket(), 2);
   EXPECT_EQ(reclaim(*cell, nullptr, kIndex, kDead, daemon_side().facts()).turns_passed, 0u);
   EXPECT_EQ(cell->queue[0], 0u) << "abandoned with no page to pass its turn on";
 
   cell = stream_lock_at(0);
   host_lock again(*cell, kDead);
-  for (int ticket = 0; ticket < 3; ++ticket) ASSERT_EQ(again.take_stream_ticket(), ticket);
+  for (int ticket = 0; ticket < 3; ++ticket) ASSERT_EQ(again.try_take_stream_ticket(), ticket);
   host_signal_words page;
   page.refuse_after = 1;  // the second turn cannot be taken
   EXPECT_THROW(reclaim(*cell, &page, kIndex, kDead, daemon_side().facts()), std::bad_alloc);

@@ -7,6 +7,7 @@
 
 #include "connection.hpp"
 #include "cuda_sync.hpp"
+#include "gpumem/shared/sync/backoff.hpp"
 #include "gpumem/sync.hpp"
 #include "sync_object.hpp"
 
@@ -172,12 +173,18 @@ void Lock::lock(Stream stream) {
   detail::check_open(self, "Lock");
   detail::cuda_sync::stream_ops ops(stream);
   self->object.enter(sync::domain::stream, ops.device());
-  std::lock_guard guard(self->stream_mutex);
-  // Found before the ticket is taken: a failure leaves no turn that nobody passes on.
-  const std::uint64_t serving = self->stream_words_on(ops.device()).serving;
-  const std::uint16_t ticket = self->algorithm.take_stream_ticket();
-  self->stream_tickets.push_back(ticket);
-  ops.wait_value(serving, ticket, wait_kind::equal);
+  // With the queue full, the turn to pass first may be one this object holds: the mutex goes
+  // between tries, so that another thread's unlock(stream) of it is not kept waiting.
+  for (sync::backoff full;; full.pause()) {
+    std::lock_guard guard(self->stream_mutex);
+    // Found before the ticket is taken: a failure leaves no turn that nobody passes on.
+    const std::uint64_t serving = self->stream_words_on(ops.device()).serving;
+    const std::optional<std::uint16_t> ticket = self->algorithm.try_take_stream_ticket();
+    if (!ticket) continue;
+    self->stream_tickets.push_back(*ticket);
+    ops.wait_value(serving, *ticket, wait_kind::equal);
+    return;
+  }
 }
 
 void Lock::unlock(Stream stream) {

@@ -5,6 +5,12 @@
 //   stream-lock-queue LOCK...
 //                      lock(stream) each in turn and never unlock; print "queued", wait to be
 //                      killed
+//   stream-lock-full LOCK QUEUE
+//                      one Lock object holds turn 0 on a stream; another queues the rest of
+//                      the QUEUE turns the lock's queue holds behind it, each released on its
+//                      stream when it comes; a thread then locks the first object on a third
+//                      stream, which waits for turn 0 to pass, while this thread unlocks turn 0;
+//                      "done" once all ran
 //   device-lock-count LOCK BUFFER BLOCKS THREADS ITERATIONS
 //                      every thread adds one ITERATIONS times under with_lock(); "done"
 //   device-lock-hold LOCK
@@ -182,6 +188,27 @@ int run(int argc, char** argv) {
     }
     say("queued");
     wait_forever();
+  }
+  if (command == "stream-lock-full" && argc == 4) {
+    auto first = client.lock(argv[2]);
+    first.lock(stream);  // turn 0 of a new lock
+    auto others = client.lock(argv[2]);
+    stream_t behind = make_stream();
+    for (std::uint64_t turn = 1, queue = std::stoull(argv[3]); turn < queue; ++turn) {
+      others.lock(behind);
+      others.unlock(behind);
+    }
+    stream_t third = make_stream();
+    std::thread queuer([&] {
+      first.lock(third);  // the queue is full until turn 0 passes
+      first.unlock(third);
+    });
+    std::this_thread::sleep_for(200ms);  // the queuer is waiting by then
+    first.unlock(stream);
+    queuer.join();
+    for (stream_t each : {stream, behind, third}) synchronize(each);
+    say("done");
+    return 0;
   }
   if (command == "device-lock-count" && argc == 7) {
     auto lock = client.lock(argv[2]);

@@ -10,6 +10,7 @@
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/reservation.hpp"
+#include "gpumem/shared/sync/layout.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -174,6 +175,14 @@ TEST_F(GpuSync, StreamOrderedLockPassesOnWhenAQueuedHolderDies) {
   expect_line(behind, "done");
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 2s);
   EXPECT_EQ(client->sync_objects().at(0).owner_deaths, 1u);
+}
+
+// With the lock's queue full, lock(stream) waits for the oldest turn to pass, which here is
+// the same Lock object's: its unlock(stream) on another thread must not wait for that lock().
+TEST_F(GpuSync, AStreamLockWaitingOnAFullQueueLetsTheSameObjectsUnlockThrough) {
+  auto full = peer({"stream-lock-full", "gpu.full", std::to_string(sync::kLockQueueLength)});
+  const auto line = full.read_line(30s);
+  EXPECT_EQ(line, "done") << "lock(stream) on a full queue kept the unlock that empties it out";
 }
 
 TEST_F(GpuSync, TheTurnsOfADeadProcessInTwoLocksPassOnInWhicheverOrderTheyCome) {

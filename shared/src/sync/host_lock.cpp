@@ -1,18 +1,14 @@
 #include "gpumem/shared/sync/host_lock.hpp"
 
-#include <sched.h>
-
 #include <array>
 #include <atomic>
-#include <thread>
 
+#include "gpumem/shared/sync/backoff.hpp"
 #include "gpumem/shared/sync/futex.hpp"
 
 namespace gpumem::sync {
 
 namespace {
-
-using namespace std::chrono_literals;
 
 std::atomic_ref<std::uint64_t> word_of(lock_cell& cell) noexcept {
   return std::atomic_ref<std::uint64_t>(cell.word);
@@ -25,25 +21,6 @@ std::uint32_t& entry_of(lock_cell& cell, std::uint16_t ticket) noexcept {
 std::atomic_ref<std::uint32_t> entry_ref(lock_cell& cell, std::uint16_t ticket) noexcept {
   return std::atomic_ref<std::uint32_t>(entry_of(cell, ticket));
 }
-
-/// Backs off from a short spin to yielding to sleeping, for waits on another process's
-/// next few instructions (which it may not be running).
-class backoff {
- public:
-  void pause() noexcept {
-    ++rounds_;
-    if (rounds_ < 64) {
-      cpu_relax();
-    } else if (rounds_ < 128) {
-      ::sched_yield();
-    } else {
-      std::this_thread::sleep_for(50us);
-    }
-  }
-
- private:
-  unsigned rounds_ = 0;
-};
 
 bool is_holder(lock_word word, std::uint16_t slot, lock_hold hold) noexcept {
   return word.owner == slot && word.serving == hold.ticket && word.epoch == hold.epoch;
@@ -119,18 +96,18 @@ acquire_result host_lock::acquire(std::optional<clock::time_point> deadline) noe
   }
 }
 
-std::uint16_t host_lock::take_stream_ticket() noexcept {
+std::optional<std::uint16_t> host_lock::try_take_stream_ticket() noexcept {
   auto word = word_of(cell_);
-  backoff full;
   for (;;) {
     std::uint64_t raw = word.load(std::memory_order_acquire);
     lock_word current = lock_word::decode(raw);
     const queue_entry mine{current.ticket_to_take(), slot_, true, queue_entry::waiting};
     std::uint32_t empty = 0;
     auto entry = entry_ref(cell_, mine.ticket);
+    // In use by the turn a queue's length before, still to be passed on the GPU (the queue is
+    // full), or by another claimer of this ticket a moment ago.
     if (!entry.compare_exchange_strong(empty, mine.encode(), std::memory_order_acq_rel)) {
-      full.pause();  // kLockQueueLength turns are queued on the GPU: wait for it to catch up
-      continue;
+      return std::nullopt;
     }
     lock_word taken = current;
     taken.next = static_cast<std::uint16_t>(mine.ticket + 1);

@@ -53,8 +53,11 @@ class host_lock {
   release_status release(lock_hold hold, release_mode mode = release_mode::normal) noexcept;
   /// @brief Takes the next ticket for a stream-ordered holder, whose queue entry stays until
   /// its stream clears it after passing the turn on, or, the holder dead, until the daemon has
-  /// seen the turn passed (waits while the entry a queue's length before is still in use).
-  std::uint16_t take_stream_ticket() noexcept;
+  /// seen the turn passed.
+  /// @return nullopt while the entry a queue's length before is still in use (or another
+  /// claimer's of the same ticket): the caller backs off (backoff.hpp) and tries again, holding
+  /// up nothing of its own meanwhile, since the turn it waits for may be its own to release.
+  std::optional<std::uint16_t> try_take_stream_ticket() noexcept;
   /// @brief Clears the owner-died flag: the holder repaired what the dead holder left.
   bool mark_consistent(lock_hold hold) noexcept;
   /// How long the next wait spins before it sleeps, learnt from this object's waits.

@@ -4,9 +4,9 @@
 ///
 /// - Host: the ticket lock of host_lock.hpp on the lock_cell of the host page: acquire and
 ///   release by holders, reclaim_lock() and reset_lock() by the daemon.
-/// - Stream-ordered: a holder takes a ticket on the host (host_lock::take_stream_ticket, which
-///   claims its queue entry), and its stream waits until the signal cell's `serving` equals the
-///   ticket; releasing writes, in stream order, the words of stream_release_writes().
+/// - Stream-ordered: a holder takes a ticket on the host (host_lock::try_take_stream_ticket,
+///   which claims its queue entry), and its stream waits until the signal cell's `serving`
+///   equals the ticket; releasing writes, in stream order, the words of stream_release_writes().
 /// - Device: kernels spin on the signal cell's `device_lock` word (client/include/gpumem/
 ///   device.cuh), with `owner_died` set by the daemon when a holder's process died holding it.
 /// After a death the daemon calls reclaim() once per lock the dead client had opened; an
