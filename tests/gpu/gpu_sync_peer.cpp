@@ -5,12 +5,13 @@
 //   stream-lock-queue LOCK...
 //                      lock(stream) each in turn and never unlock; print "queued", wait to be
 //                      killed
-//   stream-lock-full LOCK QUEUE
-//                      one Lock object holds turn 0 on a stream; another queues the rest of
-//                      the QUEUE turns the lock's queue holds behind it, each released on its
-//                      stream when it comes; a thread then locks the first object on a third
-//                      stream, which waits for turn 0 to pass, while this thread unlocks turn 0;
-//                      "done" once all ran
+//   stream-lock-relock LOCK
+//                      lock(stream) (turn 0 of a new lock), print "held", wait for SIGUSR1; then
+//                      a thread locks the same Lock object on another stream while this thread
+//                      unlocks turn 0; "done" once both streams ran
+//   stream-lock-fill LOCK TURNS STREAMS
+//                      TURNS times lock(stream) and unlock(stream) on STREAMS streams in turn;
+//                      print "queued", then "done" once they all ran
 //   device-lock-count LOCK BUFFER BLOCKS THREADS ITERATIONS
 //                      every thread adds one ITERATIONS times under with_lock(); "done"
 //   device-lock-hold LOCK
@@ -33,6 +34,8 @@
 //                      broke after N items
 //   device-barrier-rounds NAME PARTIES ROUNDS BUFFER
 //                      stream-barrier-rounds in one kernel; "ok", "bad N" or "broken at N"
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -189,24 +192,41 @@ int run(int argc, char** argv) {
     say("queued");
     wait_forever();
   }
-  if (command == "stream-lock-full" && argc == 4) {
-    auto first = client.lock(argv[2]);
-    first.lock(stream);  // turn 0 of a new lock
-    auto others = client.lock(argv[2]);
-    stream_t behind = make_stream();
-    for (std::uint64_t turn = 1, queue = std::stoull(argv[3]); turn < queue; ++turn) {
-      others.lock(behind);
-      others.unlock(behind);
-    }
-    stream_t third = make_stream();
+  if (command == "stream-lock-relock" && argc == 3) {
+    sigset_t go;
+    sigemptyset(&go);
+    sigaddset(&go, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &go, nullptr);
+    auto lock = client.lock(argv[2]);
+    lock.lock(stream);
+    say("held");
+    int received = 0;
+    sigwait(&go, &received);
+    stream_t other = make_stream();
     std::thread queuer([&] {
-      first.lock(third);  // the queue is full until turn 0 passes
-      first.unlock(third);
+      lock.lock(other);  // with the queue full, it waits for turn 0 to pass
+      lock.unlock(other);
     });
     std::this_thread::sleep_for(200ms);  // the queuer is waiting by then
-    first.unlock(stream);
+    lock.unlock(stream);
     queuer.join();
-    for (stream_t each : {stream, behind, third}) synchronize(each);
+    synchronize(stream);
+    synchronize(other);
+    say("done");
+    return 0;
+  }
+  if (command == "stream-lock-fill" && argc == 5) {
+    auto lock = client.lock(argv[2]);
+    // In ticket order on every stream, so that no wait stands before an earlier turn's in a
+    // hardware queue that streams share.
+    std::vector<stream_t> streams(std::stoul(argv[4]));
+    for (stream_t& each : streams) each = make_stream();
+    for (std::uint64_t turn = 0, turns = std::stoull(argv[3]); turn < turns; ++turn) {
+      lock.lock(streams[turn % streams.size()]);
+      lock.unlock(streams[turn % streams.size()]);
+    }
+    say("queued");
+    for (stream_t each : streams) synchronize(each);
     say("done");
     return 0;
   }

@@ -179,10 +179,19 @@ TEST_F(GpuSync, StreamOrderedLockPassesOnWhenAQueuedHolderDies) {
 
 // With the lock's queue full, lock(stream) waits for the oldest turn to pass, which here is
 // the same Lock object's: its unlock(stream) on another thread must not wait for that lock().
+// The rest of the queue is another process's, so that no stream of the process under test
+// waits for a turn ahead of the release it must queue.
 TEST_F(GpuSync, AStreamLockWaitingOnAFullQueueLetsTheSameObjectsUnlockThrough) {
-  auto full = peer({"stream-lock-full", "gpu.full", std::to_string(sync::kLockQueueLength)});
-  const auto line = full.read_line(30s);
-  EXPECT_EQ(line, "done") << "lock(stream) on a full queue kept the unlock that empties it out";
+  auto holder = peer({"stream-lock-relock", "gpu.full"});
+  expect_line(holder, "held");
+  auto rest =
+      peer({"stream-lock-fill", "gpu.full", std::to_string(sync::kLockQueueLength - 1), "16"});
+  expect_line(rest, "queued");
+  holder.signal(SIGUSR1);
+  const auto said = holder.read_line(30s);
+  EXPECT_EQ(said, "done") << "lock(stream) on a full queue kept out the unlock that empties it";
+  if (said != "done") holder.signal(SIGKILL);  // its turn then passes on, and the rest can run
+  expect_line(rest, "done");
 }
 
 TEST_F(GpuSync, TheTurnsOfADeadProcessInTwoLocksPassOnInWhicheverOrderTheyCome) {
