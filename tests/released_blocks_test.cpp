@@ -1,10 +1,11 @@
 // A CUDA pool's released blocks on the fake driver: each goes to the allocation stream only once
-// the release stream's waits for its holders have landed, none is freed early or twice, and
-// nothing ever makes the allocation stream wait for a holder.
+// the release stream's waits for its holders have landed, and none is freed early or twice.
 #include "memory/released_blocks.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -31,7 +32,23 @@ class ReleasedBlocks : public ::testing::Test {
     blocks.reset();
     EXPECT_TRUE(fake().misuse.empty()) << fake().misuse.front();
     EXPECT_EQ(fake().live_count(testing::kind::event), 0u) << "every mark is destroyed";
-    EXPECT_EQ(fake().calls["cuStreamWaitEvent"], 0) << "an allocation waited for a holder";
+  }
+
+  /// Adds @p block, expecting no driver call to fail.
+  void add(CUdeviceptr block) {
+    const failed_call failed = blocks->add(block, releases);
+    EXPECT_FALSE(failed) << "adding " << block << ": " << failed.call;
+  }
+  /// Frees what landed, expecting no driver call to fail.
+  void free_landed() {
+    const failed_call failed = blocks->free_landed(allocations);
+    EXPECT_FALSE(failed) << failed.call;
+  }
+  /// The blocks @p from to @p to, 0x1000 apart, as freed onto @p stream in that order.
+  static freed onto(CUstream stream, CUdeviceptr from, CUdeviceptr to) {
+    freed all;
+    for (CUdeviceptr block = from; block <= to; block += 0x1000) all.emplace_back(block, stream);
+    return all;
   }
 
   // Stand-ins for the pool's streams: the fake only tells them apart.
@@ -42,94 +59,125 @@ class ReleasedBlocks : public ::testing::Test {
 
 TEST_F(ReleasedBlocks, ABlockGoesToTheAllocationStreamOnlyOnceItsHoldersWorkIsDone) {
   hold_stream(releases, true);  // a holder's release event that has not fired
-  EXPECT_EQ(blocks->add(0x1000, releases), CUDA_SUCCESS);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
+  add(0x1000);
+  free_landed();
   EXPECT_TRUE(fake().frees.empty()) << "freed while its holder's work may still use it";
 
   hold_stream(releases, false);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
+  free_landed();
   EXPECT_EQ(fake().frees, (freed{{0x1000, allocations}}));
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
+  free_landed();
   EXPECT_EQ(fake().frees.size(), 1u) << "freed twice";
 }
 
 TEST_F(ReleasedBlocks, ABlockWhoseWaitsLandedIsFreedWhileALaterOneStillWaits) {
-  EXPECT_EQ(blocks->add(0x1000, releases), CUDA_SUCCESS);
+  add(0x1000);
   hold_stream(releases, true);
-  EXPECT_EQ(blocks->add(0x2000, releases), CUDA_SUCCESS);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
+  add(0x2000);
+  free_landed();
   EXPECT_EQ(fake().frees, (freed{{0x1000, allocations}}));
 
   hold_stream(releases, false);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
+  free_landed();
   EXPECT_EQ(fake().frees, (freed{{0x1000, allocations}, {0x2000, allocations}}));
 }
 
 TEST_F(ReleasedBlocks, PastEightMarksInFlightTheNewestIsRecordedAgainForTheBlocksAfterIt) {
+  // Three marks come and go first, so that the ring of marks wraps around.
+  add(0x100);
+  add(0x200);
+  add(0x300);
+  free_landed();
+  ASSERT_EQ(fake().frees,
+            (freed{{0x100, allocations}, {0x200, allocations}, {0x300, allocations}}));
+  fake().frees.clear();
+
   hold_stream(releases, true);
-  for (CUdeviceptr block = 0x1000; block <= 0x8000; block += 0x1000) {
-    EXPECT_EQ(blocks->add(block, releases), CUDA_SUCCESS);
-  }
+  for (CUdeviceptr block = 0x1000; block <= 0x8000; block += 0x1000) add(block);
   hold_stream(releases, false);  // all eight landed, and nobody has looked yet
   hold_stream(releases, true);
-  EXPECT_EQ(blocks->add(0x9000, releases), CUDA_SUCCESS);  // behind a new, held wait
+  add(0x9000);  // behind a new, held wait
   EXPECT_EQ(fake().live_count(testing::kind::event), released_blocks::kMarks) << "no more marks";
-  EXPECT_EQ(fake().calls["cuEventRecord"], 9) << "each block marked, the last two by one mark";
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
-  freed expected;
-  for (CUdeviceptr block = 0x1000; block <= 0x7000; block += 0x1000) {
-    expected.emplace_back(block, allocations);
-  }
-  EXPECT_EQ(fake().frees, expected)
+  EXPECT_EQ(fake().calls["cuEventRecord"], 12) << "each block marked, the last two by one mark";
+  free_landed();
+  EXPECT_EQ(fake().frees, onto(allocations, 0x1000, 0x7000))
       << "the newest mark, recorded again, holds back the block it had and the new one";
 
   hold_stream(releases, false);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
-  expected.emplace_back(0x8000, allocations);
-  expected.emplace_back(0x9000, allocations);
-  EXPECT_EQ(fake().frees, expected) << "every block once, in the order released";
+  free_landed();
+  EXPECT_EQ(fake().frees, onto(allocations, 0x1000, 0x9000))
+      << "every block once, in the order released";
   // The marks are free again: the next release gets one of its own.
   hold_stream(releases, true);
-  EXPECT_EQ(blocks->add(0xa000, releases), CUDA_SUCCESS);
+  add(0xa000);
+  free_landed();
+  EXPECT_EQ(fake().frees.size(), 9u);
   hold_stream(releases, false);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
+  free_landed();
   EXPECT_EQ(fake().frees.back(), std::make_pair(CUdeviceptr{0xa000}, allocations));
 }
 
-TEST_F(ReleasedBlocks, ABlockThatCannotBeMarkedIsFreedBehindItsHoldersWaitsAtOnce) {
+TEST_F(ReleasedBlocks, ABlockThatCannotBeMarkedIsFreedBehindItsHoldersWaitsAndOnlyThere) {
   hold_stream(releases, true);
-  EXPECT_EQ(blocks->add(0x1000, releases), CUDA_SUCCESS);
+  add(0x1000);
   fake().failing = "cuEventRecord";
-  EXPECT_EQ(blocks->add(0x2000, releases), CUDA_SUCCESS);
+  const failed_call failed = blocks->add(0x2000, releases);
+  EXPECT_STREQ(failed.call, "cuEventRecord");
   EXPECT_EQ(fake().frees, (freed{{0x2000, releases}})) << "on the release stream, as before marks";
 
+  // The next block takes the slot the failed one was put in, and lands with it.
   fake().failing = "";
+  add(0x3000);
   hold_stream(releases, false);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
-  EXPECT_EQ(fake().frees, (freed{{0x2000, releases}, {0x1000, allocations}}))
-      << "the failed mark took nothing from the one before it";
+  free_landed();
+  EXPECT_EQ(fake().frees, (freed{{0x2000, releases}, {0x1000, allocations}, {0x3000, allocations}}))
+      << "each block freed once, and the unmarked one only behind its waits";
 }
 
-TEST_F(ReleasedBlocks, AFreeTheDriverRefusesIsReportedAndTheBlocksAfterItStillGo) {
-  EXPECT_EQ(blocks->add(0x1000, releases), CUDA_SUCCESS);
+TEST_F(ReleasedBlocks, ABlockThatCannotBeAddedToTheNewestMarkLeavesItsBlocksWaiting) {
+  hold_stream(releases, true);
+  for (CUdeviceptr block = 0x1000; block <= 0x8000; block += 0x1000) add(block);
+  hold_stream(releases, false);  // the newest mark landed with 0x8000 ...
+  hold_stream(releases, true);
+  add(0x9000);  // ... and was recorded again, behind a held wait
+  fake().failing = "cuEventRecord";
+  EXPECT_STREQ(blocks->add(0xa000, releases).call, "cuEventRecord");
+  fake().failing = "";
+  EXPECT_EQ(fake().frees, (freed{{0xa000, releases}})) << "behind its waits, at once";
+  free_landed();
+  EXPECT_EQ(fake().frees.size(), 8u) << "0xa000 and 0x1000-0x7000: 0x8000 and 0x9000 still wait";
+
+  hold_stream(releases, false);
+  free_landed();
+  EXPECT_EQ(fake().frees.size(), 10u);
+  EXPECT_EQ(fake().frees.back(), std::make_pair(CUdeviceptr{0x9000}, allocations));
+}
+
+TEST_F(ReleasedBlocks, AFailedQueryOrFreeIsReportedAndTheBlocksAfterItStillGo) {
+  add(0x1000);
+  fake().failing = "cuEventQuery";
+  fake().fail_with = CUDA_ERROR_INVALID_CONTEXT;
+  EXPECT_STREQ(blocks->free_landed(allocations).call, "cuEventQuery");
+  EXPECT_TRUE(fake().frees.empty()) << "a mark that could not be asked counts as not landed";
+
   fake().failing = "cuMemFreeAsync";
   fake().fail_with = CUDA_ERROR_INVALID_VALUE;
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_ERROR_INVALID_VALUE);
+  const failed_call failed = blocks->free_landed(allocations);
+  EXPECT_STREQ(failed.call, "cuMemFreeAsync");
+  EXPECT_EQ(failed.status, CUDA_ERROR_INVALID_VALUE);
   fake().failing = "";
-  EXPECT_EQ(blocks->add(0x2000, releases), CUDA_SUCCESS);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
+  add(0x2000);
+  free_landed();
   EXPECT_EQ(fake().frees, (freed{{0x2000, allocations}})) << "the refused one is not tried again";
 }
 
 TEST_F(ReleasedBlocks, BlocksStillWaitingWhenThePoolGoesAreFreedBehindTheirHoldersWaits) {
   hold_stream(releases, true);
-  for (CUdeviceptr block = 0x1000; block <= 0x3000; block += 0x1000) {
-    EXPECT_EQ(blocks->add(block, releases), CUDA_SUCCESS);
-  }
+  for (CUdeviceptr block = 0x1000; block <= 0x3000; block += 0x1000) add(block);
   blocks->free_all(releases);
-  EXPECT_EQ(fake().frees, (freed{{0x1000, releases}, {0x2000, releases}, {0x3000, releases}}));
+  EXPECT_EQ(fake().frees, onto(releases, 0x1000, 0x3000));
   hold_stream(releases, false);
-  EXPECT_EQ(blocks->free_landed(allocations), CUDA_SUCCESS);
+  free_landed();
   EXPECT_EQ(fake().frees.size(), 3u) << "freed twice";
 }
 

@@ -120,7 +120,7 @@ void cuda_pool::finish_allocations() const {
 std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) const {
   enter();
   exported_block block;
-  log_failed_free(released_->free_landed(allocation_stream_.get()));
+  log_failed(released_->free_landed(allocation_stream_.get()));
   const CUresult status =
       cu_.cuMemAllocFromPoolAsync(&block.pointer, size, pool_.get(), allocation_stream_.get());
   if (status == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
@@ -225,14 +225,15 @@ void cuda_pool::holder_released(const placement&, const std::optional<ipc_handle
 void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
   exports_.erase(where.offset);
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
-  log_failed_free(released_->free_landed(allocation_stream_.get()));
-  log_failed_free(released_->add(where.offset, release_stream_.get()));
+  log_failed(released_->free_landed(allocation_stream_.get()));
+  log_failed(released_->add(where.offset, release_stream_.get()));
 }
 
-void cuda_pool::log_failed_free(CUresult status) const noexcept {
-  if (status == CUDA_SUCCESS) return;
+void cuda_pool::log_failed(failed_call failed) const noexcept {
+  if (!failed) return;
   try {
-    spdlog::error("pool '{}': cuMemFreeAsync: {}", config().name, cuda::describe(status));
+    spdlog::error("pool '{}': {} of a released block: {}", config().name, failed.call,
+                  cuda::describe(failed.status));
   } catch (...) {
     // A log line that cannot be made (its text is allocated) must not end the daemon.
   }

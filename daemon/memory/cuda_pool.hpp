@@ -2,13 +2,12 @@
 /// @file
 /// @brief An IPC-capable CUDA memory pool on one device, exported once as a POSIX fd.
 ///
-/// Two streams per pool: allocations go on one, frees on the other. A free waits for the
-/// holders' release events; keeping those waits off the allocation stream means a slow holder
-/// delays only the return of its own memory, never someone else's allocation. The pool is set
-/// to reuse freed memory only once its free has completed (no internal dependencies), for the
-/// same reason; a released block is freed onto the allocation stream once its waits are done
-/// (released_blocks), so that the next allocations reuse it. Spare blocks (cuda_spares) were
-/// never handed out, so their frees wait for no holder: they go on the allocation stream too.
+/// Two streams per pool: allocations go on one; the waits for the holders' release events go on
+/// the other, so that a slow holder never delays anyone's allocation. The pool is set to reuse
+/// freed memory only once its free has completed (no internal dependencies), for the same
+/// reason. A released block is freed onto the allocation stream once the waits before it have
+/// landed (released_blocks), where the next allocations reuse it. Spare blocks (cuda_spares)
+/// were never handed out, so their frees wait for no holder: they go on the allocation stream.
 
 #include <cuda.h>
 
@@ -55,8 +54,9 @@ class cuda_pool final : public pool {
   std::uint64_t largest_possible() const noexcept override;
   /// Makes the pool's device context current for the calls that follow.
   void enter() const;
-  /// Logs a free the driver refused (the block stays the pool's until it goes).
-  void log_failed_free(CUresult status) const noexcept;
+  /// Logs a driver call about a released block that failed: a free the driver refused leaves
+  /// the block the pool's until it goes, a mark that failed leaves it freed on the release stream.
+  void log_failed(failed_call failed) const noexcept;
   /// Allocates on the allocation stream, exports, and records the ready event. Thread-safe.
   std::optional<exported_block> allocate_exported(std::uint64_t size) const;
 

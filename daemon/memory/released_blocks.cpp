@@ -9,48 +9,62 @@ released_blocks::released_blocks(const cuda::driver_api& driver, CUcontext conte
   }
 }
 
-CUresult released_blocks::add(CUdeviceptr block, CUstream releases) noexcept {
+failed_call released_blocks::add(CUdeviceptr block, CUstream releases) noexcept {
   std::lock_guard lock(mutex_);
   // With every mark in flight, the newest is recorded again: later, so it still covers its
   // blocks, and this one too.
   const bool fresh = in_flight_ < kMarks;
-  marked_blocks& into = marks_[(oldest_ + in_flight_ - (fresh ? 0 : 1)) % kMarks];
+  marked_blocks& into =
+      marks_[fresh ? (oldest_ + in_flight_) % kMarks : (oldest_ + kMarks - 1) % kMarks];
+  const auto free_behind_the_waits = [&](failed_call why) {
+    if (const CUresult freed = cu_.cuMemFreeAsync(block, releases); freed != CUDA_SUCCESS) {
+      return failed_call{"cuMemFreeAsync", freed};
+    }
+    return why;
+  };
   try {
     into.blocks.push_back(block);
   } catch (...) {
-    return cu_.cuMemFreeAsync(block, releases);  // behind the waits, as before marks
+    return free_behind_the_waits({});
   }
-  if (cu_.cuEventRecord(into.mark.get(), releases) != CUDA_SUCCESS) {
+  if (const CUresult recorded = cu_.cuEventRecord(into.mark.get(), releases);
+      recorded != CUDA_SUCCESS) {
     // The mark still stands where it was, before this block's waits.
     into.blocks.pop_back();
-    return cu_.cuMemFreeAsync(block, releases);
+    return free_behind_the_waits({"cuEventRecord", recorded});
   }
   if (fresh) ++in_flight_;
-  return CUDA_SUCCESS;
+  return {};
 }
 
-CUresult released_blocks::free_landed(CUstream allocations) noexcept {
+failed_call released_blocks::free_landed(CUstream allocations) noexcept {
   std::lock_guard lock(mutex_);
-  CUresult first_error = CUDA_SUCCESS;
+  failed_call first;
   // The release stream runs in order: the marks that landed are the oldest ones.
-  while (in_flight_ > 0 && cu_.cuEventQuery(marks_[oldest_].mark.get()) == CUDA_SUCCESS) {
-    for (const CUdeviceptr block : marks_[oldest_].blocks) {
-      const CUresult freed = cu_.cuMemFreeAsync(block, allocations);
-      if (first_error == CUDA_SUCCESS) first_error = freed;
-    }
-    marks_[oldest_].blocks.clear();
-    oldest_ = (oldest_ + 1) % kMarks;
-    --in_flight_;
+  while (in_flight_ > 0) {
+    const CUresult landed = cu_.cuEventQuery(marks_[oldest_].mark.get());
+    if (landed == CUDA_ERROR_NOT_READY) break;
+    if (landed != CUDA_SUCCESS) return first ? first : failed_call{"cuEventQuery", landed};
+    if (const failed_call failed = free_oldest(allocations); failed && !first) first = failed;
   }
-  return first_error;
+  return first;
 }
 
 void released_blocks::free_all(CUstream releases) noexcept {
   std::lock_guard lock(mutex_);
-  for (; in_flight_ > 0; --in_flight_, oldest_ = (oldest_ + 1) % kMarks) {
-    for (const CUdeviceptr block : marks_[oldest_].blocks) cu_.cuMemFreeAsync(block, releases);
-    marks_[oldest_].blocks.clear();
+  while (in_flight_ > 0) free_oldest(releases);
+}
+
+failed_call released_blocks::free_oldest(CUstream stream) noexcept {
+  failed_call first;
+  for (const CUdeviceptr block : marks_[oldest_].blocks) {
+    const CUresult freed = cu_.cuMemFreeAsync(block, stream);
+    if (freed != CUDA_SUCCESS && !first) first = {"cuMemFreeAsync", freed};
   }
+  marks_[oldest_].blocks.clear();
+  oldest_ = (oldest_ + 1) % kMarks;
+  --in_flight_;
+  return first;
 }
 
 }  // namespace gpumem::daemon

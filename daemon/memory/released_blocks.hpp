@@ -7,17 +7,19 @@
 /// waits on the pool's release stream, behind their release events (cuda_pool.hpp); allocations
 /// go on another stream, so that no grant waits for a holder's GPU work. Freed on the release
 /// stream, as it was, a block was rarely reused: the driver reuses memory freed on another
-/// stream only if the allocation's stream has waited on an event after the free, or,
-/// opportunistically, once the free has completed, which it did not do. On an H200 (driver
+/// stream if the allocation's stream has waited on an event after the free, and is allowed to
+/// once the free has completed, but did not, though the frees had long run. On an H200 (driver
 /// 580.159, MPS off) a client that allocated and released 1 MiB in turn was handed a new block
-/// almost every time, 0.7-1 GiB of the pool in 1,000 rounds (`cuda_share_bench`), memory the
+/// almost every time, 0.6-1 GiB of the pool in 1,000 rounds (`cuda_share_bench`), memory the
 /// pool keeps, and the client paid 85-150 us to import from each new 32 MiB of it. Waiting on
 /// the release stream's events from the allocation stream would bring the reuse back but make
 /// every allocation wait for the slowest holder's work.
 ///
 /// So each release is marked by an event on the release stream, behind the holders' waits, and
 /// the block is freed onto the allocation stream once its mark has landed, which the driver
-/// reuses in stream order. A mark that has not landed holds back only the blocks behind it.
+/// reuses in stream order. The release stream runs in order, so a holder whose work is still
+/// running holds back its own block and every block released after it in the pool, never an
+/// allocation. Blocks are freed at the pool's next allocation or release.
 
 #include <cuda.h>
 
@@ -31,6 +33,13 @@
 
 namespace gpumem::daemon {
 
+/// The first driver call that failed, for the caller's log; empty when none did.
+struct failed_call {
+  const char* call = nullptr;
+  CUresult status = CUDA_SUCCESS;
+  explicit operator bool() const noexcept { return call != nullptr; }
+};
+
 class released_blocks {
  public:
   /// Marks in flight at most; past that the newest is recorded again, later, and stands for
@@ -41,12 +50,12 @@ class released_blocks {
   released_blocks(const cuda::driver_api& driver, CUcontext context);
 
   /// @brief Takes @p block, whose holders' release events @p releases waits on, to be freed
-  /// once they are done; frees it on @p releases if it cannot be marked. With the marks'
-  /// context current. @return the driver's error for a free that failed, or CUDA_SUCCESS.
-  CUresult add(CUdeviceptr block, CUstream releases) noexcept;
+  /// once they are done; frees it on @p releases, behind the waits, if it cannot be marked.
+  /// With the marks' context current.
+  failed_call add(CUdeviceptr block, CUstream releases) noexcept;
   /// @brief Frees onto @p allocations the blocks whose marks have landed. With the marks'
-  /// context current. @return the driver's first error, or CUDA_SUCCESS.
-  CUresult free_landed(CUstream allocations) noexcept;
+  /// context current. A free the driver refuses loses that block to the pool until it goes.
+  failed_call free_landed(CUstream allocations) noexcept;
   /// @brief Frees every block still held behind its holders' waits on @p releases (when the
   /// pool goes). With the marks' context current.
   void free_all(CUstream releases) noexcept;
@@ -56,6 +65,9 @@ class released_blocks {
     cuda::event mark;  ///< recorded on the release stream after the waits for these blocks
     std::vector<CUdeviceptr> blocks;
   };
+
+  /// Frees the blocks of the oldest mark in flight onto @p stream and retires the mark.
+  failed_call free_oldest(CUstream stream) noexcept;
 
   const cuda::driver_api& cu_;
   /// add() runs on the daemon's loop, free_landed() there and on the spares' worker.

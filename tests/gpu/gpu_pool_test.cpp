@@ -108,7 +108,7 @@ TEST_F(GpuPool, StreamOrderedReuseOfFreedMemoryNeverShowsStaleBytes) {
 }
 
 // cuda_share_bench's rounds, in which the pool was handed a new block almost every time on an
-// H200 with MPS off (about 1 GiB in 1,000 rounds) until released blocks went to the allocation
+// H200 with MPS off (0.6-1 GiB in 1,000 rounds) until released blocks went to the allocation
 // stream (released_blocks.hpp): each allocation is released before the next, so a few blocks
 // serve them all.
 TEST_F(GpuPool, AllocationsReleasedInTurnReuseAFewBlocksRatherThanGrowThePool) {
@@ -128,6 +128,30 @@ TEST_F(GpuPool, AllocationsReleasedInTurnReuseAFewBlocksRatherThanGrowThePool) {
   }
   EXPECT_LE(blocks.size(), 8u) << "600 allocations of 1 MiB, each released before the next";
   named.release();
+  EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
+}
+
+// A released block goes back to the allocations only once its holder's work on it is done: the
+// holder's fills are still running when it releases the block and the next allocation comes.
+// The blocks are larger than any spare, so each allocation is made from the pool as it comes,
+// and would be given the released block at once if it were freed too early.
+TEST_F(GpuPool, AReleasedBlockIsNotReusedWhileItsHoldersWorkOnItStillRuns) {
+  constexpr std::size_t kSize = std::size_t{128} << 20;
+  stream_t other = make_stream();
+  for (std::uint32_t round = 0; round < 20; ++round) {
+    auto held = client->allocate(kSize, {.device = 0, .stream = stream});
+    for (int pass = 0; pass < 40; ++pass) fill_on_device(held.data(), kSize, round + 1, stream);
+    held.release();  // in stream order, behind the fills
+    auto next = client->allocate(kSize, {.device = 0, .stream = other});
+    fill_on_device(next.data(), kSize, round + 100, other);
+    synchronize(stream);
+    synchronize(other);
+    EXPECT_EQ(mismatches_on_device(next.data(), kSize, round + 100, other), 0u)
+        << "round " << round;
+    next.release();
+  }
+  synchronize(other);
+  destroy_stream(other);
   EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
 }
 
