@@ -79,8 +79,10 @@ class GPUMEM_API Lock {
   bool owner_died() const noexcept;
   void mark_consistent();
 
-  /// @brief Stream-ordered: the stream waits until it holds the lock; the host does not. The
-  /// ticket is taken now, so holders are served in the order these calls were made.
+  /// @brief Stream-ordered: the stream waits until it holds the lock; the host does not, except
+  /// while the lock's queue is full (512 turns taken and not yet passed): then it waits for the
+  /// oldest to pass, letting another thread's unlock(stream) of this object through meanwhile.
+  /// The ticket is taken now, so holders are served in the order these calls were made.
   void lock(Stream stream);
   /// @brief Stream-ordered: passes the lock on after the work queued on @p stream so far.
   /// Unlocks the oldest stream-ordered hold this object took.
