@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "bench_daemon.hpp"
+#include "cpu_placement.hpp"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "support/child_process.hpp"
@@ -284,6 +285,7 @@ struct row {
   std::vector<double> reloads;
   std::optional<round_trips> kept;
   std::optional<round_trips> plain;
+  std::string placement;
 };
 
 row measure(const std::string& daemon_binary, const std::string& log_level, std::size_t objects,
@@ -306,6 +308,10 @@ row measure(const std::string& daemon_binary, const std::string& log_level, std:
     if (with_round_trips) {
       bench_daemon plain(daemon_binary, "gpumem-restart-bench");
       const auto plain_holders = start_holders(plain.socket(), objects);
+      // Measured on one CPU: across two, a round trip on the development VM is two wake-ups of an
+      // idle core (~100 us), in which the few microseconds the state adds are lost.
+      const cpu_placement placement({daemon.pid(), plain.pid()}, cpu_placement::sides::together);
+      result.placement = placement.report();
       auto kept_client = round_trip_client(daemon.socket_path());
       auto plain_client = round_trip_client(plain.socket());
       std::vector<double> kept;
@@ -395,6 +401,7 @@ void print(const std::vector<row>& rows, int restarts) {
       std::printf("%8zu %-11s %10.1f %10.1f %10.1f %10.0f\n", each.objects, state,
                   figures.median_us, figures.p99_us, figures.mean_us, figures.max_us);
     };
+    std::printf("%8zu placement: %s\n", each.objects, each.placement.c_str());
     line("kept", *each.kept);
     line("not kept", *each.plain);
     std::printf("%8zu %-11s %10.2f %10.2f %10.2f %10.2f\n", each.objects, "ratio",

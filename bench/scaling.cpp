@@ -15,7 +15,6 @@
 //   scaling_bench [--daemon PATH] [--quick] [--parts allocations,locks,idle,churn]
 //                 [--max-allocations N] [--max-locks N] [--max-idle N] [--max-churn N]
 //                 [--samples N] [--no-pin]
-#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -32,6 +31,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -39,6 +39,7 @@
 
 #include "bench_daemon.hpp"
 #include "child_results.hpp"
+#include "cpu_placement.hpp"
 #include "gpumem/gpumem.hpp"
 #include "percentiles.hpp"
 
@@ -706,36 +707,6 @@ void raise_descriptor_limit() {
   }
 }
 
-/// Puts gpumemd's loop thread (its main thread, whose id is its pid) on one CPU and this process,
-/// and so every client it forks from now on, on another, so that every size is measured with the
-/// same placement. Left to the scheduler, a request's round trip took either ~17 us (client and
-/// loop woken on one core) or ~50 us (across cores) on the 2-core development VM, switching
-/// between sizes at random, which read as curves that were not flat.
-/// @return what was done, for the report.
-std::string pin_daemon_and_clients(pid_t daemon) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return "not pinned: sched_getaffinity";
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu) {
-    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
-  }
-  if (cpus.size() < 2) return "not pinned: one CPU only";
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpus[0], &one);
-  if (::sched_setaffinity(daemon, sizeof one, &one) != 0) {
-    return std::string("not pinned: sched_setaffinity: ") + std::strerror(errno);
-  }
-  CPU_ZERO(&one);
-  CPU_SET(cpus[1], &one);
-  if (::sched_setaffinity(0, sizeof one, &one) != 0) {
-    return std::string("not pinned: sched_setaffinity: ") + std::strerror(errno);
-  }
-  return "gpumemd's loop on CPU " + std::to_string(cpus[0]) + ", the clients on CPU " +
-         std::to_string(cpus[1]);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -782,8 +753,11 @@ int main(int argc, char** argv) {
   const bench_daemon gpumemd(daemon, "gpumem-scaling-bench", "warn", config);
   run.socket = gpumemd.socket();
   run.daemon = gpumemd.pid();
-  std::printf("placement: %s\n", no_pin ? "left to the scheduler (--no-pin)"
-                                        : pin_daemon_and_clients(run.daemon).c_str());
+  std::optional<cpu_placement> placement;
+  if (!no_pin)
+    placement.emplace(std::initializer_list<pid_t>{run.daemon}, cpu_placement::sides::apart);
+  std::printf("placement: %s\n",
+              placement ? placement->report().c_str() : "left to the scheduler (--no-pin)");
   const auto start = clock_type::now();
   std::deque<curve> curves;
   int status = 0;

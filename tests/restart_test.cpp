@@ -246,6 +246,49 @@ TEST(Restart, SigtermUnderSystemdHandsTheStateOnLikeACrash) {
   EXPECT_EQ(first_mismatch(kept.data(), kSize, 9), kSize);
 }
 
+/// The generation of the snapshot the store holds now (its fds are named state.N), 0 if none.
+std::uint64_t stored_snapshot_generation(const systemd_supervisor& daemon) {
+  std::uint64_t newest = 0;
+  for (const std::string& name : daemon.stored_names()) {
+    if (name.starts_with("state."))
+      newest = std::max<std::uint64_t>(newest, std::stoull(name.substr(6)));
+  }
+  return newest;
+}
+
+// The journal of changes is folded into a new snapshot once it has grown past its limit (256
+// KiB beside a small state): a daemon killed after two folds still has every buffer, and the
+// store holds one snapshot and one journal, of the newest generation.
+TEST(Restart, BuffersMadeAcrossJournalFoldsSurviveASigkill) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  constexpr std::size_t kBytes = 4096;
+  constexpr std::size_t kMostBuffers = 20000;
+  auto client = daemon.connect();
+  const std::uint64_t first = stored_snapshot_generation(daemon);
+  std::vector<gpumem::Buffer> held;
+  while (held.size() < kMostBuffers && stored_snapshot_generation(daemon) < first + 2) {
+    const auto index = static_cast<std::uint32_t>(held.size());
+    held.push_back(client.allocate(kBytes, {.name = "fold." + std::to_string(index)}));
+    fill_pattern(held.back().data(), kBytes, index);
+  }
+  ASSERT_GE(stored_snapshot_generation(daemon), first + 2)
+      << "no two folds in " << held.size() << " allocations";
+  const auto names = daemon.stored_names();
+  EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                          [](const std::string& name) { return name.starts_with("state."); }),
+            1);
+  EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                          [](const std::string& name) { return name.starts_with("journal."); }),
+            1);
+  daemon.restart(SIGKILL);
+  auto reader = daemon.connect("reader");
+  for (std::uint32_t index = 0; index < held.size(); ++index) {
+    auto buffer = reader.open("fold." + std::to_string(index));
+    ASSERT_EQ(first_mismatch(buffer.data(), kBytes, index), kBytes) << index;
+  }
+}
+
 // Killed at random instants while a client allocates as fast as it can: every buffer the
 // client was told about is there after each restart, with its bytes, and nothing leaks.
 TEST(Restart, TenSigkillsMidRequestLoseNothingAClientWasToldAndLeakNoDescriptor) {

@@ -30,7 +30,18 @@ std::vector<std::byte> journal_of(std::uint64_t generation,
 }
 
 TEST(StateJournal, Crc32IsTheIeeeOne) {
+  // As zlib.crc32 gives them: lengths that end on 8 bytes, in the middle of them and before
+  // them, so that both the 8-byte steps and the bytes after them are checked.
+  EXPECT_EQ(crc32(bytes_of("")), 0u);
+  EXPECT_EQ(crc32(bytes_of("a")), 0xE8B7BE43u);
+  EXPECT_EQ(crc32(bytes_of("12345678")), 0x9AE0DAAFu);
   EXPECT_EQ(crc32(bytes_of("123456789")), 0xCBF43926u);
+  EXPECT_EQ(crc32(bytes_of("The quick brown fox jumps over the lazy dog")), 0x414FA339u);
+  std::vector<std::byte> pattern(1021);
+  for (std::size_t index = 0; index < pattern.size(); ++index) {
+    pattern[index] = static_cast<std::byte>((index * 7 + 3) % 256);
+  }
+  EXPECT_EQ(crc32(pattern), 0x2CDEC045u);
 }
 
 TEST(StateJournal, BatchesApplyInOrderAndErase) {

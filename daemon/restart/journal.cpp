@@ -9,7 +9,9 @@ constexpr std::uint64_t kFileMagic = 0x31'6473'6d65'6d70'67ull;  // "gpmemsd1", 
 constexpr std::uint32_t kFormatVersion = 1;
 constexpr std::uint32_t kBatchMagic = 0x4254'4147u;  // "GATB"
 constexpr std::size_t kHeaderSize = 8 + 4 + 4 + 8;
-constexpr std::size_t kBatchHeaderSize = 4 + 4 + 4;
+constexpr std::size_t kBatchHeaderSize = 4 + 4 + 4;  // magic, body length, body CRC-32
+constexpr std::size_t kBatchLengthAt = 4;
+constexpr std::size_t kBatchChecksumAt = 8;
 }  // namespace
 
 std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation) {
@@ -22,19 +24,26 @@ std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation) {
 }
 
 std::vector<std::byte> batch(std::span<const record_change> changes) {
-  record_writer body;
-  body.put(static_cast<std::uint32_t>(changes.size()));
+  // One buffer: the frame's length and checksum are written over their places once the body
+  // after them is there (the body was built apart and copied in before).
+  std::size_t expected = kBatchHeaderSize + 4;
   for (const record_change& change : changes) {
-    body.put(change.key.type);
-    body.put(change.key.id);
-    body.put(change.body.has_value());
-    if (change.body) body.put_bytes(*change.body);
+    expected += 1 + 8 + 1 + (change.body ? 4 + change.body->size() : 0);
   }
-  record_writer framed;
+  record_writer framed(expected);
   framed.put(kBatchMagic);
-  framed.put(static_cast<std::uint32_t>(body.bytes().size()));
-  framed.put(crc32(body.bytes()));
-  framed.bytes().insert(framed.bytes().end(), body.bytes().begin(), body.bytes().end());
+  framed.put(std::uint32_t{0});
+  framed.put(std::uint32_t{0});
+  framed.put(static_cast<std::uint32_t>(changes.size()));
+  for (const record_change& change : changes) {
+    framed.put(change.key.type);
+    framed.put(change.key.id);
+    framed.put(change.body.has_value());
+    if (change.body) framed.put_bytes(*change.body);
+  }
+  const std::span<const std::byte> body = std::span(framed.bytes()).subspan(kBatchHeaderSize);
+  framed.put_at(kBatchLengthAt, static_cast<std::uint32_t>(body.size()));
+  framed.put_at(kBatchChecksumAt, crc32(body));
   return std::move(framed.bytes());
 }
 

@@ -25,13 +25,32 @@ std::uint32_t crc32(std::span<const std::byte> bytes) noexcept;
 
 class record_writer {
  public:
+  record_writer() = default;
+  /// @param expected bytes room is made for at once: a record grown from nothing a few bytes at
+  /// a time is moved to a new buffer every time it doubles.
+  explicit record_writer(std::size_t expected) { bytes_.reserve(expected); }
+
   template <class Integer>
   requires std::is_integral_v<Integer> || std::is_enum_v<Integer>
   void put(Integer value) {
     auto wide = static_cast<std::uint64_t>(value);
+    // Grown once, then filled: a push_back per byte checked the capacity for each.
+    const std::size_t at = bytes_.size();
+    bytes_.resize(at + sizeof(Integer));
     for (std::size_t byte = 0; byte < sizeof(Integer); ++byte) {
-      bytes_.push_back(static_cast<std::byte>(wide & 0xff));
+      bytes_[at + byte] = static_cast<std::byte>(wide & 0xff);
       wide >>= 8;
+    }
+  }
+  /// Writes @p value over bytes put before, at @p offset: a length or a checksum known only
+  /// once what it covers has been put.
+  void put_at(std::size_t offset, std::uint32_t value) {
+    if (offset > bytes_.size() || bytes_.size() - offset < sizeof value) {
+      throw std::out_of_range("record_writer::put_at past the bytes put");
+    }
+    for (std::size_t byte = 0; byte < sizeof value; ++byte) {
+      bytes_[offset + byte] = static_cast<std::byte>(value & 0xff);
+      value >>= 8;
     }
   }
   void put(bool value) { put(static_cast<std::uint8_t>(value)); }

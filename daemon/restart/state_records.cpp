@@ -8,6 +8,8 @@ namespace gpumem::daemon::restart {
 
 namespace {
 
+constexpr std::size_t kExpectedRecordBytes = 512;
+
 void put_tenant(record_writer& out, const access_class& tenant) {
   out.put(tenant.owner);
   out.put(tenant.group.has_value());
@@ -344,7 +346,8 @@ Id narrow_id(std::uint64_t id) {
 }  // namespace
 
 std::optional<std::vector<std::byte>> encode(const books& state, record_key key) {
-  record_writer out;
+  // Room for most records at once: a client's carries its last reply, up to a few hundred bytes.
+  record_writer out(kExpectedRecordBytes);
   switch (key.type) {
     case record_type::meta:
       put_meta(out, state);

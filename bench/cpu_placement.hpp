@@ -1,0 +1,81 @@
+#pragma once
+// Where a benchmark's daemons and clients run. Left to the scheduler, a round trip on the 2-core
+// development VM took either ~10-17 us (client and daemon loop on one core) or ~50-110 us (across
+// cores, each wake-up an idle core's), and the scheduler chose anew for each daemon and each
+// stretch of a run: two daemons compared in one run sat on different sides of that split, which
+// read as a 12-fold cost of one of them. Pinned, every daemon compared is measured the same way.
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+class cpu_placement {
+ public:
+  enum class sides {
+    apart,     ///< a round trip is two wake-ups of the other core: the clients' view of latency
+    together,  ///< a round trip is both sides' work and two switches: what a request costs
+  };
+
+  /// Puts each daemon's loop thread (its main thread, whose id is its pid) on the first CPU this
+  /// thread may use and this thread, and so every process it forks from now on, on the second
+  /// (apart) or the same (together); the destructor gives this thread back the CPUs it had.
+  cpu_placement(std::initializer_list<pid_t> daemons, sides where) {
+    CPU_ZERO(&before_);
+    if (::sched_getaffinity(0, sizeof before_, &before_) != 0) {
+      report_ = failed("sched_getaffinity");
+      return;
+    }
+    std::vector<int> cpus;
+    for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu) {
+      if (CPU_ISSET(cpu, &before_)) cpus.push_back(cpu);
+    }
+    if (cpus.size() < 2) {
+      report_ = "not pinned: one CPU only";
+      return;
+    }
+    for (const pid_t daemon : daemons) {
+      if (!pin(daemon, cpus[0])) {
+        report_ = failed("sched_setaffinity");
+        return;
+      }
+    }
+    const int client_cpu = where == sides::apart ? cpus[1] : cpus[0];
+    if (!pin(0, client_cpu)) {
+      report_ = failed("sched_setaffinity");
+      return;
+    }
+    pinned_ = true;
+    const std::string loops = daemons.size() > 1 ? "each gpumemd's loop" : "gpumemd's loop";
+    report_ = where == sides::apart ? loops + " on CPU " + std::to_string(cpus[0]) +
+                                          ", the clients on CPU " + std::to_string(client_cpu)
+                                    : loops + " and the clients on CPU " + std::to_string(cpus[0]);
+  }
+  ~cpu_placement() {
+    if (pinned_) ::sched_setaffinity(0, sizeof before_, &before_);
+  }
+  cpu_placement(const cpu_placement&) = delete;
+  cpu_placement& operator=(const cpu_placement&) = delete;
+
+  /// What was done, for the benchmark's report.
+  const std::string& report() const noexcept { return report_; }
+
+ private:
+  static bool pin(pid_t thread, int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return ::sched_setaffinity(thread, sizeof one, &one) == 0;
+  }
+  static std::string failed(const char* call) {
+    return std::string("not pinned: ") + call + ": " + std::strerror(errno);
+  }
+
+  cpu_set_t before_;
+  bool pinned_ = false;
+  std::string report_;
+};
