@@ -66,9 +66,34 @@ TEST(StateJournal, ABatchCutShortAtAnyByteIsIgnoredWhole) {
     const auto result = replay(std::span(whole).first(cut), file_kind::journal, 3, state);
     EXPECT_EQ(result.batches, 1u) << "cut at " << cut;
     EXPECT_EQ(result.torn_tail, cut > first_end) << "cut at " << cut;
+    EXPECT_EQ(result.end, first_end) << "cut at " << cut;
     ASSERT_EQ(state.size(), 1u) << "cut at " << cut;
     EXPECT_EQ(state.at({record_type::object, 1}), bytes_of("first"));
   }
+}
+
+// A journal is made as large as its room (journal_file.hpp): the zeroes after its last batch
+// are its clean end, while a batch cut short before them is still a torn one.
+TEST(StateJournal, ZeroBytesAfterTheLastBatchAreRoomNotATornBatch) {
+  const auto whole = journal_of(
+      3, {{upsert(record_type::object, 1, "first")}, {upsert(record_type::object, 1, "second")}});
+  auto with_room = whole;
+  with_room.resize(whole.size() + 4096);
+  record_map state;
+  const auto result = replay(with_room, file_kind::journal, 3, state);
+  EXPECT_EQ(result.batches, 2u);
+  EXPECT_FALSE(result.torn_tail);
+  EXPECT_EQ(result.end, whole.size());
+  EXPECT_EQ(state.at({record_type::object, 1}), bytes_of("second"));
+
+  const std::size_t first_end = journal_of(3, {{upsert(record_type::object, 1, "first")}}).size();
+  auto cut_then_room = std::vector<std::byte>(whole.begin(), whole.end() - 3);
+  cut_then_room.resize(whole.size() + 4096);
+  record_map cut_state;
+  const auto cut = replay(cut_then_room, file_kind::journal, 3, cut_state);
+  EXPECT_EQ(cut.batches, 1u);
+  EXPECT_TRUE(cut.torn_tail);
+  EXPECT_EQ(cut.end, first_end);
 }
 
 TEST(StateJournal, AFlippedBitEndsTheReplayBeforeItsBatch) {

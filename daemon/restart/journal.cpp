@@ -1,5 +1,7 @@
 #include "restart/journal.hpp"
 
+#include <algorithm>
+
 #include "restart/record_codec.hpp"
 
 namespace gpumem::daemon::restart {
@@ -90,7 +92,9 @@ replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint6
     ++result.batches;
     rest = rest.subspan(kBatchHeaderSize + length);
   }
-  result.torn_tail = !rest.empty();
+  result.end = file.size() - rest.size();
+  result.torn_tail =
+      std::any_of(rest.begin(), rest.end(), [](std::byte each) { return each != std::byte{0}; });
   return result;
 }
 

@@ -42,11 +42,13 @@ std::vector<std::byte> batch(std::span<const record_change> changes);
 
 struct replay_result {
   std::size_t batches = 0;
+  std::size_t end = 0;     ///< where the last whole batch ends (the header's end if none)
   bool torn_tail = false;  ///< bytes after the last whole batch were ignored
 };
 
 /// @brief Applies the batches of @p file to @p into, in order, up to the first that is not
-/// whole (a crash while appending), which is ignored with what follows it.
+/// whole (a crash while appending), which is ignored with what follows it. Zero bytes after the
+/// last batch are room a journal was made with (journal_file.hpp), not a torn batch.
 /// @throws format_error when the header is not one of @p kind and @p generation.
 replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,
                      record_map& into);

@@ -27,6 +27,17 @@ namespace {
 /// average and the p99 of a client's round trip; at 256 KiB every ~900. A restart replays at most
 /// this much journal beside a small snapshot (a large one raises the limit to its own size).
 constexpr std::uint64_t kMinimumJournalBytes = 256 << 10;
+
+std::uint64_t fold_at(std::uint64_t snapshot_size) {
+  return std::max(kMinimumJournalBytes, snapshot_size);
+}
+
+/// Room for the batches up to the fold and for one more of up to kMinimumJournalBytes: a larger
+/// one is written as a snapshot instead. The room's memory is taken when the journal is made;
+/// a journal written with pwrite grew to the same size before its fold.
+std::uint64_t journal_room(std::uint64_t snapshot_size) {
+  return fold_at(snapshot_size) + kMinimumJournalBytes;
+}
 /// How long a write waits for systemd to take the fds it stored.
 constexpr auto kStoreTimeout = std::chrono::seconds(5);
 
@@ -124,7 +135,7 @@ record_map state_store::read_generation(std::uint64_t generation) {
           generation);
     }
     journal_torn_ = replayed.torn_tail;
-    journal_size_ = appended.size();
+    adopted_journal_end_ = replayed.end;
   }
   snapshot_size_ = bytes.size();
   return records;
@@ -357,8 +368,16 @@ void state_store::start(books& state, bool readopted) {
     // The state read back goes on in its own journal: what changed since (clients that died
     // while no daemon ran, new pool instances) is one more batch, and nothing is rewritten
     // before the first client is served.
-    journal_ = std::move(journal);
-    append(records);
+    try {
+      journal_ = journal_file::adopt(std::move(journal), adopted_journal_end_,
+                                     journal_room(snapshot_size_));
+    } catch (const std::system_error& error) {
+      // No room for it (memory): the state goes on in a new snapshot and journal instead.
+      spdlog::warn("the journal read back cannot be appended to ({}): writing a new snapshot",
+                   error.what());
+      journal_torn_ = true;
+    }
+    append_or_fold(records);
   } else {
     write_snapshot();
   }
@@ -431,11 +450,7 @@ void state_store::write_changes() noexcept {
     std::vector<record_change> records = collect(changes, removed);
     records.push_back({{record_type::meta, 0}, encode(*books_, {record_type::meta, 0})});
     if (stored_.size() > stored_before) wait_for_store();
-    if (journal_torn_ || journal_size_ > std::max(kMinimumJournalBytes, snapshot_size_)) {
-      write_snapshot();
-    } else {
-      append(records);
-    }
+    append_or_fold(records);
     for (const std::string& name : removed) remove_fd(name);
   } catch (const std::exception& error) {
     // The daemon goes on serving. What changed is written with the next change, in a whole
@@ -452,10 +467,11 @@ void state_store::write_changes() noexcept {
   }
 }
 
-void state_store::append(std::span<const record_change> records) {
-  const std::vector<std::byte> appended = batch(records);
-  write_at(journal_.get(), appended, journal_size_);
-  journal_size_ += appended.size();
+void state_store::append_or_fold(std::span<const record_change> records) {
+  if (journal_torn_ || journal_.size() > fold_at(snapshot_size_) ||
+      !journal_.append(batch(records))) {
+    write_snapshot();
+  }
 }
 
 void state_store::write_snapshot() {
@@ -482,14 +498,8 @@ void state_store::write_snapshot() {
               F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
     throw std::system_error(errno, std::system_category(), "sealing the state snapshot");
   }
-  unique_fd journal = state_memfd("gpumemd-journal");
-  const std::vector<std::byte> header = file_header(file_kind::journal, generation);
-  write_at(journal.get(), header, 0);
-  // Appended to only: a journal never loses a batch it had.
-  if (::fcntl(journal.get(), F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
-    throw std::system_error(errno, std::system_category(), "sealing the state journal");
-  }
-  store_fd(journal_name(generation), journal.get());
+  journal_file journal = journal_file::create(generation, journal_room(bytes.size()));
+  store_fd(journal_name(generation), journal.fd());
   store_fd(snapshot_name(generation), snapshot.get());
   wait_for_store();
   // Only now may the previous generation go: until the new one is stored, it is the state.
@@ -497,7 +507,6 @@ void state_store::write_snapshot() {
   remove_fd(journal_name(generation_));
   generation_ = generation;
   journal_ = std::move(journal);
-  journal_size_ = header.size();
   snapshot_size_ = bytes.size();
   journal_torn_ = false;
 }

@@ -32,6 +32,7 @@
 #include "books.hpp"
 #include "gpumem/shared/unique_fd.hpp"
 #include "restart/journal.hpp"
+#include "restart/journal_file.hpp"
 #include "restart/state_records.hpp"
 #include "systemd/activation.hpp"
 
@@ -80,8 +81,9 @@ class state_store final : public state_keeper {
   void keep_descriptors(const record_key& key, bool present, std::vector<std::string>& removed);
   /// Records @p changes as they are now, storing and listing the fds they need.
   std::vector<record_change> collect(const change_set& changes, std::vector<std::string>& removed);
-  /// Appends one batch of @p records to the journal.
-  void append(std::span<const record_change> records);
+  /// Appends one batch of @p records to the journal, or writes a whole snapshot where the
+  /// journal is torn, has grown past its fold or has no room for the batch.
+  void append_or_fold(std::span<const record_change> records);
   void write_snapshot();
   void store_fd(const std::string& name, int fd);
   void remove_fd(const std::string& name);
@@ -91,8 +93,9 @@ class state_store final : public state_keeper {
   bool active_;
   books* books_ = nullptr;
   std::uint64_t generation_ = 0;
-  unique_fd journal_;
-  std::uint64_t journal_size_ = 0;
+  journal_file journal_;
+  /// Where the whole batches of the journal read back at start end: appends go on from there.
+  std::uint64_t adopted_journal_end_ = 0;
   std::uint64_t snapshot_size_ = 0;
   /// A write failed: the next one is a whole snapshot, since the journal may end in a torn batch.
   bool journal_torn_ = false;

@@ -1,0 +1,68 @@
+#include "restart/journal_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "gpumem/shared/os/memfd.hpp"
+#include "restart/journal.hpp"
+
+namespace gpumem::daemon::restart {
+
+namespace {
+std::uint64_t page_rounded(std::uint64_t bytes) {
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+}  // namespace
+
+journal_file::journal_file(unique_fd fd, std::uint64_t end, std::uint64_t room)
+    : fd_(std::move(fd)), size_(end) {
+  const std::uint64_t had = os::file_size(fd_.get());
+  const std::uint64_t length = page_rounded(std::max({room, had, end}));
+  if (had < length && ::ftruncate(fd_.get(), static_cast<off_t>(length)) != 0) {
+    throw std::system_error(errno, std::system_category(), "ftruncate (growing the state journal)");
+  }
+  // The room's pages are taken now: a write through the mapping that needed a page the system
+  // could not give would fault (the OOM killer, or SIGBUS), where a failed pwrite returned an
+  // error. Here the error comes back, and the caller writes a snapshot instead.
+  if (::fallocate(fd_.get(), 0, 0, static_cast<off_t>(length)) != 0) {
+    throw std::system_error(errno, std::system_category(), "fallocate (the state journal's room)");
+  }
+  mapped_ = os::mapping::share(fd_.get(), length, os::access::read_write);
+}
+
+journal_file journal_file::create(std::uint64_t generation, std::uint64_t room) {
+  const std::vector<std::byte> header = file_header(file_kind::journal, generation);
+  const std::uint64_t length = page_rounded(std::max<std::uint64_t>(room, header.size()));
+  // Not os::make_memfd's: that seals the size, and a later daemon adopting this journal grows
+  // it where it wants more room than this one made.
+  unique_fd fd(::memfd_create("gpumemd-journal", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create (state journal)");
+  journal_file made(std::move(fd), 0, length);
+  made.append(header);  // room for it was made above
+  if (::fcntl(made.fd(), F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+    throw std::system_error(errno, std::system_category(), "sealing the state journal");
+  }
+  return made;
+}
+
+journal_file journal_file::adopt(unique_fd fd, std::uint64_t end, std::uint64_t room) {
+  return journal_file(std::move(fd), end, room);
+}
+
+bool journal_file::append(std::span<const std::byte> batch) noexcept {
+  if (size_ > mapped_.size() || batch.size() > mapped_.size() - size_) return false;
+  std::memcpy(static_cast<std::byte*>(mapped_.get()) + size_, batch.data(), batch.size());
+  size_ += batch.size();
+  return true;
+}
+
+}  // namespace gpumem::daemon::restart

@@ -1,0 +1,48 @@
+#pragma once
+/// @file
+/// @brief The journal memfd the daemon appends its batches to (daemon/restart/journal.hpp for
+/// their layout), through a mapping rather than a pwrite per batch: every request that changes
+/// the state appends one before its reply goes out, and the system call was half of what
+/// keeping the state cost a request. The file is made as large as its room at once, its pages
+/// taken then, so the bytes after the last batch read as zeroes, which a replay takes for the
+/// journal's clean end, and a write never waits for memory.
+
+#include <cstdint>
+#include <span>
+
+#include "gpumem/shared/os/mapping.hpp"
+#include "gpumem/shared/unique_fd.hpp"
+
+namespace gpumem::daemon::restart {
+
+class journal_file {
+ public:
+  journal_file() = default;
+
+  /// @brief A new journal of @p generation: its header, and room for @p room bytes in all.
+  /// Sealed against shrinking: a journal never loses a batch it had.
+  /// @throws std::system_error naming the call that failed (no memory for the room among them).
+  static journal_file create(std::uint64_t generation, std::uint64_t room);
+  /// @brief A journal another daemon wrote, whose whole batches end at @p end: appends go on
+  /// from there. Grown to @p room bytes where it is smaller.
+  /// @throws std::system_error naming the call that failed.
+  static journal_file adopt(unique_fd fd, std::uint64_t end, std::uint64_t room);
+
+  /// @brief Copies @p batch after the last one. @return false, writing nothing, where there is
+  /// no room for it.
+  bool append(std::span<const std::byte> batch) noexcept;
+
+  int fd() const noexcept { return fd_.get(); }
+  /// Bytes in use: the header and the batches.
+  std::uint64_t size() const noexcept { return size_; }
+  explicit operator bool() const noexcept { return static_cast<bool>(fd_); }
+
+ private:
+  journal_file(unique_fd fd, std::uint64_t end, std::uint64_t room);
+
+  unique_fd fd_;
+  os::mapping mapped_;
+  std::uint64_t size_ = 0;
+};
+
+}  // namespace gpumem::daemon::restart
