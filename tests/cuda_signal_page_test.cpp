@@ -448,13 +448,12 @@ TEST_F(BooksWithAStreamLock, ARestartedDaemonFindsADeadClientsTurnByItsAbandoned
 
   // The lock page's record no longer holds turns; one from a daemon that wrote them reads.
   const restart::record_key key{restart::record_type::page, opened.page};
-  auto body = restart::encode(book, key);
-  ASSERT_TRUE(body);
+  restart::record_writer body;
+  ASSERT_TRUE(restart::encode(book, key, body));
   // A count of one, then the turn: device, lock (64 bits), epoch, cell, offset, turn, next.
   const std::array<std::uint32_t, 9> old_turns{1, 0, 7, 0, 1, index, 0, 1, 2};
-  const auto* bytes = reinterpret_cast<const std::byte*>(old_turns.data());
-  body->insert(body->end(), bytes, bytes + sizeof old_turns);
-  const restart::state_image image = restart::decode({{key, *body}});
+  body.append(std::as_bytes(std::span(old_turns)));
+  const restart::state_image image = restart::decode({{key, body.bytes()}});
   EXPECT_EQ(image.pages.at(opened.page).signal_devices, std::vector<std::int32_t>{0});
 }
 

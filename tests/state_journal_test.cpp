@@ -44,6 +44,25 @@ TEST(StateJournal, Crc32IsTheIeeeOne) {
   EXPECT_EQ(crc32(pattern), 0x2CDEC045u);
 }
 
+// The journal's writer puts each record straight into the batch (batch_builder): what it
+// builds is the batch of the same changes, whatever the buffer it reused held, and a record
+// ended as not present is written erased, whatever was put into it before.
+TEST(StateJournal, ABuiltBatchIsTheBatchOfItsChanges) {
+  const std::vector<record_change> changes{upsert(record_type::object, 1, "one"),
+                                           {{record_type::client, 2}, std::nullopt},
+                                           upsert(record_type::object, 3, "")};
+  for (std::vector<std::byte> reused : {std::vector<std::byte>{}, bytes_of("left over bytes")}) {
+    batch_builder built(std::move(reused));
+    built.begin_record({record_type::object, 1}).append(bytes_of("one"));
+    built.end_record(true);
+    built.begin_record({record_type::client, 2}).put(std::uint64_t{42});
+    built.end_record(false);
+    built.begin_record({record_type::object, 3});
+    built.end_record(true);
+    EXPECT_EQ(std::move(built).take(), batch(changes));
+  }
+}
+
 TEST(StateJournal, BatchesApplyInOrderAndErase) {
   const auto file = journal_of(
       7, {{upsert(record_type::object, 1, "one"), upsert(record_type::client, 1, "c")},

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "restart/record_codec.hpp"
-
 namespace gpumem::daemon::restart {
 
 namespace {
@@ -25,28 +23,52 @@ std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation) {
   return std::move(out.bytes());
 }
 
+batch_builder::batch_builder(std::vector<std::byte> reused) : out_(std::move(reused)) {
+  out_.put(kBatchMagic);
+  out_.put(std::uint32_t{0});  // the body's length and CRC-32, written over in take()
+  out_.put(std::uint32_t{0});
+  out_.put(std::uint32_t{0});  // the count of records, likewise
+}
+
+record_writer& batch_builder::begin_record(record_key key) {
+  record_start_ = out_.bytes().size();
+  out_.put(key.type);
+  out_.put(key.id);
+  out_.put(true);
+  out_.put(std::uint32_t{0});  // the record's length, written over in end_record()
+  return out_;
+}
+
+void batch_builder::end_record(bool present) {
+  constexpr std::size_t kKeyBytes = 1 + 8;
+  constexpr std::size_t kLengthAt = kKeyBytes + 1;
+  const std::size_t body_start = record_start_ + kLengthAt + 4;
+  if (present) {
+    out_.put_at(record_start_ + kLengthAt,
+                static_cast<std::uint32_t>(out_.bytes().size() - body_start));
+  } else {
+    out_.truncate(record_start_ + kKeyBytes);
+    out_.put(false);
+  }
+  ++records_;
+}
+
+std::vector<std::byte> batch_builder::take() && {
+  out_.put_at(kBatchHeaderSize, records_);
+  const std::span<const std::byte> body = std::span(out_.bytes()).subspan(kBatchHeaderSize);
+  out_.put_at(kBatchLengthAt, static_cast<std::uint32_t>(body.size()));
+  out_.put_at(kBatchChecksumAt, crc32(body));
+  return std::move(out_.bytes());
+}
+
 std::vector<std::byte> batch(std::span<const record_change> changes) {
-  // One buffer: the frame's length and checksum are written over their places once the body
-  // after them is there (the body was built apart and copied in before).
-  std::size_t expected = kBatchHeaderSize + 4;
+  batch_builder built;
   for (const record_change& change : changes) {
-    expected += 1 + 8 + 1 + (change.body ? 4 + change.body->size() : 0);
+    record_writer& out = built.begin_record(change.key);
+    if (change.body) out.append(*change.body);
+    built.end_record(change.body.has_value());
   }
-  record_writer framed(expected);
-  framed.put(kBatchMagic);
-  framed.put(std::uint32_t{0});
-  framed.put(std::uint32_t{0});
-  framed.put(static_cast<std::uint32_t>(changes.size()));
-  for (const record_change& change : changes) {
-    framed.put(change.key.type);
-    framed.put(change.key.id);
-    framed.put(change.body.has_value());
-    if (change.body) framed.put_bytes(*change.body);
-  }
-  const std::span<const std::byte> body = std::span(framed.bytes()).subspan(kBatchHeaderSize);
-  framed.put_at(kBatchLengthAt, static_cast<std::uint32_t>(body.size()));
-  framed.put_at(kBatchChecksumAt, crc32(body));
-  return std::move(framed.bytes());
+  return std::move(built).take();
 }
 
 replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,

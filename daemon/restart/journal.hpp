@@ -14,6 +14,8 @@
 #include <span>
 #include <vector>
 
+#include "restart/record_codec.hpp"
+
 namespace gpumem::daemon::restart {
 
 enum class record_type : std::uint8_t { meta = 1, client = 2, object = 3, pool = 4, page = 5 };
@@ -36,6 +38,27 @@ enum class file_kind : std::uint32_t { snapshot = 1, journal = 2 };
 
 /// @brief The first bytes of a snapshot or journal of @p generation.
 std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation);
+
+/// @brief Builds one batch in a single buffer, each record put straight into it: the journal's
+/// writer makes no buffer per record, and reuses the batch's own from one request to the next.
+class batch_builder {
+ public:
+  /// @param reused a buffer whose room is kept; its bytes are dropped.
+  explicit batch_builder(std::vector<std::byte> reused = {});
+  /// @brief Starts the record of @p key: what is put into the writer returned, up to
+  /// end_record(), is its bytes.
+  record_writer& begin_record(record_key key);
+  /// @brief Ends the record begun last: its bytes, or, where it is not @p present, the record
+  /// erased (anything put into it is dropped).
+  void end_record(bool present);
+  /// @brief The batch, framed (magic, length, CRC-32), ready to append.
+  std::vector<std::byte> take() &&;
+
+ private:
+  record_writer out_;
+  std::uint32_t records_ = 0;
+  std::size_t record_start_ = 0;
+};
 
 /// @brief One batch of @p changes, ready to append.
 std::vector<std::byte> batch(std::span<const record_change> changes);

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace gpumem::daemon::restart {
@@ -26,19 +27,17 @@ std::uint32_t crc32(std::span<const std::byte> bytes) noexcept;
 class record_writer {
  public:
   record_writer() = default;
-  /// @param expected bytes room is made for at once: a record grown from nothing a few bytes at
-  /// a time is moved to a new buffer every time it doubles.
-  explicit record_writer(std::size_t expected) { bytes_.reserve(expected); }
+  /// @param reused a buffer whose room is kept; its bytes are dropped.
+  explicit record_writer(std::vector<std::byte> reused) : bytes_(std::move(reused)) {
+    bytes_.clear();
+  }
 
   template <class Integer>
   requires std::is_integral_v<Integer> || std::is_enum_v<Integer>
   void put(Integer value) {
     auto wide = static_cast<std::uint64_t>(value);
-    // Grown once, then filled: a push_back per byte checked the capacity for each.
-    const std::size_t at = bytes_.size();
-    bytes_.resize(at + sizeof(Integer));
     for (std::size_t byte = 0; byte < sizeof(Integer); ++byte) {
-      bytes_[at + byte] = static_cast<std::byte>(wide & 0xff);
+      bytes_.push_back(static_cast<std::byte>(wide & 0xff));
       wide >>= 8;
     }
   }
@@ -57,6 +56,14 @@ class record_writer {
   void put_bytes(std::span<const std::byte> run) {
     put(static_cast<std::uint32_t>(run.size()));
     bytes_.insert(bytes_.end(), run.begin(), run.end());
+  }
+  /// @brief @p run as it is, with no length in front.
+  void append(std::span<const std::byte> run) {
+    bytes_.insert(bytes_.end(), run.begin(), run.end());
+  }
+  /// @brief Drops what was put after the first @p size bytes.
+  void truncate(std::size_t size) {
+    if (size < bytes_.size()) bytes_.resize(size);
   }
   void put_string(const std::string& text) {
     put_bytes(std::as_bytes(std::span(text.data(), text.size())));

@@ -8,8 +8,6 @@ namespace gpumem::daemon::restart {
 
 namespace {
 
-constexpr std::size_t kExpectedRecordBytes = 512;
-
 void put_tenant(record_writer& out, const access_class& tenant) {
   out.put(tenant.owner);
   out.put(tenant.group.has_value());
@@ -345,39 +343,37 @@ Id narrow_id(std::uint64_t id) {
 
 }  // namespace
 
-std::optional<std::vector<std::byte>> encode(const books& state, record_key key) {
-  // Room for most records at once: a client's carries its last reply, up to a few hundred bytes.
-  record_writer out(kExpectedRecordBytes);
+bool encode(const books& state, record_key key, record_writer& out) {
   switch (key.type) {
     case record_type::meta:
       put_meta(out, state);
-      break;
+      return true;
     case record_type::client: {
       const auto found = state.rows.clients().find(key.id);
-      if (found == state.rows.clients().end()) return std::nullopt;
+      if (found == state.rows.clients().end()) return false;
       put_client(out, state, key.id, found->second);
-      break;
+      return true;
     }
     case record_type::object: {
       const object_row* row = state.rows.find(key.id);
-      if (row == nullptr) return std::nullopt;
+      if (row == nullptr) return false;
       put_object(out, state, key.id, *row);
-      break;
+      return true;
     }
     case record_type::pool: {
       const pool* instance = state.memory.pool_by_id(static_cast<std::uint32_t>(key.id));
-      if (instance == nullptr) return std::nullopt;
+      if (instance == nullptr) return false;
       put_pool(out, state, static_cast<std::uint32_t>(key.id), *instance);
-      break;
+      return true;
     }
     case record_type::page: {
       const sync_page* page = state.sync.page_by_id(static_cast<std::uint32_t>(key.id));
-      if (page == nullptr) return std::nullopt;
+      if (page == nullptr) return false;
       put_page(out, *page);
-      break;
+      return true;
     }
   }
-  return std::move(out.bytes());
+  return false;
 }
 
 state_image decode(const record_map& records) {

@@ -79,8 +79,9 @@ struct state_image {
   std::map<std::uint32_t, saved_page> pages;
 };
 
-/// @brief The record of @p key as the books hold it now; nullopt when it is gone.
-std::optional<std::vector<std::byte>> encode(const books& state, record_key key);
+/// @brief Puts the record of @p key as the books hold it now into @p out.
+/// @return false, putting nothing, when it is gone.
+bool encode(const books& state, record_key key, record_writer& out);
 /// @throws format_error for a record that does not decode.
 state_image decode(const record_map& records);
 

@@ -360,8 +360,9 @@ void state_store::start(books& state, bool readopted) {
   }
   for (std::uint32_t id = 0; id < state.memory.pool_id_limit(); ++id) state.rows.touch_pool(id);
   for (const std::uint32_t id : state.sync.page_ids()) state.rows.touch_page(id);
-  std::vector<record_change> records = collect(state.rows.take_changes(), removed);
-  records.push_back({{record_type::meta, 0}, encode(state, {record_type::meta, 0})});
+  batch_builder changed;
+  collect(state.rows.take_changes(), changed, removed);
+  const std::vector<std::byte> batch = std::move(changed).take();
   wait_for_store();
   unique_fd journal = take_passed(journal_name(generation_));
   if (readopted && adopted_ && journal && !journal_torn_) {
@@ -377,7 +378,7 @@ void state_store::start(books& state, bool readopted) {
                    error.what());
       journal_torn_ = true;
     }
-    append_or_fold(records);
+    append_or_fold(batch);
   } else {
     write_snapshot();
   }
@@ -431,15 +432,15 @@ void state_store::keep_descriptors(const record_key& key, bool present,
   if (!present && key.type == record_type::client) processes_.erase(key.id);
 }
 
-std::vector<record_change> state_store::collect(const change_set& changes,
-                                                std::vector<std::string>& removed) {
-  std::vector<record_change> records;
+void state_store::collect(const change_set& changes, batch_builder& into,
+                          std::vector<std::string>& removed) {
   for (const record_key& key : keys_of(changes)) {
-    std::optional<std::vector<std::byte>> body = encode(*books_, key);
-    keep_descriptors(key, body.has_value(), removed);
-    records.push_back({key, std::move(body)});
+    const bool present = encode(*books_, key, into.begin_record(key));
+    into.end_record(present);
+    keep_descriptors(key, present, removed);
   }
-  return records;
+  constexpr record_key kMeta{record_type::meta, 0};
+  into.end_record(encode(*books_, kMeta, into.begin_record(kMeta)));
 }
 
 void state_store::write_changes() noexcept {
@@ -447,10 +448,11 @@ void state_store::write_changes() noexcept {
   try {
     std::vector<std::string> removed;
     const std::size_t stored_before = stored_.size();
-    std::vector<record_change> records = collect(changes, removed);
-    records.push_back({{record_type::meta, 0}, encode(*books_, {record_type::meta, 0})});
+    batch_builder changed(std::move(batch_buffer_));
+    collect(changes, changed, removed);
+    batch_buffer_ = std::move(changed).take();
     if (stored_.size() > stored_before) wait_for_store();
-    append_or_fold(records);
+    append_or_fold(batch_buffer_);
     for (const std::string& name : removed) remove_fd(name);
   } catch (const std::exception& error) {
     // The daemon goes on serving. What changed is written with the next change, in a whole
@@ -467,9 +469,8 @@ void state_store::write_changes() noexcept {
   }
 }
 
-void state_store::append_or_fold(std::span<const record_change> records) {
-  if (journal_torn_ || journal_.size() > fold_at(snapshot_size_) ||
-      !journal_.append(batch(records))) {
+void state_store::append_or_fold(std::span<const std::byte> batch) {
+  if (journal_torn_ || journal_.size() > fold_at(snapshot_size_) || !journal_.append(batch)) {
     write_snapshot();
   }
 }
@@ -483,14 +484,14 @@ void state_store::write_snapshot() {
   }
   for (const std::uint32_t id : books_->sync.page_ids()) keys.push_back({record_type::page, id});
   for (const auto& [id, row] : books_->rows.objects()) keys.push_back({record_type::object, id});
-  std::vector<record_change> records;
-  records.reserve(keys.size());
-  for (const record_key& key : keys) records.push_back({key, encode(*books_, key)});
+  batch_builder records;
+  for (const record_key& key : keys)
+    records.end_record(encode(*books_, key, records.begin_record(key)));
 
   const std::uint64_t generation = generation_ + 1;
   unique_fd snapshot = state_memfd("gpumemd-state");
   std::vector<std::byte> bytes = file_header(file_kind::snapshot, generation);
-  const std::vector<std::byte> body = batch(records);
+  const std::vector<std::byte> body = std::move(records).take();
   bytes.insert(bytes.end(), body.begin(), body.end());
   write_at(snapshot.get(), bytes, 0);
   // Sealed: nothing, not even this daemon by mistake, changes a snapshot once stored.

@@ -79,11 +79,12 @@ class state_store final : public state_keeper {
   /// Stores the fds @p key needs now (none when not @p present) that are not stored yet, and
   /// adds to @p removed the names it needs no more.
   void keep_descriptors(const record_key& key, bool present, std::vector<std::string>& removed);
-  /// Records @p changes as they are now, storing and listing the fds they need.
-  std::vector<record_change> collect(const change_set& changes, std::vector<std::string>& removed);
-  /// Appends one batch of @p records to the journal, or writes a whole snapshot where the
-  /// journal is torn, has grown past its fold or has no room for the batch.
-  void append_or_fold(std::span<const record_change> records);
+  /// Puts the records of @p changes as they are now into @p into, and the counters' record,
+  /// storing and listing the fds they need.
+  void collect(const change_set& changes, batch_builder& into, std::vector<std::string>& removed);
+  /// Appends @p batch to the journal, or writes a whole snapshot where the journal is torn, has
+  /// grown past its fold or has no room for it.
+  void append_or_fold(std::span<const std::byte> batch);
   void write_snapshot();
   void store_fd(const std::string& name, int fd);
   void remove_fd(const std::string& name);
@@ -94,6 +95,8 @@ class state_store final : public state_keeper {
   books* books_ = nullptr;
   std::uint64_t generation_ = 0;
   journal_file journal_;
+  /// The last batch written: its room is reused by the next, which then allocates nothing.
+  std::vector<std::byte> batch_buffer_;
   /// Where the whole batches of the journal read back at start end: appends go on from there.
   std::uint64_t adopted_journal_end_ = 0;
   std::uint64_t snapshot_size_ = 0;
