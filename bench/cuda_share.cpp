@@ -3,7 +3,7 @@
 // and a consumer's read bandwidth on shared memory against its own cudaMalloc memory.
 // Every CUDA user is a forked child: the parent never initialises CUDA.
 //
-//   cuda_share_bench [--iterations N] [--daemon PATH] [--log-level debug]
+//   cuda_share_bench [--iterations N] [--daemon PATH] [--log-level debug] [--keep-state]
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -28,6 +28,7 @@
 #include "gpumem/slab.hpp"
 #include "kernels.hpp"
 #include "percentiles.hpp"
+#include "support/systemd_supervisor.hpp"
 
 namespace {
 
@@ -145,10 +146,24 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", daemon, "gpumemd binary")->check(CLI::ExistingFile);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "gpumemd's log level (its log goes to stderr)");
+  bool keep_state = false;
+  app.add_flag("--keep-state", keep_state,
+               "run gpumemd as systemd does, writing its state down for a restart before each "
+               "reply (the tests' stand-in for systemd plays the fd store)");
   CLI11_PARSE(app, argc, argv);
 
-  std::optional<bench_daemon> gpumemd(std::in_place, daemon, "gpumem-cuda-bench", log_level);
-  const gpumem::ConnectOptions connect{.socket_path = gpumemd->socket(), .label = "bench"};
+  // As a node runs it, under systemd with the state kept, or as the test suite mostly runs it.
+  std::optional<bench_daemon> gpumemd;
+  std::optional<gpumem::testing::systemd_supervisor> supervised;
+  if (keep_state) {
+    supervised.emplace(gpumem::testing::systemd_supervisor::options{.binary = daemon});
+    supervised->set_args({"--socket", supervised->socket_path(), "--log-level", log_level});
+    supervised->start();
+  } else {
+    gpumemd.emplace(daemon, "gpumem-cuda-bench", log_level);
+  }
+  const gpumem::ConnectOptions connect{
+      .socket_path = keep_state ? supervised->socket_path() : gpumemd->socket(), .label = "bench"};
 
   // Figures that are compared are timed in the same position, since a request's round trip
   // depends on it: on the H100 a ping right after another request took 22 us and one right
@@ -254,7 +269,11 @@ int main(int argc, char** argv) {
   ::kill(owner, SIGKILL);
   ::waitpid(owner, nullptr, 0);
   gpumemd.reset();
+  supervised.reset();
 
+  std::printf("gpumemd's state: %s\n",
+              keep_state ? "kept for a restart, in the fd store of a stand-in for systemd"
+                         : "not kept (no NOTIFY_SOCKET; --keep-state runs it as systemd does)");
   const std::string heading = "1 MiB unless said (n=" + std::to_string(iterations) + ")";
   // p99_blocks: the median of five consecutive blocks' p99 (percentiles.hpp), which a burst of
   // other work on the machine moves less; the targets are checked against it.
