@@ -12,51 +12,52 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 class cpu_placement {
  public:
   enum class sides {
-    apart,     ///< a round trip is two wake-ups of the other core: the clients' view of latency
+    apart,     ///< a round trip is two wake-ups of the other core, as between busy processes
     together,  ///< a round trip is both sides' work and two switches: what a request costs
   };
 
   /// Puts each daemon's loop thread (its main thread, whose id is its pid) on the first CPU this
   /// thread may use and this thread, and so every process it forks from now on, on the second
-  /// (apart) or the same (together); the destructor gives this thread back the CPUs it had.
+  /// (apart) or the same (together). The destructor gives every thread pinned the CPUs it had.
   cpu_placement(std::initializer_list<pid_t> daemons, sides where) {
-    CPU_ZERO(&before_);
-    if (::sched_getaffinity(0, sizeof before_, &before_) != 0) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) {
       report_ = failed("sched_getaffinity");
       return;
     }
     std::vector<int> cpus;
     for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu) {
-      if (CPU_ISSET(cpu, &before_)) cpus.push_back(cpu);
+      if (CPU_ISSET(cpu, &mine)) cpus.push_back(cpu);
     }
-    if (cpus.size() < 2) {
+    if (cpus.empty() || (where == sides::apart && cpus.size() < 2)) {
       report_ = "not pinned: one CPU only";
       return;
     }
+    const int client_cpu = where == sides::apart ? cpus[1] : cpus[0];
     for (const pid_t daemon : daemons) {
       if (!pin(daemon, cpus[0])) {
         report_ = failed("sched_setaffinity");
-        return;
+        return;  // the destructor puts back what was pinned
       }
     }
-    const int client_cpu = where == sides::apart ? cpus[1] : cpus[0];
     if (!pin(0, client_cpu)) {
       report_ = failed("sched_setaffinity");
       return;
     }
-    pinned_ = true;
     const std::string loops = daemons.size() > 1 ? "each gpumemd's loop" : "gpumemd's loop";
     report_ = where == sides::apart ? loops + " on CPU " + std::to_string(cpus[0]) +
                                           ", the clients on CPU " + std::to_string(client_cpu)
                                     : loops + " and the clients on CPU " + std::to_string(cpus[0]);
   }
   ~cpu_placement() {
-    if (pinned_) ::sched_setaffinity(0, sizeof before_, &before_);
+    for (const auto& [thread, had] : pinned_) ::sched_setaffinity(thread, sizeof had, &had);
   }
   cpu_placement(const cpu_placement&) = delete;
   cpu_placement& operator=(const cpu_placement&) = delete;
@@ -65,17 +66,21 @@ class cpu_placement {
   const std::string& report() const noexcept { return report_; }
 
  private:
-  static bool pin(pid_t thread, int cpu) {
+  bool pin(pid_t thread, int cpu) {
+    cpu_set_t had;
+    CPU_ZERO(&had);
+    if (::sched_getaffinity(thread, sizeof had, &had) != 0) return false;
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    return ::sched_setaffinity(thread, sizeof one, &one) == 0;
+    if (::sched_setaffinity(thread, sizeof one, &one) != 0) return false;
+    pinned_.emplace_back(thread, had);
+    return true;
   }
   static std::string failed(const char* call) {
     return std::string("not pinned: ") + call + ": " + std::strerror(errno);
   }
 
-  cpu_set_t before_;
-  bool pinned_ = false;
+  std::vector<std::pair<pid_t, cpu_set_t>> pinned_;
   std::string report_;
 };

@@ -269,6 +269,9 @@ int main(int argc, char** argv) {
   ::kill(owner, SIGKILL);
   ::waitpid(owner, nullptr, 0);
   gpumemd.reset();
+  // The stand-in for systemd keeps its daemon's log in a file of its own: copied out, as the
+  // plain daemon's goes to stderr.
+  if (supervised && log_level != "warn") std::fputs(supervised->log_tail(1 << 20).c_str(), stderr);
   supervised.reset();
 
   std::printf("gpumemd's state: %s\n",

@@ -13,6 +13,7 @@
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/sync.hpp"
+#include "restart/journal.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -274,13 +275,14 @@ TEST(Restart, BuffersMadeAcrossJournalFoldsSurviveASigkill) {
   }
   ASSERT_GE(stored_snapshot_generation(daemon), first + 2)
       << "no two folds in " << held.size() << " allocations";
-  const auto names = daemon.stored_names();
-  EXPECT_EQ(std::count_if(names.begin(), names.end(),
-                          [](const std::string& name) { return name.starts_with("state."); }),
-            1);
-  EXPECT_EQ(std::count_if(names.begin(), names.end(),
-                          [](const std::string& name) { return name.starts_with("journal."); }),
-            1);
+  // The old generation's removal is not waited for (the new one was): polled.
+  const auto stored = [&](const char* prefix) {
+    const auto names = daemon.stored_names();
+    return std::count_if(names.begin(), names.end(),
+                         [&](const std::string& name) { return name.starts_with(prefix); });
+  };
+  EXPECT_TRUE(daemon.wait_for([&] { return stored("state.") == 1 && stored("journal.") == 1; }, 2s))
+      << stored("state.") << " snapshots and " << stored("journal.") << " journals stored";
   daemon.restart(SIGKILL);
   auto reader = daemon.connect("reader");
   for (std::uint32_t index = 0; index < held.size(); ++index) {
@@ -507,15 +509,28 @@ std::string stored_journal(const systemd_supervisor& daemon) {
   return {};
 }
 
-// A crash while a batch was appended leaves its first bytes at the journal's end: ignored whole.
+/// Where the whole batches of the stored journal @p name end: the journal's file is as large as
+/// its room, and a crash while a batch was appended leaves that batch's first bytes here.
+std::size_t end_of_batches(int journal, const std::string& name) {
+  std::vector<std::byte> bytes(static_cast<std::size_t>(::lseek(journal, 0, SEEK_END)));
+  EXPECT_EQ(::pread(journal, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  daemon::restart::record_map records;
+  const auto generation = std::stoull(name.substr(name.find('.') + 1));
+  return daemon::restart::replay(bytes, daemon::restart::file_kind::journal, generation, records)
+      .end;
+}
+
+// A crash while a batch was appended leaves its first bytes after the last whole one: ignored
+// whole.
 TEST(Restart, AJournalEndingInATornBatchGivesTheStateBeforeIt) {
   systemd_supervisor daemon({});
   auto holder = hold_then_kill(daemon, "before.tear", 4);
-  const int journal = daemon.stored_descriptor(stored_journal(daemon));
+  const std::string name = stored_journal(daemon);
+  const int journal = daemon.stored_descriptor(name);
   ASSERT_GE(journal, 0);
   const std::string torn = "GATB\x40\0\0\0 a batch that was never finished";
-  ASSERT_EQ(::pwrite(journal, torn.data(), torn.size(), ::lseek(journal, 0, SEEK_END)),
-            static_cast<ssize_t>(torn.size()));
+  const auto end = static_cast<off_t>(end_of_batches(journal, name));
+  ASSERT_EQ(::pwrite(journal, torn.data(), torn.size(), end), static_cast<ssize_t>(torn.size()));
   daemon.start();
   auto client = daemon.connect();
   EXPECT_EQ(first_mismatch(client.open("before.tear").data(), kSize, 4), kSize);

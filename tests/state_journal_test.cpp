@@ -6,6 +6,7 @@
 
 #include "restart/journal.hpp"
 #include "restart/record_codec.hpp"
+#include "support/state_batches.hpp"
 
 namespace gpumem::daemon::restart {
 namespace {
@@ -23,7 +24,7 @@ std::vector<std::byte> journal_of(std::uint64_t generation,
                                   const std::vector<std::vector<record_change>>& batches) {
   std::vector<std::byte> file = file_header(file_kind::journal, generation);
   for (const auto& changes : batches) {
-    const std::vector<std::byte> framed = batch(changes);
+    const std::vector<std::byte> framed = testing::batch_of(changes);
     file.insert(file.end(), framed.begin(), framed.end());
   }
   return file;
@@ -45,12 +46,18 @@ TEST(StateJournal, Crc32IsTheIeeeOne) {
 }
 
 // The journal's writer puts each record straight into the batch (batch_builder): what it
-// builds is the batch of the same changes, whatever the buffer it reused held, and a record
-// ended as not present is written erased, whatever was put into it before.
-TEST(StateJournal, ABuiltBatchIsTheBatchOfItsChanges) {
-  const std::vector<record_change> changes{upsert(record_type::object, 1, "one"),
-                                           {{record_type::client, 2}, std::nullopt},
-                                           upsert(record_type::object, 3, "")};
+// builds is, byte for byte, the batch every daemon since the format's version 1 wrote and reads
+// (an upgraded daemon replays the journal of the one before), whatever the buffer it reused
+// held, and a record ended as not present is written erased, whatever was put into it before.
+TEST(StateJournal, ABuiltBatchHasTheFormatsBytes) {
+  // "GATB", the body's length and CRC-32 (as zlib.crc32 gives it), the count of records, then
+  // each: type, id, whether it has a body, and the body's length and bytes.
+  const std::vector<std::uint8_t> expected{
+      0x47, 0x41, 0x54, 0x42, 0x2d, 0x00, 0x00, 0x00, 0xb2, 0xca, 0x02, 0xe5, 0x03, 0x00, 0x00,
+      0x00, 0x03, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x03, 0x00, 0x00, 0x00,
+      0x6f, 0x6e, 0x65, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0x03,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00};
+  const auto expected_bytes = std::as_bytes(std::span(expected));
   for (std::vector<std::byte> reused : {std::vector<std::byte>{}, bytes_of("left over bytes")}) {
     batch_builder built(std::move(reused));
     built.begin_record({record_type::object, 1}).append(bytes_of("one"));
@@ -59,7 +66,9 @@ TEST(StateJournal, ABuiltBatchIsTheBatchOfItsChanges) {
     built.end_record(false);
     built.begin_record({record_type::object, 3});
     built.end_record(true);
-    EXPECT_EQ(std::move(built).take(), batch(changes));
+    const std::vector<std::byte> taken = std::move(built).take();
+    EXPECT_TRUE(
+        std::equal(taken.begin(), taken.end(), expected_bytes.begin(), expected_bytes.end()));
   }
 }
 

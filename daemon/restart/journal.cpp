@@ -1,6 +1,7 @@
 #include "restart/journal.hpp"
 
 #include <algorithm>
+#include <cassert>
 
 namespace gpumem::daemon::restart {
 
@@ -31,6 +32,8 @@ batch_builder::batch_builder(std::vector<std::byte> reused) : out_(std::move(reu
 }
 
 record_writer& batch_builder::begin_record(record_key key) {
+  assert(!in_record_ && "begin_record() twice without end_record()");
+  in_record_ = true;
   record_start_ = out_.bytes().size();
   out_.put(key.type);
   out_.put(key.id);
@@ -40,6 +43,8 @@ record_writer& batch_builder::begin_record(record_key key) {
 }
 
 void batch_builder::end_record(bool present) {
+  assert(in_record_ && "end_record() without begin_record()");
+  in_record_ = false;
   constexpr std::size_t kKeyBytes = 1 + 8;
   constexpr std::size_t kLengthAt = kKeyBytes + 1;
   const std::size_t body_start = record_start_ + kLengthAt + 4;
@@ -54,21 +59,12 @@ void batch_builder::end_record(bool present) {
 }
 
 std::vector<std::byte> batch_builder::take() && {
+  assert(!in_record_ && "take() with a record begun and not ended");
   out_.put_at(kBatchHeaderSize, records_);
   const std::span<const std::byte> body = std::span(out_.bytes()).subspan(kBatchHeaderSize);
   out_.put_at(kBatchLengthAt, static_cast<std::uint32_t>(body.size()));
   out_.put_at(kBatchChecksumAt, crc32(body));
   return std::move(out_.bytes());
-}
-
-std::vector<std::byte> batch(std::span<const record_change> changes) {
-  batch_builder built;
-  for (const record_change& change : changes) {
-    record_writer& out = built.begin_record(change.key);
-    if (change.body) out.append(*change.body);
-    built.end_record(change.body.has_value());
-  }
-  return std::move(built).take();
 }
 
 replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,

@@ -58,15 +58,13 @@ class batch_builder {
   record_writer out_;
   std::uint32_t records_ = 0;
   std::size_t record_start_ = 0;
+  bool in_record_ = false;  ///< begun and not ended: a batch taken then would not replay
 };
-
-/// @brief One batch of @p changes, ready to append.
-std::vector<std::byte> batch(std::span<const record_change> changes);
 
 struct replay_result {
   std::size_t batches = 0;
   std::size_t end = 0;     ///< where the last whole batch ends (the header's end if none)
-  bool torn_tail = false;  ///< bytes after the last whole batch were ignored
+  bool torn_tail = false;  ///< non-zero bytes after the last whole batch were ignored
 };
 
 /// @brief Applies the batches of @p file to @p into, in order, up to the first that is not

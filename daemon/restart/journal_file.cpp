@@ -30,13 +30,25 @@ journal_file::journal_file(unique_fd fd, std::uint64_t end, std::uint64_t room)
   if (had < length && ::ftruncate(fd_.get(), static_cast<off_t>(length)) != 0) {
     throw std::system_error(errno, std::system_category(), "ftruncate (growing the state journal)");
   }
-  // The room's pages are taken now: a write through the mapping that needed a page the system
-  // could not give would fault (the OOM killer, or SIGBUS), where a failed pwrite returned an
-  // error. Here the error comes back, and the caller writes a snapshot instead.
-  if (::fallocate(fd_.get(), 0, 0, static_cast<off_t>(length)) != 0) {
-    throw std::system_error(errno, std::system_category(), "fallocate (the state journal's room)");
-  }
   mapped_ = os::mapping::share(fd_.get(), length, os::access::read_write);
+  if (!take_pages_for(size_)) {
+    throw std::system_error(errno, std::system_category(), "fallocate (the state journal)");
+  }
+}
+
+bool journal_file::take_pages_for(std::uint64_t end) noexcept {
+  // Pages are taken ahead of the writes, a stretch at a time: a write through the mapping that
+  // needed a page the system could not give would fault (the OOM killer, or SIGBUS), where a
+  // failed pwrite returned an error. fallocate returns it, and the caller writes a snapshot.
+  if (end <= pages_taken_) return true;
+  const std::uint64_t upto = std::min<std::uint64_t>(
+      mapped_.size(), page_rounded(std::max(end, pages_taken_ + kPagesTakenAtOnce)));
+  if (::fallocate(fd_.get(), 0, static_cast<off_t>(pages_taken_),
+                  static_cast<off_t>(upto - pages_taken_)) != 0) {
+    return false;
+  }
+  pages_taken_ = upto;
+  return true;
 }
 
 journal_file journal_file::create(std::uint64_t generation, std::uint64_t room) {
@@ -47,7 +59,9 @@ journal_file journal_file::create(std::uint64_t generation, std::uint64_t room) 
   unique_fd fd(::memfd_create("gpumemd-journal", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create (state journal)");
   journal_file made(std::move(fd), 0, length);
-  made.append(header);  // room for it was made above
+  if (!made.append(header)) {
+    throw std::system_error(errno, std::system_category(), "fallocate (the state journal)");
+  }
   if (::fcntl(made.fd(), F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
     throw std::system_error(errno, std::system_category(), "sealing the state journal");
   }
@@ -60,6 +74,7 @@ journal_file journal_file::adopt(unique_fd fd, std::uint64_t end, std::uint64_t 
 
 bool journal_file::append(std::span<const std::byte> batch) noexcept {
   if (size_ > mapped_.size() || batch.size() > mapped_.size() - size_) return false;
+  if (!take_pages_for(size_ + batch.size())) return false;
   std::memcpy(static_cast<std::byte*>(mapped_.get()) + size_, batch.data(), batch.size());
   size_ += batch.size();
   return true;

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <system_error>
 
+#include "gpumem/shared/os/mapping.hpp"
 #include "gpumem/shared/os/memfd.hpp"
 #include "gpumem/shared/os/pidfd.hpp"
 #include "memory/host_reservation.hpp"
@@ -25,7 +26,8 @@ namespace {
 /// snapshot costs the request it falls in a round trip to systemd (the store's barrier), 120-150
 /// us on the development VM: at 64 KiB one fell every ~220 small requests, 0.6 us a request on
 /// average and the p99 of a client's round trip; at 256 KiB every ~900. A restart replays at most
-/// this much journal beside a small snapshot (a large one raises the limit to its own size).
+/// this much journal and one batch more beside a small snapshot (a large one raises the limit to
+/// its own size); 256 KiB of journal replays in 0.2 ms.
 constexpr std::uint64_t kMinimumJournalBytes = 256 << 10;
 
 std::uint64_t fold_at(std::uint64_t snapshot_size) {
@@ -33,8 +35,8 @@ std::uint64_t fold_at(std::uint64_t snapshot_size) {
 }
 
 /// Room for the batches up to the fold and for one more of up to kMinimumJournalBytes: a larger
-/// one is written as a snapshot instead. The room's memory is taken when the journal is made;
-/// a journal written with pwrite grew to the same size before its fold.
+/// one is written as a snapshot instead. The room is the file's size, not its memory, which is
+/// taken as the journal fills (journal_file).
 std::uint64_t journal_room(std::uint64_t snapshot_size) {
   return fold_at(snapshot_size) + kMinimumJournalBytes;
 }
@@ -126,7 +128,14 @@ record_map state_store::read_generation(std::uint64_t generation) {
   replay(bytes, file_kind::snapshot, generation, records);
   journal_torn_ = true;
   if (const auto journal = passed_.find(journal_name(generation)); journal != passed_.end()) {
-    const std::vector<std::byte> appended = read_whole(journal->second.get());
+    // Mapped, not read: the file is as large as its room, mostly zeroes never written.
+    const int fd = journal->second.get();
+    const std::uint64_t size = os::file_size(fd);
+    std::error_code error;
+    const os::mapping mapped =
+        size > 0 ? os::mapping::share(fd, size, os::access::read_only, 0, error) : os::mapping();
+    if (error) throw format_error("the journal cannot be mapped: " + error.message());
+    const auto appended = std::span(static_cast<const std::byte*>(mapped.get()), mapped.size());
     const replay_result replayed = replay(appended, file_kind::journal, generation, records);
     if (replayed.torn_tail) {
       spdlog::warn(

@@ -100,7 +100,8 @@ class state_store final : public state_keeper {
   /// Where the whole batches of the journal read back at start end: appends go on from there.
   std::uint64_t adopted_journal_end_ = 0;
   std::uint64_t snapshot_size_ = 0;
-  /// A write failed: the next one is a whole snapshot, since the journal may end in a torn batch.
+  /// A write failed, or the journal read back ends in a torn batch or could not be taken on: the
+  /// next write is a whole snapshot.
   bool journal_torn_ = false;
   bool adopted_ = false;  ///< adopt() read a state back whole
   std::map<std::string, unique_fd> passed_;

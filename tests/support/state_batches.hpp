@@ -1,0 +1,22 @@
+#pragma once
+// Journal batches of given changes, for the tests of the daemon's state files (the daemon builds
+// its batches record by record, with restart::batch_builder).
+
+#include <span>
+#include <vector>
+
+#include "restart/journal.hpp"
+
+namespace gpumem::testing {
+
+inline std::vector<std::byte> batch_of(std::span<const daemon::restart::record_change> changes) {
+  daemon::restart::batch_builder built;
+  for (const daemon::restart::record_change& change : changes) {
+    daemon::restart::record_writer& out = built.begin_record(change.key);
+    if (change.body) out.append(*change.body);
+    built.end_record(change.body.has_value());
+  }
+  return std::move(built).take();
+}
+
+}  // namespace gpumem::testing
