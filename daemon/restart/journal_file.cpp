@@ -1,7 +1,6 @@
 #include "restart/journal_file.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,9 +55,7 @@ journal_file journal_file::create(std::uint64_t generation, std::uint64_t room) 
   const std::uint64_t length = page_rounded(std::max<std::uint64_t>(room, header.size()));
   // Not os::make_memfd's: that seals the size, and a later daemon adopting this journal grows
   // it where it wants more room than this one made.
-  unique_fd fd(::memfd_create("gpumemd-journal", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create (state journal)");
-  journal_file made(std::move(fd), 0, length);
+  journal_file made(state_memfd("gpumemd-journal"), 0, length);
   if (!made.append(header)) {
     throw std::system_error(errno, std::system_category(), "fallocate (the state journal)");
   }

@@ -86,12 +86,6 @@ void write_at(int fd, std::span<const std::byte> bytes, std::uint64_t offset) {
   }
 }
 
-unique_fd state_memfd(const char* name) {
-  unique_fd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create");
-  return fd;
-}
-
 std::vector<record_key> keys_of(const change_set& changes) {
   std::vector<record_key> keys;
   for (const auto id : changes.clients) keys.push_back({record_type::client, id});
