@@ -453,7 +453,7 @@ TEST_F(BooksWithAStreamLock, ARestartedDaemonFindsADeadClientsTurnByItsAbandoned
   // A count of one, then the turn: device, lock (64 bits), epoch, cell, offset, turn, next.
   const std::array<std::uint32_t, 9> old_turns{1, 0, 7, 0, 1, index, 0, 1, 2};
   body.append(std::as_bytes(std::span(old_turns)));
-  const restart::state_image image = restart::decode({{key, body.bytes()}});
+  const restart::state_image image = restart::decode({{key, std::move(body).take()}});
   EXPECT_EQ(image.pages.at(opened.page).signal_devices, std::vector<std::int32_t>{0});
 }
 

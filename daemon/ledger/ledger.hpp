@@ -141,12 +141,42 @@ struct client_row {
 /// the keys of the rows and backends to write again (or to forget, when gone). Kept only while
 /// a store is in use, so that a daemon without one pays nothing.
 struct change_set {
-  std::set<object_id> objects;
-  std::set<client_id> clients;
-  std::set<std::uint32_t> pools;  ///< pool instances (daemon/memory/)
-  std::set<std::uint32_t> pages;  ///< lock and barrier pages (daemon/sync/)
+  /// Ids in the order touched, repeats and all, until settle() sorts them and drops the
+  /// repeats: a list whose room is kept from one request to the next, where a set took a node
+  /// allocation per touch.
+  template <class Id>
+  struct touched {
+    std::vector<Id> ids;
+    void add(Id id) {
+      if (ids.empty() || ids.back() != id) ids.push_back(id);
+    }
+    void settle() noexcept {
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    }
+    bool empty() const noexcept { return ids.empty(); }
+    auto begin() const noexcept { return ids.begin(); }
+    auto end() const noexcept { return ids.end(); }
+  };
+  touched<object_id> objects;
+  touched<client_id> clients;
+  touched<std::uint32_t> pools;  ///< pool instances (daemon/memory/)
+  touched<std::uint32_t> pages;  ///< lock and barrier pages (daemon/sync/)
+
   bool any() const noexcept {
     return !objects.empty() || !clients.empty() || !pools.empty() || !pages.empty();
+  }
+  void settle() noexcept {
+    objects.settle();
+    clients.settle();
+    pools.settle();
+    pages.settle();
+  }
+  void clear() noexcept {
+    objects.ids.clear();
+    clients.ids.clear();
+    pools.ids.clear();
+    pages.ids.clear();
   }
 };
 
@@ -231,19 +261,25 @@ class ledger {
   /// @brief Marks what the ledger cannot see change: a book's part of an object, a client's,
   /// a pool's or a page's. No-ops unless changes are tracked.
   void touch(object_id id) {
-    if (tracking_) changes_.objects.insert(id);
+    if (tracking_) changes_.objects.add(id);
   }
   void touch_client(client_id id) {
-    if (tracking_) changes_.clients.insert(id);
+    if (tracking_) changes_.clients.add(id);
   }
   void touch_pool(std::uint32_t id) {
-    if (tracking_) changes_.pools.insert(id);
+    if (tracking_) changes_.pools.add(id);
   }
   void touch_page(std::uint32_t id) {
-    if (tracking_) changes_.pages.insert(id);
+    if (tracking_) changes_.pages.add(id);
   }
   bool changed() const noexcept { return changes_.any(); }
-  change_set take_changes() noexcept { return std::exchange(changes_, {}); }
+  /// @brief Moves what changed into @p into, each kind's ids sorted and once, and gives the
+  /// ledger @p into's lists, emptied, to fill next: their room goes back and forth.
+  void take_changes(change_set& into) noexcept {
+    changes_.settle();
+    std::swap(changes_, into);
+    changes_.clear();
+  }
 
   /// @brief Re-adoption (daemon/restart/): puts back a client and its row as a previous
   /// daemon left them. Clients first, then objects, whose holders must be known clients

@@ -33,7 +33,7 @@ std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation) {
   out.put(kFormatVersion);
   out.put(kind);
   out.put(generation);
-  return std::move(out.bytes());
+  return std::move(out).take();
 }
 
 batch_builder::batch_builder(std::vector<std::byte> reused) : out_(std::move(reused)) {
@@ -46,7 +46,7 @@ batch_builder::batch_builder(std::vector<std::byte> reused) : out_(std::move(reu
 record_writer& batch_builder::begin_record(record_key key) {
   assert(!in_record_ && "begin_record() twice without end_record()");
   in_record_ = true;
-  record_start_ = out_.bytes().size();
+  record_start_ = out_.size();
   out_.put(key.type);
   out_.put(key.id);
   out_.put(true);
@@ -61,8 +61,7 @@ void batch_builder::end_record(bool present) {
   constexpr std::size_t kLengthAt = kKeyBytes + 1;
   const std::size_t body_start = record_start_ + kLengthAt + 4;
   if (present) {
-    out_.put_at(record_start_ + kLengthAt,
-                static_cast<std::uint32_t>(out_.bytes().size() - body_start));
+    out_.put_at(record_start_ + kLengthAt, static_cast<std::uint32_t>(out_.size() - body_start));
   } else {
     out_.truncate(record_start_ + kKeyBytes);
     out_.put(false);
@@ -73,10 +72,10 @@ void batch_builder::end_record(bool present) {
 std::vector<std::byte> batch_builder::take() && {
   assert(!in_record_ && "take() with a record begun and not ended");
   out_.put_at(kBatchHeaderSize, records_);
-  const std::span<const std::byte> body = std::span(out_.bytes()).subspan(kBatchHeaderSize);
+  const std::span<const std::byte> body = out_.view().subspan(kBatchHeaderSize);
   out_.put_at(kBatchLengthAt, static_cast<std::uint32_t>(body.size()));
   out_.put_at(kBatchChecksumAt, crc32(body));
-  return std::move(out_.bytes());
+  return std::move(out_).take();
 }
 
 replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,

@@ -5,6 +5,8 @@
 /// record written whole from a torn one. A reader never reads past its bytes: every read
 /// checks the length and a short or malformed input throws format_error.
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -21,30 +23,41 @@ struct format_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// CRC-32 (IEEE 802.3, as zlib computes it).
+/// CRC-32 (IEEE 802.3, as zlib computes it): by carry-less multiplication where the CPU has it.
 std::uint32_t crc32(std::span<const std::byte> bytes) noexcept;
+/// The same CRC-32 by tables alone, as on a CPU without carry-less multiplication.
+std::uint32_t crc32_by_tables(std::span<const std::byte> bytes) noexcept;
 
+/// Puts little-endian integers and length-prefixed runs into a buffer whose room is kept:
+/// the vector is the room, zeroed once as it grows, and size() says how much of it is written.
 class record_writer {
  public:
   record_writer() = default;
   /// @param reused a buffer whose room is kept; its bytes are dropped.
   explicit record_writer(std::vector<std::byte> reused) : bytes_(std::move(reused)) {
-    bytes_.clear();
+    bytes_.resize(bytes_.capacity());
   }
 
   template <class Integer>
   requires std::is_integral_v<Integer> || std::is_enum_v<Integer>
   void put(Integer value) {
-    auto wide = static_cast<std::uint64_t>(value);
-    for (std::size_t byte = 0; byte < sizeof(Integer); ++byte) {
-      bytes_.push_back(static_cast<std::byte>(wide & 0xff));
-      wide >>= 8;
+    // A copy into room already made: a push_back per byte, each checking the room, was most
+    // of what encoding a record cost.
+    std::byte* at = grow(sizeof(Integer));
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(at, &value, sizeof(Integer));
+    } else {
+      auto wide = static_cast<std::uint64_t>(value);
+      for (std::size_t byte = 0; byte < sizeof(Integer); ++byte) {
+        at[byte] = static_cast<std::byte>(wide & 0xff);
+        wide >>= 8;
+      }
     }
   }
   /// Writes @p value over bytes put before, at @p offset: a length or a checksum known only
   /// once what it covers has been put.
   void put_at(std::size_t offset, std::uint32_t value) {
-    if (offset > bytes_.size() || bytes_.size() - offset < sizeof value) {
+    if (offset > size_ || size_ - offset < sizeof value) {
       throw std::out_of_range("record_writer::put_at past the bytes put");
     }
     for (std::size_t byte = 0; byte < sizeof value; ++byte) {
@@ -55,24 +68,40 @@ class record_writer {
   void put(bool value) { put(static_cast<std::uint8_t>(value)); }
   void put_bytes(std::span<const std::byte> run) {
     put(static_cast<std::uint32_t>(run.size()));
-    bytes_.insert(bytes_.end(), run.begin(), run.end());
+    append(run);
   }
   /// @brief @p run as it is, with no length in front.
   void append(std::span<const std::byte> run) {
-    bytes_.insert(bytes_.end(), run.begin(), run.end());
+    if (!run.empty()) std::memcpy(grow(run.size()), run.data(), run.size());
   }
   /// @brief Drops what was put after the first @p size bytes.
-  void truncate(std::size_t size) {
-    if (size < bytes_.size()) bytes_.resize(size);
-  }
+  void truncate(std::size_t size) noexcept { size_ = std::min(size_, size); }
   void put_string(const std::string& text) {
     put_bytes(std::as_bytes(std::span(text.data(), text.size())));
   }
 
-  std::vector<std::byte>& bytes() noexcept { return bytes_; }
+  std::size_t size() const noexcept { return size_; }
+  std::span<const std::byte> view() const noexcept { return std::span(bytes_).first(size_); }
+  /// @brief The bytes put, as a vector that keeps the room (for a record_writer to reuse).
+  std::vector<std::byte> take() && {
+    bytes_.resize(size_);
+    size_ = 0;
+    return std::move(bytes_);
+  }
 
  private:
+  /// @return where the next @p count bytes go, room made for them.
+  std::byte* grow(std::size_t count) {
+    if (bytes_.size() - size_ < count) {
+      bytes_.resize(std::max({bytes_.size() * 2, size_ + count, std::size_t{256}}));
+    }
+    std::byte* at = bytes_.data() + size_;
+    size_ += count;
+    return at;
+  }
+
   std::vector<std::byte> bytes_;
+  std::size_t size_ = 0;
 };
 
 class record_reader {

@@ -85,15 +85,15 @@ void write_at(int fd, std::span<const std::byte> bytes, std::uint64_t offset) {
   }
 }
 
-std::vector<record_key> keys_of(const change_set& changes) {
-  std::vector<record_key> keys;
-  for (const auto id : changes.clients) keys.push_back({record_type::client, id});
-  for (const auto id : changes.pools) keys.push_back({record_type::pool, id});
-  for (const auto id : changes.pages) keys.push_back({record_type::page, id});
+/// Calls @p visit with the key of every changed record, without making a list of them first.
+template <class Visit>
+void for_each_key(const change_set& changes, Visit&& visit) {
+  for (const auto id : changes.clients) visit(record_key{record_type::client, id});
+  for (const auto id : changes.pools) visit(record_key{record_type::pool, id});
+  for (const auto id : changes.pages) visit(record_key{record_type::page, id});
   // Objects last: a batch's fds are stored before it is written, whatever the order, but a
   // reader of a snapshot finds the pools and pages before the objects in them.
-  for (const auto id : changes.objects) keys.push_back({record_type::object, id});
-  return keys;
+  for (const auto id : changes.objects) visit(record_key{record_type::object, id});
 }
 
 }  // namespace
@@ -363,7 +363,9 @@ void state_store::start(books& state, bool readopted) {
   for (std::uint32_t id = 0; id < state.memory.pool_id_limit(); ++id) state.rows.touch_pool(id);
   for (const std::uint32_t id : state.sync.page_ids()) state.rows.touch_page(id);
   batch_builder changed;
-  collect(state.rows.take_changes(), changed, removed);
+  change_set changes;
+  state.rows.take_changes(changes);
+  collect(changes, changed, removed);
   const std::vector<std::byte> batch = std::move(changed).take();
   wait_for_store();
   unique_fd journal = take_passed(journal_name(generation_));
@@ -403,6 +405,10 @@ void state_store::keep_process(client_id client, int pidfd) {
 
 void state_store::keep_descriptors(const record_key& key, bool present,
                                    std::vector<std::string>& removed) {
+  // A client's one descriptor, its pidfd, is stored once under a name made from its id, which
+  // stays while the client does: a change of its row (every request whose reply is kept)
+  // needs no name made and looked up again.
+  if (present && key.type == record_type::client && names_by_key_.contains(key)) return;
   std::vector<std::pair<std::string, int>> wanted;
   if (present && key.type == record_type::client) {
     if (const auto process = processes_.find(key.id); process != processes_.end()) {
@@ -436,17 +442,18 @@ void state_store::keep_descriptors(const record_key& key, bool present,
 
 void state_store::collect(const change_set& changes, batch_builder& into,
                           std::vector<std::string>& removed) {
-  for (const record_key& key : keys_of(changes)) {
+  for_each_key(changes, [&](record_key key) {
     const bool present = encode(*books_, key, into.begin_record(key));
     into.end_record(present);
     keep_descriptors(key, present, removed);
-  }
+  });
   constexpr record_key kMeta{record_type::meta, 0};
   into.end_record(encode(*books_, kMeta, into.begin_record(kMeta)));
 }
 
 void state_store::write_changes() noexcept {
-  const change_set changes = books_->rows.take_changes();
+  change_set& changes = changes_taken_;
+  books_->rows.take_changes(changes);
   try {
     std::vector<std::string> removed;
     const std::size_t stored_before = stored_.size();

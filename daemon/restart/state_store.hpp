@@ -97,6 +97,8 @@ class state_store final : public state_keeper {
   journal_file journal_;
   /// The last batch written: its room is reused by the next, which then allocates nothing.
   std::vector<std::byte> batch_buffer_;
+  /// The changes write_changes() takes from the ledger, whose lists' room goes back to it.
+  change_set changes_taken_;
   /// Where the whole batches of the journal read back at start end: appends go on from there.
   std::uint64_t adopted_journal_end_ = 0;
   std::uint64_t snapshot_size_ = 0;
