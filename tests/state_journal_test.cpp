@@ -73,6 +73,20 @@ TEST(StateJournal, Crc32ByFoldingIsTheSameAsBitByBit) {
       ASSERT_EQ(crc32_by_tables(bytes), expected) << length << " bytes from " << start;
     }
   }
+  if (!crc32_folds()) GTEST_SKIP() << "this CPU has no PCLMULQDQ: only the tables were checked";
+}
+
+TEST(StateJournal, AReusedWriterKeepsItsRoomAndWritesOnlyWhatIsPut) {
+  std::vector<std::byte> large(1 << 20, std::byte{0x5a});
+  const std::size_t capacity = large.capacity();
+  record_writer out(std::move(large));
+  out.put(std::uint32_t{0x01020304});
+  out.put_bytes(bytes_of("ab"));
+  EXPECT_EQ(out.view().size(), 4u + 4u + 2u);
+  EXPECT_EQ(out.view()[0], std::byte{0x04}) << "little-endian";
+  std::vector<std::byte> taken = std::move(out).take();
+  EXPECT_EQ(taken.size(), 10u) << "none of the reused buffer's old bytes";
+  EXPECT_EQ(taken.capacity(), capacity) << "its room, for the next batch";
 }
 
 // The journal's writer puts each record straight into the batch (batch_builder): what it

@@ -141,9 +141,10 @@ struct client_row {
 /// the keys of the rows and backends to write again (or to forget, when gone). Kept only while
 /// a store is in use, so that a daemon without one pays nothing.
 struct change_set {
-  /// Ids in the order touched, repeats and all, until settle() sorts them and drops the
-  /// repeats: a list whose room is kept from one request to the next, where a set took a node
-  /// allocation per touch.
+  /// Ids in the order touched (a repeat of the last one dropped at once, others kept) until
+  /// settle() sorts them and drops the repeats: a list whose room is kept from one request to
+  /// the next, where a set took a node allocation per touch. It grows with the touches of one
+  /// turn of the loop, which write_changes() then takes.
   template <class Id>
   struct touched {
     std::vector<Id> ids;

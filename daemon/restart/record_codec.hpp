@@ -27,16 +27,17 @@ struct format_error : std::runtime_error {
 std::uint32_t crc32(std::span<const std::byte> bytes) noexcept;
 /// The same CRC-32 by tables alone, as on a CPU without carry-less multiplication.
 std::uint32_t crc32_by_tables(std::span<const std::byte> bytes) noexcept;
+/// Whether crc32() folds with carry-less multiplication on this CPU (runs of 32 bytes or more).
+bool crc32_folds() noexcept;
 
-/// Puts little-endian integers and length-prefixed runs into a buffer whose room is kept:
-/// the vector is the room, zeroed once as it grows, and size() says how much of it is written.
+/// Puts little-endian integers and length-prefixed runs into a buffer whose room is kept: the
+/// vector's elements are the room made so far (grown, and so zeroed, a doubling at a time) and
+/// size() says how much of it is written.
 class record_writer {
  public:
   record_writer() = default;
-  /// @param reused a buffer whose room is kept; its bytes are dropped.
-  explicit record_writer(std::vector<std::byte> reused) : bytes_(std::move(reused)) {
-    bytes_.resize(bytes_.capacity());
-  }
+  /// @param reused a buffer whose capacity is kept; its bytes are written over.
+  explicit record_writer(std::vector<std::byte> reused) : bytes_(std::move(reused)) {}
 
   template <class Integer>
   requires std::is_integral_v<Integer> || std::is_enum_v<Integer>
@@ -93,7 +94,12 @@ class record_writer {
   /// @return where the next @p count bytes go, room made for them.
   std::byte* grow(std::size_t count) {
     if (bytes_.size() - size_ < count) {
-      bytes_.resize(std::max({bytes_.size() * 2, size_ + count, std::size_t{256}}));
+      // Within a reused buffer's capacity, no further than the doubling: zeroing all of a
+      // capacity one large batch left would cost every small batch after it.
+      const std::size_t wanted = size_ + count;
+      std::size_t room = std::max({bytes_.size() * 2, wanted, std::size_t{256}});
+      if (wanted <= bytes_.capacity()) room = std::min(room, bytes_.capacity());
+      bytes_.resize(room);
     }
     std::byte* at = bytes_.data() + size_;
     size_ += count;
