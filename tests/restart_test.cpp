@@ -2,11 +2,13 @@
 // keeps its state in the fd store; it is SIGKILLed (also in the middle of requests and of
 // writing its snapshot) and started again with what the store kept, while real client processes
 // hold buffers, locks and barrier places.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -535,6 +537,29 @@ TEST(Restart, AJournalEndingInATornBatchGivesTheStateBeforeIt) {
   auto client = daemon.connect();
   EXPECT_EQ(first_mismatch(client.open("before.tear").data(), kSize, 4), kSize);
   EXPECT_NE(daemon.log_tail().find("cut short"), std::string::npos) << daemon.log_tail();
+}
+
+// A journal read back that cannot be written again (sealed against writes here; a system out
+// of memory refuses it alike) loses nothing either: the state goes on in a new snapshot of the
+// next generation, which a later restart reads back.
+TEST(Restart, AJournalThatCannotBeAppendedToAtTheRestartGoesOnInANewSnapshot) {
+  systemd_supervisor daemon({});
+  auto holder = hold_then_kill(daemon, "before.seal", 7);
+  const std::uint64_t before = stored_snapshot_generation(daemon);
+  const int journal = daemon.stored_descriptor(stored_journal(daemon));
+  ASSERT_GE(journal, 0);
+  ASSERT_EQ(::fcntl(journal, F_ADD_SEALS, F_SEAL_WRITE), 0) << std::strerror(errno);
+  daemon.start();
+  EXPECT_NE(daemon.log_tail().find("cannot be appended to"), std::string::npos)
+      << daemon.log_tail();
+  EXPECT_GT(stored_snapshot_generation(daemon), before);
+  auto client = daemon.connect();
+  EXPECT_EQ(first_mismatch(client.open("before.seal").data(), kSize, 7), kSize);
+  auto made_after = client.allocate(4096, {.name = "after.seal"});
+  daemon.restart(SIGKILL);
+  auto after = daemon.connect();
+  EXPECT_EQ(first_mismatch(after.open("before.seal").data(), kSize, 7), kSize);
+  EXPECT_TRUE(opens(after, "after.seal"));
 }
 
 // A state that cannot be read is a clean start with a clear line in the log, every time: never
