@@ -1,12 +1,7 @@
 #include "restart/journal.hpp"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cassert>
-#include <cerrno>
-#include <string>
-#include <system_error>
 
 namespace gpumem::daemon::restart {
 
@@ -19,13 +14,6 @@ constexpr std::size_t kBatchHeaderSize = 4 + 4 + 4;  // magic, body length, body
 constexpr std::size_t kBatchLengthAt = 4;
 constexpr std::size_t kBatchChecksumAt = 8;
 }  // namespace
-
-unique_fd state_memfd(const char* name) {
-  unique_fd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd)
-    throw std::system_error(errno, std::system_category(), std::string("memfd_create ") + name);
-  return fd;
-}
 
 std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation) {
   record_writer out;

@@ -14,7 +14,6 @@
 #include <span>
 #include <vector>
 
-#include "gpumem/shared/unique_fd.hpp"
 #include "restart/record_codec.hpp"
 
 namespace gpumem::daemon::restart {
@@ -36,11 +35,6 @@ struct record_change {
 };
 
 enum class file_kind : std::uint32_t { snapshot = 1, journal = 2 };
-
-/// @brief An empty memfd for a snapshot or a journal: close-on-exec, its seals left to the
-/// writer (a snapshot is sealed whole once written, a journal against shrinking only, so that a
-/// later daemon can still grow it). @throws std::system_error
-unique_fd state_memfd(const char* name);
 
 /// @brief The first bytes of a snapshot or journal of @p generation.
 std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation);

@@ -53,9 +53,9 @@ bool journal_file::take_pages_for(std::uint64_t end) noexcept {
 journal_file journal_file::create(std::uint64_t generation, std::uint64_t room) {
   const std::vector<std::byte> header = file_header(file_kind::journal, generation);
   const std::uint64_t length = page_rounded(std::max<std::uint64_t>(room, header.size()));
-  // Not os::make_memfd's: that seals the size, and a later daemon adopting this journal grows
-  // it where it wants more room than this one made.
-  journal_file made(state_memfd("gpumemd-journal"), 0, length);
+  // Empty, not os::make_memfd's sized one sealed against growing: a later daemon adopting this
+  // journal grows it where it wants more room than this one made.
+  journal_file made(os::make_empty_memfd("gpumemd-journal"), 0, length);
   if (!made.append(header)) {
     throw std::system_error(errno, std::system_category(), "fallocate (the state journal)");
   }

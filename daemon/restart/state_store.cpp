@@ -85,6 +85,14 @@ void write_at(int fd, std::span<const std::byte> bytes, std::uint64_t offset) {
   }
 }
 
+/// Puts the record of @p key as @p state holds it now into @p into (its erasure where it is
+/// gone). @return whether it is there.
+bool put_record(batch_builder& into, const books& state, record_key key) {
+  const bool present = encode(state, key, into.begin_record(key));
+  into.end_record(present);
+  return present;
+}
+
 /// Calls @p visit with the key of every changed record, without making a list of them first.
 template <class Visit>
 void for_each_key(const change_set& changes, Visit&& visit) {
@@ -443,12 +451,9 @@ void state_store::keep_descriptors(const record_key& key, bool present,
 void state_store::collect(const change_set& changes, batch_builder& into,
                           std::vector<std::string>& removed) {
   for_each_key(changes, [&](record_key key) {
-    const bool present = encode(*books_, key, into.begin_record(key));
-    into.end_record(present);
-    keep_descriptors(key, present, removed);
+    keep_descriptors(key, put_record(into, *books_, key), removed);
   });
-  constexpr record_key kMeta{record_type::meta, 0};
-  into.end_record(encode(*books_, kMeta, into.begin_record(kMeta)));
+  put_record(into, *books_, {record_type::meta, 0});
 }
 
 void state_store::write_changes() noexcept {
@@ -489,9 +494,7 @@ void state_store::write_snapshot() {
   // 10,000 objects a list of the keys and a copy of the body behind the header were a quarter
   // of the fold, which holds up the request that set it off.
   batch_builder records;
-  const auto put = [&](record_key key) {
-    records.end_record(encode(*books_, key, records.begin_record(key)));
-  };
+  const auto put = [&](record_key key) { put_record(records, *books_, key); };
   put({record_type::meta, 0});
   for (const auto& [id, row] : books_->rows.clients()) put({record_type::client, id});
   for (std::uint32_t id = 0; id < books_->memory.pool_id_limit(); ++id) {
@@ -501,7 +504,7 @@ void state_store::write_snapshot() {
   for (const auto& [id, row] : books_->rows.objects()) put({record_type::object, id});
 
   const std::uint64_t generation = generation_ + 1;
-  unique_fd snapshot = state_memfd("gpumemd-state");
+  unique_fd snapshot = os::make_empty_memfd("gpumemd-state");
   const std::vector<std::byte> header = file_header(file_kind::snapshot, generation);
   const std::vector<std::byte> body = std::move(records).take();
   write_at(snapshot.get(), header, 0);

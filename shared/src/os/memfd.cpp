@@ -10,7 +10,7 @@
 
 namespace gpumem::os {
 
-unique_fd make_memfd(const std::string& name, std::size_t size) {
+unique_fd make_empty_memfd(const std::string& name) {
   unique_fd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) throw std::system_error(errno, std::system_category(), "memfd_create " + name);
   // Mode 0600: a process of another uid given a read-only descriptor cannot open it again
@@ -18,6 +18,11 @@ unique_fd make_memfd(const std::string& name, std::size_t size) {
   if (::fchmod(fd.get(), 0600) != 0) {
     throw std::system_error(errno, std::system_category(), "fchmod of memfd " + name);
   }
+  return fd;
+}
+
+unique_fd make_memfd(const std::string& name, std::size_t size) {
+  unique_fd fd = make_empty_memfd(name);
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
     throw std::system_error(errno, std::system_category(), "sizing memfd " + name);
   }

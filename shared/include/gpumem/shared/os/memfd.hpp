@@ -19,6 +19,11 @@ unique_fd make_sealed_memfd(const std::string& name, std::size_t size);
 /// what it holds); a reader's read-only descriptor cannot add any.
 unique_fd make_memfd(const std::string& name, std::size_t size);
 
+/// @brief An empty memfd (close-on-exec, mode 0600, seals allowed), its size and seals left to
+/// its owner: the daemon's state files, a snapshot sealed whole once written and a journal sealed
+/// against shrinking only, which a later daemon may grow. @throws std::system_error
+unique_fd make_empty_memfd(const std::string& name);
+
 /// @brief The same memfd opened again read-only: mmap refuses to map it writable, and a process
 /// of another uid cannot reopen it writable (the memfd's mode is 0600), so a client given it can
 /// read and never write. @throws std::system_error
