@@ -30,6 +30,7 @@
 #include "metrics/http_endpoint.hpp"
 #endif
 #include "net/server.hpp"
+#include "net/worker_thread.hpp"
 #include "restart/state_store.hpp"
 #include "systemd/activation.hpp"
 
@@ -141,6 +142,11 @@ int main(int argc, char** argv) {
                                       make_signal_page_maker());
     }
     store.start(*state, readopted);
+    // A worker of the folds' own: a fold with many objects takes a while, and neither it nor the
+    // sleep and wake copies (the server's worker) should wait for the other. A fold changes no
+    // books: nothing is written down after it.
+    std::optional<worker_thread> state_folds;
+    if (store.active()) store.fold_on(state_folds.emplace(io, [] {}));
     server listener(io, config, *state, std::move(listen_socket), [&source] {
       daemon_config reread = source.read();
       for (const std::string& notice : config_notices(reread)) spdlog::warn("{}", notice);

@@ -259,6 +259,12 @@ std::uint64_t stored_snapshot_generation(const systemd_supervisor& daemon) {
   return newest;
 }
 
+std::ptrdiff_t stored_with_prefix(const systemd_supervisor& daemon, std::string_view prefix) {
+  const auto names = daemon.stored_names();
+  return std::count_if(names.begin(), names.end(),
+                       [&](const std::string& name) { return name.starts_with(prefix); });
+}
+
 // The journal of changes is folded into a new snapshot once it has grown past its limit (256
 // KiB beside a small state): a daemon killed after two folds still has every buffer, and the
 // store holds one snapshot and one journal, of the newest generation.
@@ -278,19 +284,76 @@ TEST(Restart, BuffersMadeAcrossJournalFoldsSurviveASigkill) {
   ASSERT_GE(stored_snapshot_generation(daemon), first + 2)
       << "no two folds in " << held.size() << " allocations";
   // The old generation's removal is not waited for (the new one was): polled.
-  const auto stored = [&](const char* prefix) {
-    const auto names = daemon.stored_names();
-    return std::count_if(names.begin(), names.end(),
-                         [&](const std::string& name) { return name.starts_with(prefix); });
+  const auto one_of_each = [&] {
+    return stored_with_prefix(daemon, "state.") == 1 && stored_with_prefix(daemon, "journal.") == 1;
   };
-  EXPECT_TRUE(daemon.wait_for([&] { return stored("state.") == 1 && stored("journal.") == 1; }, 2s))
-      << stored("state.") << " snapshots and " << stored("journal.") << " journals stored";
+  EXPECT_TRUE(daemon.wait_for(one_of_each, 2s))
+      << stored_with_prefix(daemon, "state.") << " snapshots and "
+      << stored_with_prefix(daemon, "journal.") << " journals stored";
   daemon.restart(SIGKILL);
   auto reader = daemon.connect("reader");
   for (std::uint32_t index = 0; index < held.size(); ++index) {
     auto buffer = reader.open("fold." + std::to_string(index));
     ASSERT_EQ(first_mismatch(buffer.data(), kBytes, index), kBytes) << index;
   }
+}
+
+// A daemon killed while a fold is made on its worker leaves the snapshot being folded, that
+// snapshot's journal, and the next generation's journal, which took every batch since the fold
+// began. The store is put back as such a kill leaves it (copies of the first two, kept before
+// the fold replaced them): every buffer is there after the restart, the ones allocated after the
+// fold began and after it ended among them, and the new daemon replaces all three files with
+// one snapshot and one journal.
+TEST(Restart, ADaemonKilledWithAFoldUnderWayLosesNothing) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  constexpr std::size_t kBytes = 4096;
+  constexpr std::size_t kMostBuffers = 20000;
+  const std::uint64_t first = stored_snapshot_generation(daemon);
+  const auto generation_name = [](const char* prefix, std::uint64_t generation) {
+    return prefix + std::to_string(generation);
+  };
+  // The same memfds: the journal's copy sees each batch appended until the fold began.
+  const auto copy_of = [&](const std::string& name) {
+    const int stored = daemon.stored_descriptor(name);
+    EXPECT_GE(stored, 0) << name;
+    return unique_fd(::fcntl(stored, F_DUPFD_CLOEXEC, 3));
+  };
+  unique_fd snapshot = copy_of(generation_name("state.", first));
+  unique_fd journal = copy_of(generation_name("journal.", first));
+  auto client = daemon.connect();
+  std::vector<gpumem::Buffer> held;
+  const auto allocate = [&] {
+    const auto index = static_cast<std::uint32_t>(held.size());
+    held.push_back(client.allocate(kBytes, {.name = "underway." + std::to_string(index)}));
+    fill_pattern(held.back().data(), kBytes, index);
+  };
+  while (held.size() < kMostBuffers && stored_snapshot_generation(daemon) == first) allocate();
+  ASSERT_EQ(stored_snapshot_generation(daemon), first + 1)
+      << "no fold in " << held.size() << " allocations";
+  for (int more = 0; more < 16; ++more) allocate();
+  ASSERT_EQ(stored_snapshot_generation(daemon), first + 1) << "a second fold came too soon";
+
+  daemon.kill(SIGKILL);
+  daemon.remove_stored(generation_name("state.", first + 1));
+  daemon.add_stored(generation_name("state.", first), std::move(snapshot));
+  daemon.add_stored(generation_name("journal.", first), std::move(journal));
+  daemon.start();
+  const auto names = daemon.stored_names();
+  EXPECT_EQ(stored_with_prefix(daemon, "state."), 1) << ::testing::PrintToString(names);
+  EXPECT_EQ(stored_with_prefix(daemon, "journal."), 1) << ::testing::PrintToString(names);
+  EXPECT_EQ(stored_snapshot_generation(daemon), first + 2) << ::testing::PrintToString(names);
+  auto reader = daemon.connect("reader");
+  for (std::uint32_t index = 0; index < held.size(); ++index) {
+    auto buffer = reader.open("underway." + std::to_string(index));
+    ASSERT_EQ(first_mismatch(buffer.data(), kBytes, index), kBytes) << index;
+  }
+  // And the snapshot written at that start is read back by the next.
+  daemon.restart(SIGKILL);
+  auto after = daemon.connect("after");
+  const auto last = static_cast<std::uint32_t>(held.size() - 1);
+  EXPECT_EQ(first_mismatch(after.open("underway." + std::to_string(last)).data(), kBytes, last),
+            kBytes);
 }
 
 // Killed at random instants while a client allocates as fast as it can: every buffer the

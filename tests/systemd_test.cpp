@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "support/daemon_process.hpp"
+#include "support/notify_receiver.hpp"
 #include "support/systemd_supervisor.hpp"
 #include "systemd/activation.hpp"
 #include "systemd/notify.hpp"
@@ -168,66 +169,6 @@ TEST(Watchdog, IntervalComesFromWatchdogUsecWhenMeantForThisProcess) {
             }),
             "");
 }
-
-/// A notification socket of the test, with $NOTIFY_SOCKET pointing at it while it lives.
-class notify_receiver {
- public:
-  explicit notify_receiver(const std::string& name) {
-    socket_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    // An abstract name, as systemd's own notification socket may be ("@...").
-    const std::string abstract = name + "-" + pid_text();
-    std::memcpy(address.sun_path + 1, abstract.data(), abstract.size());
-    const auto size = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract.size());
-    EXPECT_EQ(::bind(socket_.get(), reinterpret_cast<sockaddr*>(&address), size), 0);
-    const int on = 1;
-    ::setsockopt(socket_.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on);
-    ::setenv("NOTIFY_SOCKET", ("@" + abstract).c_str(), 1);
-  }
-  ~notify_receiver() { ::unsetenv("NOTIFY_SOCKET"); }
-
-  struct message {
-    std::string text;
-    std::vector<unique_fd> fds;
-    pid_t sender = 0;
-  };
-
-  message receive() {
-    message got;
-    std::vector<char> buffer(4096);
-    std::vector<cmsghdr> control(1024);
-    iovec data{buffer.data(), buffer.size()};
-    msghdr header{};
-    header.msg_iov = &data;
-    header.msg_iovlen = 1;
-    header.msg_control = control.data();
-    header.msg_controllen = control.size() * sizeof(cmsghdr);
-    pollfd ready{socket_.get(), POLLIN, 0};
-    if (::poll(&ready, 1, 5000) != 1) return got;
-    const ssize_t size = ::recvmsg(socket_.get(), &header, MSG_CMSG_CLOEXEC);
-    if (size < 0) return got;
-    got.text.assign(buffer.data(), static_cast<std::size_t>(size));
-    for (cmsghdr* each = CMSG_FIRSTHDR(&header); each != nullptr;
-         each = CMSG_NXTHDR(&header, each)) {
-      if (each->cmsg_type == SCM_RIGHTS) {
-        for (std::size_t i = 0; i < (each->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-          int fd = -1;
-          std::memcpy(&fd, CMSG_DATA(each) + i * sizeof(int), sizeof fd);
-          got.fds.emplace_back(fd);
-        }
-      } else if (each->cmsg_type == SCM_CREDENTIALS) {
-        ucred credentials{};
-        std::memcpy(&credentials, CMSG_DATA(each), sizeof credentials);
-        got.sender = credentials.pid;
-      }
-    }
-    return got;
-  }
-
- private:
-  unique_fd socket_;
-};
 
 TEST(Notify, WithoutNotifySocketNothingIsSent) {
   ::unsetenv("NOTIFY_SOCKET");

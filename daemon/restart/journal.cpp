@@ -67,7 +67,7 @@ std::vector<std::byte> batch_builder::take() && {
 }
 
 replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,
-                     record_map& into) {
+                     const record_visitor& visit) {
   record_reader header(file.first(std::min(file.size(), kHeaderSize)));
   if (header.get<std::uint64_t>() != kFileMagic) throw format_error("not a gpumemd state file");
   if (header.get<std::uint32_t>() != kFormatVersion) {
@@ -90,20 +90,14 @@ replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint6
     record_reader records(body);
     // A batch whose CRC matches was written whole by the daemon: a malformed one is a bug,
     // and format_error says so.
-    std::vector<record_change> changes(records.get_count(1 + 8 + 1));
-    for (record_change& change : changes) {
-      change.key.type = records.get<record_type>();
-      change.key.id = records.get<std::uint64_t>();
+    for (std::size_t count = records.get_count(1 + 8 + 1); count > 0; --count) {
+      record_key key{};
+      key.type = records.get<record_type>();
+      key.id = records.get<std::uint64_t>();
       if (records.get_bool()) {
-        const auto run = records.get_bytes();
-        change.body.emplace(run.begin(), run.end());
-      }
-    }
-    for (record_change& change : changes) {
-      if (change.body) {
-        into.insert_or_assign(change.key, std::move(*change.body));
+        visit(key, records.get_bytes());
       } else {
-        into.erase(change.key);
+        visit(key, std::nullopt);
       }
     }
     ++result.batches;
@@ -113,6 +107,18 @@ replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint6
   result.torn_tail =
       std::any_of(rest.begin(), rest.end(), [](std::byte each) { return each != std::byte{0}; });
   return result;
+}
+
+replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,
+                     record_map& into) {
+  return replay(file, kind, generation,
+                [&into](record_key key, std::optional<std::span<const std::byte>> body) {
+                  if (body) {
+                    into.insert_or_assign(key, std::vector<std::byte>(body->begin(), body->end()));
+                  } else {
+                    into.erase(key);
+                  }
+                });
 }
 
 }  // namespace gpumem::daemon::restart

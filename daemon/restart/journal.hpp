@@ -9,6 +9,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -67,10 +68,19 @@ struct replay_result {
   bool torn_tail = false;  ///< non-zero bytes after the last whole batch were ignored
 };
 
-/// @brief Applies the batches of @p file to @p into, in order, up to the first that is not
-/// whole (a crash while appending), which is ignored with what follows it. Zero bytes after the
-/// last batch are room a journal was made with (journal_file.hpp), not a torn batch.
-/// @throws format_error when the header is not one of @p kind and @p generation.
+/// Called for each record of each whole batch, in order: its key, and its bytes (in the file
+/// replayed) or nullopt where the batch erases it.
+using record_visitor =
+    std::function<void(record_key key, std::optional<std::span<const std::byte>> body)>;
+
+/// @brief Visits the records of the batches of @p file, in order, up to the first batch that is
+/// not whole (a crash while appending), which is ignored with what follows it. Zero bytes after
+/// the last batch are room a journal was made with (journal_file.hpp), not a torn batch.
+/// @throws format_error when the header is not one of @p kind and @p generation, or a whole
+/// batch is malformed (records already visited stay visited: the caller drops what it made).
+replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,
+                     const record_visitor& visit);
+/// @brief The same, applying each record to @p into: the state after the last whole batch.
 replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint64_t generation,
                      record_map& into);
 

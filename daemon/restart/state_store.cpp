@@ -22,22 +22,24 @@ namespace gpumem::daemon::restart {
 namespace {
 
 /// The journal is folded into a new snapshot once it is larger than the snapshot and this. A
-/// snapshot costs the request it falls in a round trip to systemd (the store's barrier), 120-150
-/// us on the development VM: at 64 KiB one fell every ~220 small requests, 0.6 us a request on
-/// average and the p99 of a client's round trip; at 256 KiB every ~900. A restart replays at most
-/// this much journal and one batch more beside a small snapshot (a large one raises the limit to
-/// its own size); 256 KiB of journal replays in 0.2 ms.
+/// fold costs the request that starts it and the loop when it ends a round trip to systemd each
+/// (the store's barrier), 120-150 us on the development VM: at 64 KiB one fell every ~220 small
+/// requests, 0.6 us a request on average and the p99 of a client's round trip; at 256 KiB every
+/// ~900. A restart replays at most twice this much journal (while a fold is under way) and one
+/// batch more beside a small snapshot (a large one raises the limit to its own size); 256 KiB of
+/// journal replays in 0.2 ms.
 constexpr std::uint64_t kMinimumJournalBytes = 256 << 10;
 
 std::uint64_t fold_at(std::uint64_t snapshot_size) {
   return std::max(kMinimumJournalBytes, snapshot_size);
 }
 
-/// Room for the batches up to the fold and for one more of up to kMinimumJournalBytes: a larger
-/// one is written as a snapshot instead. The room is the file's size, not its memory, which is
-/// taken as the journal fills (journal_file).
+/// Room for the batches up to the fold, as many again while the fold is made on its worker, and
+/// one more of up to kMinimumJournalBytes: a batch that finds no room is written as a whole
+/// snapshot instead. The room is the file's size, not its memory, which is taken as the journal
+/// fills (journal_file).
 std::uint64_t journal_room(std::uint64_t snapshot_size) {
-  return fold_at(snapshot_size) + kMinimumJournalBytes;
+  return 2 * fold_at(snapshot_size) + kMinimumJournalBytes;
 }
 /// How long a write waits for systemd to take the fds it stored.
 constexpr auto kStoreTimeout = std::chrono::seconds(5);
@@ -61,30 +63,6 @@ std::optional<std::uint64_t> snapshot_generation(const std::string& name) {
   return generation;
 }
 
-std::vector<std::byte> read_whole(int fd) {
-  std::vector<std::byte> bytes(os::file_size(fd));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t got =
-        ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) throw format_error("a state file cannot be read to its end");
-    done += static_cast<std::size_t>(got);
-  }
-  return bytes;
-}
-
-void write_at(int fd, std::span<const std::byte> bytes, std::uint64_t offset) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t wrote =
-        ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote < 0) throw std::system_error(errno, std::system_category(), "writing the state");
-    done += static_cast<std::size_t>(wrote);
-  }
-}
-
 /// Puts the record of @p key as @p state holds it now into @p into (its erasure where it is
 /// gone). @return whether it is there.
 bool put_record(batch_builder& into, const books& state, record_key key) {
@@ -106,6 +84,13 @@ void for_each_key(const change_set& changes, Visit&& visit) {
 
 }  // namespace
 
+struct state_store::fold_job {
+  unique_fd snapshot;  ///< of generation
+  std::uint64_t generation = 0;
+  journal_file journal;  ///< of generation, appended to no more
+  snapshot_file folded;  ///< of generation + 1, once made
+};
+
 state_store::state_store(std::vector<systemd::passed_fd> passed)
     : active_(systemd::notify_socket_set()) {
   for (systemd::passed_fd& each : passed) {
@@ -124,30 +109,29 @@ unique_fd state_store::take_passed(const std::string& name) {
 
 record_map state_store::read_generation(std::uint64_t generation) {
   record_map records;
-  const auto snapshot = passed_.find(snapshot_name(generation));
-  const std::vector<std::byte> bytes = read_whole(snapshot->second.get());
-  replay(bytes, file_kind::snapshot, generation, records);
-  journal_torn_ = true;
-  if (const auto journal = passed_.find(journal_name(generation)); journal != passed_.end()) {
-    // Mapped, not read: the file is as large as its room, mostly zeroes never written.
-    const int fd = journal->second.get();
-    const std::uint64_t size = os::file_size(fd);
-    std::error_code error;
-    const os::mapping mapped =
-        size > 0 ? os::mapping::share(fd, size, os::access::read_only, 0, error) : os::mapping();
-    if (error) throw format_error("the journal cannot be mapped: " + error.message());
-    const auto appended = std::span(static_cast<const std::byte*>(mapped.get()), mapped.size());
-    const replay_result replayed = replay(appended, file_kind::journal, generation, records);
+  journal_generation_ = generation;
+  const os::mapping snapshot = map_state_file(passed_.at(snapshot_name(generation)).get());
+  replay(mapped_bytes(snapshot), file_kind::snapshot, generation, records);
+  snapshot_size_ = snapshot.size();
+  snapshot_due_ = true;
+  // Its journal, then the next generation's where the daemon stopped with a fold of this one
+  // under way: its batches came after all of this one's.
+  for (std::uint64_t journal = generation;; ++journal) {
+    const auto found = passed_.find(journal_name(journal));
+    if (found == passed_.end()) break;
+    const os::mapping mapped = map_state_file(found->second.get());
+    const replay_result replayed =
+        replay(mapped_bytes(mapped), file_kind::journal, journal, records);
     if (replayed.torn_tail) {
       spdlog::warn(
-          "state {}: the journal ends in a batch cut short (a crash while writing it): "
+          "state {}: journal {} ends in a batch cut short (a crash while writing it): "
           "the state before it is used",
-          generation);
+          generation, journal);
     }
-    journal_torn_ = replayed.torn_tail;
+    journal_generation_ = journal;
+    snapshot_due_ = replayed.torn_tail;
     adopted_journal_end_ = replayed.end;
   }
-  snapshot_size_ = bytes.size();
   return records;
 }
 
@@ -169,6 +153,7 @@ void state_store::adopt(books& state) {
       const state_image image = decode(read_generation(generation));
       generation_ = generation;
       adopt_image(state, image);
+      snapshot_ = take_passed(snapshot_name(generation));
       adopted_ = true;
       return;
     } catch (const format_error& error) {
@@ -376,8 +361,10 @@ void state_store::start(books& state, bool readopted) {
   collect(changes, changed, removed);
   const std::vector<std::byte> batch = std::move(changed).take();
   wait_for_store();
-  unique_fd journal = take_passed(journal_name(generation_));
-  if (readopted && adopted_ && journal && !journal_torn_) {
+  unique_fd journal = take_passed(journal_name(journal_generation_));
+  // A daemon stopped with a fold under way left two journals: rather than go on with the
+  // second, a whole snapshot replaces the three files, before any client is served.
+  if (readopted && adopted_ && journal && !snapshot_due_ && journal_generation_ == generation_) {
     // The state read back goes on in its own journal: what changed since (clients that died
     // while no daemon ran, new pool instances) is one more batch, and nothing is rewritten
     // before the first client is served.
@@ -388,9 +375,9 @@ void state_store::start(books& state, bool readopted) {
       // No room for it (memory): the state goes on in a new snapshot and journal instead.
       spdlog::warn("the journal read back cannot be appended to ({}): writing a new snapshot",
                    error.what());
-      journal_torn_ = true;
+      snapshot_due_ = true;
     }
-    append_or_fold(batch);
+    append_or_write_snapshot(batch);
   } else {
     write_snapshot();
   }
@@ -465,13 +452,15 @@ void state_store::write_changes() noexcept {
     batch_builder changed(std::move(batch_buffer_));
     collect(changes, changed, removed);
     batch_buffer_ = std::move(changed).take();
+    // The next generation's journal is stored with this batch's descriptors, under one barrier.
+    if (fold_due()) start_fold();
     if (stored_.size() > stored_before) wait_for_store();
-    append_or_fold(batch_buffer_);
+    append_or_write_snapshot(batch_buffer_);
     for (const std::string& name : removed) remove_fd(name);
   } catch (const std::exception& error) {
     // The daemon goes on serving. What changed is written with the next change, in a whole
     // snapshot: a batch written in part ends the journal for its readers.
-    journal_torn_ = true;
+    snapshot_due_ = true;
     for (const auto id : changes.objects) books_->rows.touch(id);
     for (const auto id : changes.clients) books_->rows.touch_client(id);
     for (const auto id : changes.pools) books_->rows.touch_pool(id);
@@ -483,16 +472,13 @@ void state_store::write_changes() noexcept {
   }
 }
 
-void state_store::append_or_fold(std::span<const std::byte> batch) {
-  if (journal_torn_ || journal_.size() > fold_at(snapshot_size_) || !journal_.append(batch)) {
-    write_snapshot();
-  }
+void state_store::append_or_write_snapshot(std::span<const std::byte> batch) {
+  if (snapshot_due_ || !journal_.append(batch)) write_snapshot();
 }
 
 void state_store::write_snapshot() {
-  // Each record put as its key is found, and the header and the body written apart: with
-  // 10,000 objects a list of the keys and a copy of the body behind the header were a quarter
-  // of the fold, which holds up the request that set it off.
+  // Each record put as its key is found: with 10,000 objects a list of the keys first was a
+  // tenth to a fifth of the snapshot, which holds up the request that needs it.
   batch_builder records;
   const auto put = [&](record_key key) { put_record(records, *books_, key); };
   put({record_type::meta, 0});
@@ -503,29 +489,71 @@ void state_store::write_snapshot() {
   for (const std::uint32_t id : books_->sync.page_ids()) put({record_type::page, id});
   for (const auto& [id, row] : books_->rows.objects()) put({record_type::object, id});
 
-  const std::uint64_t generation = generation_ + 1;
-  unique_fd snapshot = os::make_empty_memfd("gpumemd-state");
-  const std::vector<std::byte> header = file_header(file_kind::snapshot, generation);
-  const std::vector<std::byte> body = std::move(records).take();
-  write_at(snapshot.get(), header, 0);
-  write_at(snapshot.get(), body, header.size());
-  const std::uint64_t size = header.size() + body.size();
-  // Sealed: nothing, not even this daemon by mistake, changes a snapshot once stored.
-  if (::fcntl(snapshot.get(), F_ADD_SEALS,
-              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
-    throw std::system_error(errno, std::system_category(), "sealing the state snapshot");
-  }
-  journal_file journal = journal_file::create(generation, journal_room(size));
+  // Past every journal, the one of a fold under way included: that fold is dropped when it
+  // comes back (finish_fold).
+  const std::uint64_t generation = journal_generation_ + 1;
+  snapshot_file snapshot = seal_snapshot(generation, std::move(records).take());
+  journal_file journal = journal_file::create(generation, journal_room(snapshot.size));
   store_fd(journal_name(generation), journal.fd());
-  store_fd(snapshot_name(generation), snapshot.get());
+  store_fd(snapshot_name(generation), snapshot.fd.get());
   wait_for_store();
-  // Only now may the previous generation go: until the new one is stored, it is the state.
+  // Only now may the older generations go: until the new one is stored, they are the state.
   remove_fd(snapshot_name(generation_));
-  remove_fd(journal_name(generation_));
-  generation_ = generation;
+  for (std::uint64_t older = generation_; older < generation; ++older) {
+    remove_fd(journal_name(older));
+  }
+  generation_ = journal_generation_ = generation;
+  snapshot_ = std::move(snapshot.fd);
+  snapshot_size_ = snapshot.size;
   journal_ = std::move(journal);
-  snapshot_size_ = size;
-  journal_torn_ = false;
+  snapshot_due_ = false;
+}
+
+bool state_store::fold_due() const noexcept {
+  return folds_ != nullptr && !snapshot_due_ && journal_generation_ == generation_ &&
+         journal_.size() > fold_at(snapshot_size_);
+}
+
+void state_store::start_fold() {
+  auto job = std::make_shared<fold_job>();
+  job->snapshot = unique_fd(::fcntl(snapshot_.get(), F_DUPFD_CLOEXEC, 3));
+  if (!job->snapshot) {
+    throw std::system_error(errno, std::system_category(), "duplicating the state snapshot");
+  }
+  job->generation = generation_;
+  const std::uint64_t next = generation_ + 1;
+  journal_file journal = journal_file::create(next, journal_room(snapshot_size_));
+  store_fd(journal_name(next), journal.fd());
+  job->journal = std::exchange(journal_, std::move(journal));
+  journal_generation_ = next;
+  folds_->run(
+      [job] {
+        job->folded = fold_snapshot(job->snapshot.get(), job->generation, job->journal.written());
+      },
+      [this, job](std::exception_ptr failure) { finish_fold(*job, failure); });
+}
+
+void state_store::finish_fold(fold_job& job, std::exception_ptr failure) noexcept {
+  // A whole snapshot written meanwhile took the state past this fold.
+  if (generation_ != job.generation || journal_generation_ != job.generation + 1) return;
+  const std::uint64_t folded = job.generation + 1;
+  try {
+    if (failure) std::rethrow_exception(failure);
+    store_fd(snapshot_name(folded), job.folded.fd.get());
+    wait_for_store();
+    remove_fd(snapshot_name(job.generation));
+    remove_fd(journal_name(job.generation));
+    generation_ = folded;
+    snapshot_ = std::move(job.folded.fd);
+    snapshot_size_ = job.folded.size;
+  } catch (const std::exception& error) {
+    // Snapshot and both journals still hold the state; the next change replaces them.
+    snapshot_due_ = true;
+    spdlog::error(
+        "folding state {} into snapshot {} failed ({}): the next change writes a "
+        "whole snapshot",
+        job.generation, folded, error.what());
+  }
 }
 
 void state_store::store_fd(const std::string& name, int fd) {

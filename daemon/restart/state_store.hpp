@@ -7,22 +7,29 @@
 /// descriptor that holds memory or state (pool instances, reservation chunks, lock pages and
 /// their signal pages, each client's pidfd) and the books themselves, as a sealed snapshot memfd
 /// plus a journal memfd of the changes since. Changes are appended before any reply goes out
-/// (books::write_changes), a batch per turn of the loop; the journal is folded into a new
-/// snapshot once it outgrows it. A descriptor is stored before the first record that refers to
-/// it and removed after the last one that did, so the stored fds cover every snapshot a crash
-/// can leave.
+/// (books::write_changes), a batch per turn of the loop. Once the journal outgrows the snapshot,
+/// the loop goes on in the next generation's journal while a thread of its own folds the
+/// snapshot and the old journal into the next snapshot (snapshot_file.hpp), which then replaces
+/// both: the loop never holds a request up for a pass over the books. A whole snapshot is
+/// written from the books on the loop only where the journal cannot go on: a write failed, or a
+/// batch finds no room. A descriptor is stored before the first record that refers to it and
+/// removed after the last one that did, so the stored fds cover every snapshot a crash can
+/// leave.
 ///
 /// When systemd hands the stored fds back (LISTEN_FDS), the store reads the newest readable
-/// snapshot and its journal and re-adopts: clients (their process watched through the stored
+/// snapshot and its journal, and the next generation's journal where a fold was under way, and
+/// re-adopts: clients (their process watched through the stored
 /// pidfd), objects with their holders, pools (host pools whole; CUDA pools as
 /// adopted_device_pool), reservations, lock pages and slots. Whatever cannot be read is logged
 /// and the daemon starts clean; whatever cannot be adopted alone is logged and dropped.
 /// Without NOTIFY_SOCKET nothing is kept: a restarted daemon starts clean.
 /// May include: daemon/books.hpp (and what it includes), daemon/systemd/, daemon/memory/
-/// pool_factory.hpp. Nothing includes daemon/restart/ but main.cpp.
+/// pool_factory.hpp and background.hpp. Nothing includes daemon/restart/ but main.cpp.
 
 #include <cstdint>
+#include <exception>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -31,8 +38,10 @@
 
 #include "books.hpp"
 #include "gpumem/shared/unique_fd.hpp"
+#include "memory/background.hpp"
 #include "restart/journal.hpp"
 #include "restart/journal_file.hpp"
+#include "restart/snapshot_file.hpp"
 #include "restart/state_records.hpp"
 #include "systemd/activation.hpp"
 
@@ -62,6 +71,10 @@ class state_store final : public state_keeper {
   /// @brief Adopted clients whose processes still run, with their pidfds: the caller watches
   /// them and removes each client whose process exits while no session serves it.
   std::vector<std::pair<client_id, unique_fd>> take_adopted_processes();
+  /// @brief From here on, journals are folded into snapshots on @p folds (a worker of their
+  /// own, so that a fold waits for no other work, nor other work for a fold). Without it, a
+  /// journal out of room is replaced by a whole snapshot written on the loop.
+  void fold_on(background& folds) noexcept { folds_ = &folds; }
 
   void keep_process(client_id client, int pidfd) override;
   void write_changes() noexcept override;
@@ -82,10 +95,19 @@ class state_store final : public state_keeper {
   /// Puts the records of @p changes as they are now into @p into, and the counters' record,
   /// storing and listing the fds they need.
   void collect(const change_set& changes, batch_builder& into, std::vector<std::string>& removed);
-  /// Appends @p batch to the journal, or writes a whole snapshot where the journal is torn, has
-  /// grown past its fold or has no room for it.
-  void append_or_fold(std::span<const std::byte> batch);
+  /// Appends @p batch to the journal, or writes a whole snapshot where one is due or the journal
+  /// has no room for it.
+  void append_or_write_snapshot(std::span<const std::byte> batch);
+  /// Writes a whole snapshot of the books, superseding a fold under way.
   void write_snapshot();
+  /// A snapshot and its journal being folded into the next generation's snapshot.
+  struct fold_job;
+  bool fold_due() const noexcept;
+  /// Goes on in the next generation's journal (stored, not yet waited for) and has the fold
+  /// made on folds_.
+  void start_fold();
+  /// On the loop, once @p job is made: its snapshot replaces the generation it was made from.
+  void finish_fold(fold_job& job, std::exception_ptr failure) noexcept;
   void store_fd(const std::string& name, int fd);
   void remove_fd(const std::string& name);
   /// Waits until systemd has taken every fd sent so far (BARRIER=1).
@@ -93,7 +115,13 @@ class state_store final : public state_keeper {
 
   bool active_;
   books* books_ = nullptr;
+  background* folds_ = nullptr;
+  /// The generation of the newest snapshot stored, and that snapshot (what a fold reads).
   std::uint64_t generation_ = 0;
+  unique_fd snapshot_;
+  /// The journal batches are appended to: generation_'s, or the next one's while a fold of
+  /// generation_ is under way.
+  std::uint64_t journal_generation_ = 0;
   journal_file journal_;
   /// The last batch written: its room is reused by the next, which then allocates nothing.
   std::vector<std::byte> batch_buffer_;
@@ -102,9 +130,9 @@ class state_store final : public state_keeper {
   /// Where the whole batches of the journal read back at start end: appends go on from there.
   std::uint64_t adopted_journal_end_ = 0;
   std::uint64_t snapshot_size_ = 0;
-  /// A write failed, or the journal read back ends in a torn batch or could not be taken on: the
-  /// next write is a whole snapshot.
-  bool journal_torn_ = false;
+  /// A write or a fold failed, or the journal read back ends in a torn batch or could not be
+  /// taken on: the next write is a whole snapshot.
+  bool snapshot_due_ = false;
   bool adopted_ = false;  ///< adopt() read a state back whole
   std::map<std::string, unique_fd> passed_;
   std::set<std::string> stored_;  ///< names systemd keeps for this service

@@ -462,9 +462,7 @@ void systemd_supervisor::handle(pid_t sender, std::string_view message,
     last_ping_ = std::chrono::steady_clock::now();
   }
   const std::string name(value("FDNAME=").value_or("stored"));
-  if (has("FDSTOREREMOVE=1")) {
-    std::erase_if(store_, [&name](const stored_fd& each) { return each.name == name; });
-  }
+  if (has("FDSTOREREMOVE=1")) forget(name);
   if (has("FDSTORE=1") && valid_fd_name(name)) store(name, std::move(fds));
   changed_.notify_all();
 }
@@ -477,6 +475,22 @@ void systemd_supervisor::store(const std::string& name, std::vector<unique_fd> f
     });
     if (!known) store_.push_back({name, std::move(fd)});
   }
+}
+
+void systemd_supervisor::forget(const std::string& name) {
+  std::erase_if(store_, [&name](const stored_fd& each) { return each.name == name; });
+}
+
+void systemd_supervisor::remove_stored(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  forget(name);
+}
+
+void systemd_supervisor::add_stored(const std::string& name, unique_fd fd) {
+  std::lock_guard lock(mutex_);
+  std::vector<unique_fd> fds;
+  fds.push_back(std::move(fd));
+  store(name, std::move(fds));
 }
 
 pid_t systemd_supervisor::pid() const {

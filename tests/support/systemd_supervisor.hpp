@@ -73,6 +73,11 @@ class systemd_supervisor {
   /// @brief The first stored fd named @p name, still the store's; -1 when none. For tests that
   /// damage what a daemon stored.
   int stored_descriptor(const std::string& name) const;
+  /// @brief Drops the stored fds named @p name, as FDSTOREREMOVE=1 does.
+  void remove_stored(const std::string& name);
+  /// @brief Stores @p fd under @p name, as FDSTORE=1 does. With remove_stored(), for tests that
+  /// put back what the store held at another time.
+  void add_stored(const std::string& name, unique_fd fd);
   std::size_t stored_count() const;
   std::string status() const;  // the last STATUS=
   /// @brief Every message of the daemon's main process, in order, over all its starts.
@@ -105,6 +110,7 @@ class systemd_supervisor {
   /// One datagram of @p sender; @p fds close unless the store keeps them.
   void handle(pid_t sender, std::string_view message, std::vector<unique_fd> fds);
   void store(const std::string& name, std::vector<unique_fd> fds);
+  void forget(const std::string& name);
   /// Returns once every datagram queued on the notification socket before the call is handled.
   void flush();
   /// Reaps a daemon that ended by itself (flushing its last messages); whether none runs now.

@@ -1,0 +1,210 @@
+// The state store's folds (daemon/restart/state_store.hpp), in one process: the books, a
+// notification socket of the test in the part of systemd's fd store, and a background whose
+// jobs run when the test says. A fold's snapshot replaces the generation it was made from; a
+// fold that fails, or that a whole snapshot overtook, replaces nothing; and the state read back
+// from the store holds every object whichever happened.
+#include "restart/state_store.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.hpp"
+#include "support/host_pools.hpp"
+#include "support/notify_receiver.hpp"
+#include "systemd/notify.hpp"
+
+namespace gpumem::daemon::restart {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Keeps what is stored (FDSTORE=1), drops what is removed (FDSTOREREMOVE=1) and answers
+/// barriers (BARRIER=1: the pipe sent closes), on a thread of its own as systemd would.
+class fd_store {
+ public:
+  fd_store() : receiver_("gpumem-state-store-test"), thread_([this] { serve(); }) {}
+  ~fd_store() {
+    stopping_ = true;
+    thread_.join();
+  }
+
+  /// @brief The snapshots and journals stored once every message sent before the call is
+  /// handled.
+  std::vector<std::string> state_files() const {
+    EXPECT_FALSE(systemd::barrier(5s));
+    const std::lock_guard lock(mutex_);
+    std::vector<std::string> names;
+    for (const auto& [name, fd] : stored_) {
+      if (name.starts_with("state.") || name.starts_with("journal.")) names.push_back(name);
+    }
+    return names;
+  }
+  /// @brief Copies of what is stored, as systemd passes them to the next daemon.
+  std::vector<systemd::passed_fd> passed() const {
+    EXPECT_FALSE(systemd::barrier(5s));
+    const std::lock_guard lock(mutex_);
+    std::vector<systemd::passed_fd> copies;
+    for (const auto& [name, fd] : stored_) {
+      copies.push_back({name, unique_fd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3))});
+    }
+    return copies;
+  }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      testing::notify_receiver::message got = receiver_.receive(20ms);
+      const auto name_at = got.text.find("FDNAME=");
+      const std::string name = name_at == std::string::npos ? "" : got.text.substr(name_at + 7);
+      const std::lock_guard lock(mutex_);
+      if (got.text.starts_with("FDSTORE=1") && got.fds.size() == 1) {
+        stored_.insert_or_assign(name, std::move(got.fds.front()));
+      } else if (got.text.starts_with("FDSTOREREMOVE=1")) {
+        stored_.erase(name);
+      }
+    }
+  }
+
+  testing::notify_receiver receiver_;
+  mutable std::mutex mutex_;
+  std::map<std::string, unique_fd> stored_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;  ///< last: starts once the members it uses exist
+};
+
+/// Holds each job until the test runs it (work, then done, on the test's thread) or fails it.
+class held_jobs final : public background {
+ public:
+  void run(std::function<void()> work, std::function<void(std::exception_ptr)> done) override {
+    jobs_.push_back({std::move(work), std::move(done)});
+  }
+  void after(std::chrono::milliseconds, std::function<void()>) override {
+    FAIL() << "the state store sets no deadlines";
+  }
+
+  std::size_t waiting() const { return jobs_.size(); }
+  void run_next() {
+    job next = take();
+    std::exception_ptr failure;
+    try {
+      next.work();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    next.done(failure);
+  }
+  void fail_next() {
+    take().done(std::make_exception_ptr(std::runtime_error("no memory for the snapshot")));
+  }
+
+ private:
+  struct job {
+    std::function<void()> work;
+    std::function<void(std::exception_ptr)> done;
+  };
+  job take() {
+    job next = std::move(jobs_.front());
+    jobs_.pop_front();
+    return next;
+  }
+  std::deque<job> jobs_;
+};
+
+daemon_config config() {
+  daemon_config made = embedded_default_config();
+  made.pools.resize(1);
+  made.pools[0].device = proto::kHostDevice;
+  made.pools[0].size = 1ull << 30;
+  return made;
+}
+
+class StateStore : public ::testing::Test {
+ protected:
+  StateStore() {
+    // The test process stands for the client: alive, as its stored pidfd says to a read back.
+    const unique_fd self(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)));
+    keeper.keep_process(client, self.get());
+    keeper.start(state, false);
+    keeper.fold_on(folds);
+  }
+
+  /// Allocates @p count buffers, writing the changes down after each (a request each).
+  void allocate(std::size_t count, bool a_request_each = true) {
+    for (std::size_t made = 0; made < count; ++made) {
+      proto::allocate_request request{};
+      request.size = 4096;
+      request.device = proto::kHostDevice;
+      state.memory.allocate(client, request);
+      if (a_request_each) state.write_changes();
+    }
+  }
+  /// Allocates, a request each, until a fold is waiting on the background.
+  void allocate_until_a_fold_starts() {
+    for (std::size_t made = 0; made < 100000 && folds.waiting() == 0; ++made) allocate(1);
+    ASSERT_EQ(folds.waiting(), 1u);
+  }
+  /// How many objects a daemon started with what the store holds now re-adopts.
+  std::size_t objects_read_back() const {
+    state_store reader(store.passed());
+    const books adopted(config(), host_pools, {}, {}, [&](books& into) { reader.adopt(into); });
+    return adopted.rows.objects().size();
+  }
+
+  fd_store store;  ///< first: $NOTIFY_SOCKET is set before the state store looks for it
+  held_jobs folds;
+  state_store keeper{std::vector<systemd::passed_fd>{}};
+  books state{config(), host_pools};
+  client_id client = state.add_client({::getpid(), ::getuid(), ::getgid(), {}});
+};
+
+TEST_F(StateStore, AFoldsSnapshotReplacesTheGenerationItWasMadeFrom) {
+  ASSERT_TRUE(keeper.active());
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.1", "state.1"}));
+  allocate_until_a_fold_starts();
+  // The batches go on in the next journal, stored beside the generation being folded.
+  allocate(10);
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.1", "journal.2", "state.1"}));
+  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+  folds.run_next();
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.2", "state.2"}));
+  allocate(10);
+  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+}
+
+// A batch without room in the journal (here: many allocations in one turn) is written as a whole
+// snapshot, past the fold under way, which is dropped when it comes back.
+TEST_F(StateStore, AFoldThatAWholeSnapshotOvertookReplacesNothing) {
+  allocate_until_a_fold_starts();
+  allocate(20000, false);
+  state.write_changes();
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  folds.run_next();
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  allocate(10);
+  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+}
+
+TEST_F(StateStore, AFoldThatFailedIsReplacedByAWholeSnapshotAtTheNextChange) {
+  allocate_until_a_fold_starts();
+  folds.fail_next();
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.1", "journal.2", "state.1"}));
+  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+  allocate(1);
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+}
+
+}  // namespace
+}  // namespace gpumem::daemon::restart
