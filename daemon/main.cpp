@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
     if (!config.metrics_listen.empty()) metrics_http.emplace(io, config.metrics_listen, *state);
 #endif
     listener.run();
+    store.stop_folding();
     return 0;
   } catch (const config_error& error) {
     spdlog::critical("configuration: {}", error.what());

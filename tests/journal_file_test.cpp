@@ -20,6 +20,8 @@
 namespace gpumem::daemon::restart {
 namespace {
 
+using testing::record_change;
+
 constexpr std::uint64_t kGeneration = 5;
 
 std::vector<std::byte> batch_of(std::uint64_t id, std::size_t bytes) {

@@ -17,6 +17,8 @@
 namespace gpumem::daemon::restart {
 namespace {
 
+using testing::record_change;
+
 constexpr std::uint64_t kGeneration = 8;
 
 std::vector<std::byte> bytes_of(const std::string& text) {

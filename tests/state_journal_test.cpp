@@ -11,6 +11,8 @@
 namespace gpumem::daemon::restart {
 namespace {
 
+using testing::record_change;
+
 std::vector<std::byte> bytes_of(const std::string& text) {
   const auto view = std::as_bytes(std::span(text.data(), text.size()));
   return {view.begin(), view.end()};

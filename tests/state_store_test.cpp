@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "gpumem/shared/os/memfd.hpp"
 #include "support/host_pools.hpp"
 #include "support/notify_receiver.hpp"
 #include "systemd/notify.hpp"
@@ -155,12 +156,13 @@ class StateStore : public ::testing::Test {
     for (std::size_t made = 0; made < 100000 && folds.waiting() == 0; ++made) allocate(1);
     ASSERT_EQ(folds.waiting(), 1u);
   }
-  /// How many objects a daemon started with what the store holds now re-adopts.
-  std::size_t objects_read_back() const {
-    state_store reader(store.passed());
+  /// How many objects a daemon started with @p passed (what the store holds now) re-adopts.
+  static std::size_t objects_read_back(std::vector<systemd::passed_fd> passed) {
+    state_store reader(std::move(passed));
     const books adopted(config(), host_pools, {}, {}, [&](books& into) { reader.adopt(into); });
     return adopted.rows.objects().size();
   }
+  std::size_t objects_read_back() const { return objects_read_back(store.passed()); }
 
   fd_store store;  ///< first: $NOTIFY_SOCKET is set before the state store looks for it
   held_jobs folds;
@@ -204,6 +206,59 @@ TEST_F(StateStore, AFoldThatFailedIsReplacedByAWholeSnapshotAtTheNextChange) {
   allocate(1);
   EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
   EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+}
+
+// At a stop (SIGTERM) the store is left with one snapshot and its journal, as a daemon of an
+// earlier version reads them, and no fold starts after it.
+TEST_F(StateStore, AStopReplacesAFoldUnderWayWithAWholeSnapshot) {
+  allocate_until_a_fold_starts();
+  keeper.stop_folding();
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  folds.run_next();
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  allocate(2000);
+  EXPECT_EQ(folds.waiting(), 0u);
+  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+}
+
+/// A state file no daemon can read.
+systemd::passed_fd unreadable(const std::string& name) {
+  unique_fd fd = os::make_empty_memfd("unreadable");
+  EXPECT_EQ(::write(fd.get(), "not a state file", 16), 16);
+  return {name, std::move(fd)};
+}
+
+// The snapshot a start writes is of a generation past every one passed, an unreadable one
+// included: it never shares a name with a file the store still holds.
+TEST_F(StateStore, ASnapshotWrittenAtTheStartIsPastEveryGenerationPassed) {
+  allocate(10);
+  std::vector<systemd::passed_fd> passed = store.passed();
+  passed.push_back(unreadable("state.9"));
+  state_store restarted(std::move(passed));
+  books adopted(config(), host_pools, {}, {}, [&](books& into) { restarted.adopt(into); });
+  restarted.start(adopted, true);
+  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.10", "state.10"}));
+  EXPECT_EQ(adopted.rows.objects().size(), state.rows.objects().size());
+}
+
+// A journal of the next generation belongs to the snapshot before it only where no snapshot of
+// its own was stored: beside one that cannot be read, the older snapshot is read with its own
+// journal alone, never with a journal that follows another history.
+TEST_F(StateStore, AnOlderSnapshotIsNotReadWithTheJournalOfANewerOne) {
+  allocate(10);
+  const std::size_t before = state.rows.objects().size();
+  std::vector<systemd::passed_fd> first = store.passed();
+  allocate(20000, false);  // a batch without room: a whole snapshot, generation 2
+  state.write_changes();
+  allocate(10);
+  ASSERT_EQ(store.state_files(), (std::vector<std::string>{"journal.2", "state.2"}));
+  std::vector<systemd::passed_fd> passed = store.passed();
+  std::erase_if(passed, [](const systemd::passed_fd& each) { return each.name == "state.2"; });
+  passed.push_back(unreadable("state.2"));
+  for (systemd::passed_fd& each : first) {
+    if (each.name == "state.1" || each.name == "journal.1") passed.push_back(std::move(each));
+  }
+  EXPECT_EQ(objects_read_back(std::move(passed)), before);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #pragma once
 /// @file
-/// @brief How the daemon's state is laid out in its two memfds (daemon/restart/): a snapshot,
-/// written whole and sealed, and a journal of the changes since, appended in batches. Both are
+/// @brief How the daemon's state is laid out in its memfds (daemon/restart/): a snapshot,
+/// written whole and sealed, and a journal of the changes since, appended in batches (two
+/// journals while a fold into the next snapshot is made: state_store.hpp). Both kinds are
 /// a header and then batches; a batch is a set of records (a key, and the record's bytes or
 /// "erased") with its length and CRC-32 in front, so that a batch cut short by a crash is
 /// recognised and ignored whole: a reader sees the state as it was after some request, never
@@ -27,13 +28,8 @@ struct record_key {
   auto operator<=>(const record_key&) const = default;
 };
 
-/// Every live record by key: what replaying a snapshot and its journal gives.
+/// Every live record by key: what replaying a snapshot and its journals gives.
 using record_map = std::map<record_key, std::vector<std::byte>>;
-
-struct record_change {
-  record_key key;
-  std::optional<std::vector<std::byte>> body;  ///< nullopt: the record is erased
-};
 
 enum class file_kind : std::uint32_t { snapshot = 1, journal = 2 };
 

@@ -37,6 +37,8 @@ class journal_file {
   int fd() const noexcept { return fd_.get(); }
   /// Bytes in use: the header and the batches.
   std::uint64_t size() const noexcept { return size_; }
+  /// Bytes the file has room for.
+  std::uint64_t room() const noexcept { return mapped_.size(); }
   /// @brief The header and the batches, as a replay reads them.
   std::span<const std::byte> written() const noexcept {
     return {static_cast<const std::byte*>(mapped_.get()), static_cast<std::size_t>(size_)};

@@ -9,7 +9,6 @@
 #include <system_error>
 
 #include "gpumem/shared/os/mapping.hpp"
-#include "gpumem/shared/os/memfd.hpp"
 #include "gpumem/shared/os/pidfd.hpp"
 #include "memory/host_reservation.hpp"
 #include "memory/pool_factory.hpp"
@@ -21,13 +20,14 @@ namespace gpumem::daemon::restart {
 
 namespace {
 
-/// The journal is folded into a new snapshot once it is larger than the snapshot and this. A
-/// fold costs the request that starts it and the loop when it ends a round trip to systemd each
-/// (the store's barrier), 120-150 us on the development VM: at 64 KiB one fell every ~220 small
-/// requests, 0.6 us a request on average and the p99 of a client's round trip; at 256 KiB every
-/// ~900. A restart replays at most twice this much journal (while a fold is under way) and one
-/// batch more beside a small snapshot (a large one raises the limit to its own size); 256 KiB of
-/// journal replays in 0.2 ms.
+/// The journal is folded into a new snapshot once it is larger than the snapshot and this.
+/// Beside the fold made on its worker, the loop pays a new journal and a round trip to systemd
+/// (the store's barrier) in the request that starts it, 0.1-0.3 ms on the development VM, and a
+/// round trip when it ends, 0.06-0.14 ms. When a snapshot was written whole there, at 64 KiB one
+/// fell every ~220 small requests, 0.6 us a request on average and the p99 of a client's round
+/// trip; at 256 KiB a fold comes every ~900. A restart replays at most twice this much journal
+/// (while a fold is under way) and one batch more beside a small snapshot (a large one raises
+/// the limit to its own size); 256 KiB of journal replays in 0.2 ms.
 constexpr std::uint64_t kMinimumJournalBytes = 256 << 10;
 
 std::uint64_t fold_at(std::uint64_t snapshot_size) {
@@ -44,16 +44,18 @@ std::uint64_t journal_room(std::uint64_t snapshot_size) {
 /// How long a write waits for systemd to take the fds it stored.
 constexpr auto kStoreTimeout = std::chrono::seconds(5);
 
+constexpr std::string_view kSnapshotPrefix = "state.";
+constexpr std::string_view kJournalPrefix = "journal.";
+
 std::string snapshot_name(std::uint64_t generation) {
-  return "state." + std::to_string(generation);
+  return std::string(kSnapshotPrefix) + std::to_string(generation);
 }
 std::string journal_name(std::uint64_t generation) {
-  return "journal." + std::to_string(generation);
+  return std::string(kJournalPrefix) + std::to_string(generation);
 }
 
-/// The generation in "state.N", nullopt for any other name.
-std::optional<std::uint64_t> snapshot_generation(const std::string& name) {
-  constexpr std::string_view prefix = "state.";
+/// The generation N in "<prefix>N", nullopt for any other name.
+std::optional<std::uint64_t> generation_in(std::string_view name, std::string_view prefix) {
   if (!name.starts_with(prefix)) return std::nullopt;
   std::uint64_t generation = 0;
   const char* first = name.data() + prefix.size();
@@ -77,8 +79,6 @@ void for_each_key(const change_set& changes, Visit&& visit) {
   for (const auto id : changes.clients) visit(record_key{record_type::client, id});
   for (const auto id : changes.pools) visit(record_key{record_type::pool, id});
   for (const auto id : changes.pages) visit(record_key{record_type::page, id});
-  // Objects last: a batch's fds are stored before it is written, whatever the order, but a
-  // reader of a snapshot finds the pools and pages before the objects in them.
   for (const auto id : changes.objects) visit(record_key{record_type::object, id});
 }
 
@@ -94,6 +94,11 @@ struct state_store::fold_job {
 state_store::state_store(std::vector<systemd::passed_fd> passed)
     : active_(systemd::notify_socket_set()) {
   for (systemd::passed_fd& each : passed) {
+    for (const std::string_view prefix : {kSnapshotPrefix, kJournalPrefix}) {
+      if (const auto generation = generation_in(each.name, prefix)) {
+        newest_generation_ = std::max(newest_generation_, *generation);
+      }
+    }
     stored_.insert(each.name);
     passed_.insert_or_assign(std::move(each.name), std::move(each.fd));
   }
@@ -113,9 +118,7 @@ record_map state_store::read_generation(std::uint64_t generation) {
   const os::mapping snapshot = map_state_file(passed_.at(snapshot_name(generation)).get());
   replay(mapped_bytes(snapshot), file_kind::snapshot, generation, records);
   snapshot_size_ = snapshot.size();
-  snapshot_due_ = true;
-  // Its journal, then the next generation's where the daemon stopped with a fold of this one
-  // under way: its batches came after all of this one's.
+  snapshot_due_ = true;  // without a journal, the state goes on in a new snapshot
   for (std::uint64_t journal = generation;; ++journal) {
     const auto found = passed_.find(journal_name(journal));
     if (found == passed_.end()) break;
@@ -131,6 +134,10 @@ record_map state_store::read_generation(std::uint64_t generation) {
     journal_generation_ = journal;
     snapshot_due_ = replayed.torn_tail;
     adopted_journal_end_ = replayed.end;
+    // The next generation's journal took the batches after this one's only where the daemon
+    // stopped with a fold of this one under way: this one ends whole, and no snapshot of the
+    // next generation was stored (one written whole on the loop has a journal of its own).
+    if (replayed.torn_tail || passed_.contains(snapshot_name(journal + 1))) break;
   }
   return records;
 }
@@ -138,7 +145,9 @@ record_map state_store::read_generation(std::uint64_t generation) {
 void state_store::adopt(books& state) {
   std::vector<std::uint64_t> generations;
   for (const auto& [name, fd] : passed_) {
-    if (const auto generation = snapshot_generation(name)) generations.push_back(*generation);
+    if (const auto generation = generation_in(name, kSnapshotPrefix)) {
+      generations.push_back(*generation);
+    }
   }
   if (generations.empty()) {
     if (!passed_.empty()) {
@@ -362,9 +371,11 @@ void state_store::start(books& state, bool readopted) {
   const std::vector<std::byte> batch = std::move(changed).take();
   wait_for_store();
   unique_fd journal = take_passed(journal_name(journal_generation_));
-  // A daemon stopped with a fold under way left two journals: rather than go on with the
-  // second, a whole snapshot replaces the three files, before any client is served.
-  if (readopted && adopted_ && journal && !snapshot_due_ && journal_generation_ == generation_) {
+  // A daemon stopped with a fold under way left two journals, and one may have left a newer
+  // generation that could not be read: rather than go on with the state files as they are, a
+  // whole snapshot of a generation past all of them replaces them, before any client is served.
+  if (readopted && adopted_ && journal && !snapshot_due_ && journal_generation_ == generation_ &&
+      newest_generation_ == generation_) {
     // The state read back goes on in its own journal: what changed since (clients that died
     // while no daemon ran, new pool instances) is one more batch, and nothing is rewritten
     // before the first client is served.
@@ -489,19 +500,16 @@ void state_store::write_snapshot() {
   for (const std::uint32_t id : books_->sync.page_ids()) put({record_type::page, id});
   for (const auto& [id, row] : books_->rows.objects()) put({record_type::object, id});
 
-  // Past every journal, the one of a fold under way included: that fold is dropped when it
-  // comes back (finish_fold).
-  const std::uint64_t generation = journal_generation_ + 1;
+  // A generation no state file had: past the journal of a fold under way (which is dropped when
+  // it comes back, finish_fold), and past a name this call stored before it failed.
+  const std::uint64_t generation = ++newest_generation_;
   snapshot_file snapshot = seal_snapshot(generation, std::move(records).take());
   journal_file journal = journal_file::create(generation, journal_room(snapshot.size));
   store_fd(journal_name(generation), journal.fd());
   store_fd(snapshot_name(generation), snapshot.fd.get());
   wait_for_store();
   // Only now may the older generations go: until the new one is stored, they are the state.
-  remove_fd(snapshot_name(generation_));
-  for (std::uint64_t older = generation_; older < generation; ++older) {
-    remove_fd(journal_name(older));
-  }
+  remove_state_files_before(generation);
   generation_ = journal_generation_ = generation;
   snapshot_ = std::move(snapshot.fd);
   snapshot_size_ = snapshot.size;
@@ -510,8 +518,10 @@ void state_store::write_snapshot() {
 }
 
 bool state_store::fold_due() const noexcept {
+  // Half the room at most: a journal made beside a smaller snapshot keeps room for the batches
+  // that come while its own fold is made.
   return folds_ != nullptr && !snapshot_due_ && journal_generation_ == generation_ &&
-         journal_.size() > fold_at(snapshot_size_);
+         journal_.size() > std::min(fold_at(snapshot_size_), journal_.room() / 2);
 }
 
 void state_store::start_fold() {
@@ -523,6 +533,7 @@ void state_store::start_fold() {
   job->generation = generation_;
   const std::uint64_t next = generation_ + 1;
   journal_file journal = journal_file::create(next, journal_room(snapshot_size_));
+  newest_generation_ = next;
   store_fd(journal_name(next), journal.fd());
   job->journal = std::exchange(journal_, std::move(journal));
   journal_generation_ = next;
@@ -541,8 +552,7 @@ void state_store::finish_fold(fold_job& job, std::exception_ptr failure) noexcep
     if (failure) std::rethrow_exception(failure);
     store_fd(snapshot_name(folded), job.folded.fd.get());
     wait_for_store();
-    remove_fd(snapshot_name(job.generation));
-    remove_fd(journal_name(job.generation));
+    remove_state_files_before(folded);
     generation_ = folded;
     snapshot_ = std::move(job.folded.fd);
     snapshot_size_ = job.folded.size;
@@ -554,6 +564,33 @@ void state_store::finish_fold(fold_job& job, std::exception_ptr failure) noexcep
         "whole snapshot",
         job.generation, folded, error.what());
   }
+}
+
+void state_store::stop_folding() noexcept {
+  folds_ = nullptr;
+  if (books_ == nullptr || journal_generation_ == generation_) return;
+  try {
+    write_snapshot();
+  } catch (const std::exception& error) {
+    spdlog::error(
+        "writing the state down whole at the stop failed ({}): the next gpumemd reads "
+        "the snapshot and both journals",
+        error.what());
+  }
+}
+
+void state_store::remove_state_files_before(std::uint64_t generation) {
+  std::vector<std::string> older;
+  for (const std::string_view prefix : {kSnapshotPrefix, kJournalPrefix}) {
+    // The names of one prefix are neighbours in the ordered set.
+    for (auto each = stored_.lower_bound(std::string(prefix));
+         each != stored_.end() && each->starts_with(prefix); ++each) {
+      if (const auto found = generation_in(*each, prefix); found && *found < generation) {
+        older.push_back(*each);
+      }
+    }
+  }
+  for (const std::string& name : older) remove_fd(name);
 }
 
 void state_store::store_fd(const std::string& name, int fd) {

@@ -13,8 +13,8 @@
 /// both: the loop never holds a request up for a pass over the books. A whole snapshot is
 /// written from the books on the loop only where the journal cannot go on: a write failed, or a
 /// batch finds no room. A descriptor is stored before the first record that refers to it and
-/// removed after the last one that did, so the stored fds cover every snapshot a crash can
-/// leave.
+/// removed after the last one that did, so the stored fds cover every state a crash can leave:
+/// a snapshot with the journals stored beside it replayed over it.
 ///
 /// When systemd hands the stored fds back (LISTEN_FDS), the store reads the newest readable
 /// snapshot and its journal, and the next generation's journal where a fold was under way, and
@@ -75,6 +75,9 @@ class state_store final : public state_keeper {
   /// own, so that a fold waits for no other work, nor other work for a fold). Without it, a
   /// journal out of room is replaced by a whole snapshot written on the loop.
   void fold_on(background& folds) noexcept { folds_ = &folds; }
+  /// @brief At a stop: no more folds, and one under way is replaced by a whole snapshot, so that
+  /// the store holds one snapshot and its journal, as a daemon of an earlier version reads them.
+  void stop_folding() noexcept;
 
   void keep_process(client_id client, int pidfd) override;
   void write_changes() noexcept override;
@@ -108,6 +111,8 @@ class state_store final : public state_keeper {
   void start_fold();
   /// On the loop, once @p job is made: its snapshot replaces the generation it was made from.
   void finish_fold(fold_job& job, std::exception_ptr failure) noexcept;
+  /// Removes the stored snapshots and journals of generations before @p generation.
+  void remove_state_files_before(std::uint64_t generation);
   void store_fd(const std::string& name, int fd);
   void remove_fd(const std::string& name);
   /// Waits until systemd has taken every fd sent so far (BARRIER=1).
@@ -123,6 +128,8 @@ class state_store final : public state_keeper {
   /// generation_ is under way.
   std::uint64_t journal_generation_ = 0;
   journal_file journal_;
+  /// The newest generation a state file was passed or stored with: a new one is past it.
+  std::uint64_t newest_generation_ = 0;
   /// The last batch written: its room is reused by the next, which then allocates nothing.
   std::vector<std::byte> batch_buffer_;
   /// The changes write_changes() takes from the ledger, whose lists' room goes back to it.
