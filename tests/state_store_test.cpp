@@ -131,6 +131,16 @@ daemon_config config() {
   return made;
 }
 
+/// Each object's size and holders, by id: what a read back must give again.
+using object_summary =
+    std::map<object_id, std::pair<std::uint64_t, std::map<client_id, std::uint32_t>>>;
+
+object_summary summary_of(const books& state) {
+  object_summary summary;
+  for (const auto& [id, row] : state.rows.objects()) summary[id] = {row.bytes, row.holders};
+  return summary;
+}
+
 class StateStore : public ::testing::Test {
  protected:
   StateStore() {
@@ -156,13 +166,13 @@ class StateStore : public ::testing::Test {
     for (std::size_t made = 0; made < 100000 && folds.waiting() == 0; ++made) allocate(1);
     ASSERT_EQ(folds.waiting(), 1u);
   }
-  /// How many objects a daemon started with @p passed (what the store holds now) re-adopts.
-  static std::size_t objects_read_back(std::vector<systemd::passed_fd> passed) {
+  /// The objects a daemon started with @p passed (what the store holds now) re-adopts.
+  static object_summary objects_read_back(std::vector<systemd::passed_fd> passed) {
     state_store reader(std::move(passed));
     const books adopted(config(), host_pools, {}, {}, [&](books& into) { reader.adopt(into); });
-    return adopted.rows.objects().size();
+    return summary_of(adopted);
   }
-  std::size_t objects_read_back() const { return objects_read_back(store.passed()); }
+  object_summary objects_read_back() const { return objects_read_back(store.passed()); }
 
   fd_store store;  ///< first: $NOTIFY_SOCKET is set before the state store looks for it
   held_jobs folds;
@@ -178,11 +188,11 @@ TEST_F(StateStore, AFoldsSnapshotReplacesTheGenerationItWasMadeFrom) {
   // The batches go on in the next journal, stored beside the generation being folded.
   allocate(10);
   EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.1", "journal.2", "state.1"}));
-  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+  EXPECT_EQ(objects_read_back(), summary_of(state));
   folds.run_next();
   EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.2", "state.2"}));
   allocate(10);
-  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+  EXPECT_EQ(objects_read_back(), summary_of(state));
 }
 
 // A batch without room in the journal (here: many allocations in one turn) is written as a whole
@@ -195,17 +205,17 @@ TEST_F(StateStore, AFoldThatAWholeSnapshotOvertookReplacesNothing) {
   folds.run_next();
   EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
   allocate(10);
-  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+  EXPECT_EQ(objects_read_back(), summary_of(state));
 }
 
 TEST_F(StateStore, AFoldThatFailedIsReplacedByAWholeSnapshotAtTheNextChange) {
   allocate_until_a_fold_starts();
   folds.fail_next();
   EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.1", "journal.2", "state.1"}));
-  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+  EXPECT_EQ(objects_read_back(), summary_of(state));
   allocate(1);
   EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
-  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+  EXPECT_EQ(objects_read_back(), summary_of(state));
 }
 
 // At a stop (SIGTERM) the store is left with one snapshot and its journal, as a daemon of an
@@ -218,7 +228,7 @@ TEST_F(StateStore, AStopReplacesAFoldUnderWayWithAWholeSnapshot) {
   EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
   allocate(2000);
   EXPECT_EQ(folds.waiting(), 0u);
-  EXPECT_EQ(objects_read_back(), state.rows.objects().size());
+  EXPECT_EQ(objects_read_back(), summary_of(state));
 }
 
 /// A state file no daemon can read.
@@ -238,7 +248,7 @@ TEST_F(StateStore, ASnapshotWrittenAtTheStartIsPastEveryGenerationPassed) {
   books adopted(config(), host_pools, {}, {}, [&](books& into) { restarted.adopt(into); });
   restarted.start(adopted, true);
   EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.10", "state.10"}));
-  EXPECT_EQ(adopted.rows.objects().size(), state.rows.objects().size());
+  EXPECT_EQ(summary_of(adopted), summary_of(state));
 }
 
 // A journal of the next generation belongs to the snapshot before it only where no snapshot of
@@ -246,7 +256,7 @@ TEST_F(StateStore, ASnapshotWrittenAtTheStartIsPastEveryGenerationPassed) {
 // journal alone, never with a journal that follows another history.
 TEST_F(StateStore, AnOlderSnapshotIsNotReadWithTheJournalOfANewerOne) {
   allocate(10);
-  const std::size_t before = state.rows.objects().size();
+  const object_summary before = summary_of(state);
   std::vector<systemd::passed_fd> first = store.passed();
   allocate(20000, false);  // a batch without room: a whole snapshot, generation 2
   state.write_changes();

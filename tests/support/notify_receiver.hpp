@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpumem/shared/unique_fd.hpp"
+#include "notification.hpp"
 
 namespace gpumem::testing {
 
@@ -39,43 +40,13 @@ class notify_receiver {
   notify_receiver(const notify_receiver&) = delete;
   notify_receiver& operator=(const notify_receiver&) = delete;
 
-  struct message {
-    std::string text;  ///< empty when nothing came
-    std::vector<unique_fd> fds;
-    pid_t sender = 0;
-  };
+  using message = notification;
 
-  /// @brief The next message, waiting for it at most @p within.
+  /// @brief The next message, waiting for it at most @p within; an empty one when none came.
   message receive(std::chrono::milliseconds within = std::chrono::seconds(5)) {
-    message got;
-    std::vector<char> buffer(4096);
-    std::vector<cmsghdr> control(1024);
-    iovec data{buffer.data(), buffer.size()};
-    msghdr header{};
-    header.msg_iov = &data;
-    header.msg_iovlen = 1;
-    header.msg_control = control.data();
-    header.msg_controllen = control.size() * sizeof(cmsghdr);
     pollfd ready{socket_.get(), POLLIN, 0};
-    if (::poll(&ready, 1, static_cast<int>(within.count())) != 1) return got;
-    const ssize_t size = ::recvmsg(socket_.get(), &header, MSG_CMSG_CLOEXEC);
-    if (size < 0) return got;
-    got.text.assign(buffer.data(), static_cast<std::size_t>(size));
-    for (cmsghdr* each = CMSG_FIRSTHDR(&header); each != nullptr;
-         each = CMSG_NXTHDR(&header, each)) {
-      if (each->cmsg_type == SCM_RIGHTS) {
-        for (std::size_t i = 0; i < (each->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-          int fd = -1;
-          std::memcpy(&fd, CMSG_DATA(each) + i * sizeof(int), sizeof fd);
-          got.fds.emplace_back(fd);
-        }
-      } else if (each->cmsg_type == SCM_CREDENTIALS) {
-        ucred credentials{};
-        std::memcpy(&credentials, CMSG_DATA(each), sizeof credentials);
-        got.sender = credentials.pid;
-      }
-    }
-    return got;
+    if (::poll(&ready, 1, static_cast<int>(within.count())) != 1) return {};
+    return read_notification(socket_.get()).value_or(message{});
   }
 
  private:

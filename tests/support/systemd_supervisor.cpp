@@ -20,16 +20,13 @@
 #include <stdexcept>
 
 #include "daemon_process.hpp"
+#include "notification.hpp"
 
 extern char** environ;
 
 namespace gpumem::testing {
 
 namespace {
-/// systemd reads notifications into a buffer of this size (NOTIFY_BUFFER_MAX); longer ones are
-/// truncated and dropped.
-constexpr std::size_t kNotifyBufferSize = 4096;
-constexpr std::size_t kMaxFdsPerMessage = 253;
 /// Sent by the supervisor itself, from the test's pid, to learn when the queue before it is
 /// handled; no daemon can send it (NotifyAccess=main).
 constexpr std::string_view kFlushMarker = "X_TEST_SUPERVISOR_FLUSH=";
@@ -360,10 +357,6 @@ void systemd_supervisor::flush() {
 }
 
 void systemd_supervisor::receive_loop() {
-  std::vector<char> buffer(kNotifyBufferSize);
-  std::vector<cmsghdr> control(
-      (CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage) + sizeof(cmsghdr)) /
-      sizeof(cmsghdr));
   for (;;) {
     pollfd ready[2] = {{notify_socket_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
     const int polled = ::poll(ready, 2, watchdog_wait_ms());
@@ -373,35 +366,9 @@ void systemd_supervisor::receive_loop() {
       continue;
     }
     if (ready[1].revents != 0) return;
-    iovec data{buffer.data(), buffer.size()};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control.data();
-    message.msg_controllen = control.size() * sizeof(cmsghdr);
-    const ssize_t got = ::recvmsg(notify_socket_.get(), &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (got < 0) continue;
-    std::vector<unique_fd> fds;
-    pid_t sender = 0;
-    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
-         header = CMSG_NXTHDR(&message, header)) {
-      if (header->cmsg_level != SOL_SOCKET) continue;
-      if (header->cmsg_type == SCM_RIGHTS) {
-        const std::size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (std::size_t i = 0; i < count; ++i) {
-          int fd = -1;
-          std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof fd);
-          fds.emplace_back(fd);
-        }
-      } else if (header->cmsg_type == SCM_CREDENTIALS) {
-        ucred credentials{};
-        std::memcpy(&credentials, CMSG_DATA(header), sizeof credentials);
-        sender = credentials.pid;
-      }
+    if (std::optional<notification> got = read_notification(notify_socket_.get())) {
+      handle(got->sender, got->text, std::move(got->fds));
     }
-    // systemd drops a message that did not fit, with what came with it.
-    if ((message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) continue;
-    handle(sender, std::string_view(buffer.data(), static_cast<std::size_t>(got)), std::move(fds));
   }
 }
 
