@@ -54,8 +54,8 @@ snapshot_file seal_snapshot(std::uint64_t generation, std::span<const std::byte>
 snapshot_file fold_snapshot(int snapshot_fd, std::uint64_t generation,
                             std::span<const std::byte> journal) {
   const os::mapping snapshot = map_state_file(snapshot_fd);
-  // Every record the two files hold, then sorted: a list and one sort, where a map of the
-  // records made a node for each of them.
+  // Every record the two files hold, in one list sorted once: no node per record, as a map of
+  // them would make.
   std::vector<replayed_record> records;
   const auto collect = [&records](record_key key, std::optional<std::span<const std::byte>> body) {
     records.push_back({key, body.value_or(std::span<const std::byte>{}), body.has_value()});
