@@ -127,8 +127,10 @@ TEST(HostLock, AWaiterThatSleptAndWasSoonServedSpinsLongerNextTime) {
   host_lock waiter(*cell, 2);
   EXPECT_EQ(waiter.spin_before_sleep(), 20us);
   // On a loaded machine (sanitizers, CI) a wake-up can outlast the most, which teaches the
-  // opposite: a few tries, each released as soon as the waiter is seen asleep.
-  for (int attempt = 0; attempt < 50 && waiter.spin_before_sleep() <= 20us; ++attempt) {
+  // opposite: tries for up to 10 s, each released as soon as the waiter is seen asleep (under
+  // TSan with both cores of CI's machine busy, 50 tries once all woke too late).
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < give_up && waiter.spin_before_sleep() <= 20us) {
     const auto held = holder.acquire();
     ASSERT_EQ(held.status, acquire_status::acquired);
     std::atomic<pid_t> waiting_thread{0};
