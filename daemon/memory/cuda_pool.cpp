@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -168,12 +169,25 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
     throw;
   }
   ++(from_spare ? served_ : made_on_request_);
-  // Whatever this size's next request needs is made while this one's reply travels.
-  spares_.want(size);
+  note_size_to_want(size, from_spare);
   return placement{block->pointer, size};
 }
 
+void cuda_pool::note_size_to_want(std::uint64_t size, bool from_spare) noexcept {
+  // Whatever this size's next request needs is made while this one's reply travels, and asked
+  // for only once the reply is out: want() takes the lock and reads the lists that the spares'
+  // worker wrote last, from another core. A size served from a spare is asked for first, so
+  // that a size new in this turn cannot take its place among the sizes kept.
+  if (size > cuda_spares::kMaxBlockSize || sizes_to_want_.size() == cuda_spares::kMaxSizes ||
+      std::find(sizes_to_want_.begin(), sizes_to_want_.end(), size) != sizes_to_want_.end()) {
+    return;
+  }
+  sizes_to_want_.insert(from_spare ? sizes_to_want_.begin() : sizes_to_want_.end(), size);
+}
+
 void cuda_pool::start_deferred_work() noexcept {
+  for (const std::uint64_t size : sizes_to_want_) spares_.want(size);
+  sizes_to_want_.clear();
   spares_.start_wanted();
 }
 

@@ -13,6 +13,7 @@
 
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/cuda/handles.hpp"
@@ -57,6 +58,8 @@ class cuda_pool final : public pool {
   /// Logs a driver call about a released block that failed: a free the driver refused leaves
   /// the block the pool's until it goes, a mark that failed leaves it freed on the release stream.
   void log_failed(failed_call failed) const noexcept;
+  /// Notes @p size for start_deferred_work() to ask the spares for.
+  void note_size_to_want(std::uint64_t size, bool from_spare) noexcept;
   /// Allocates on the allocation stream, exports, and records the ready event. Thread-safe.
   std::optional<exported_block> allocate_exported(std::uint64_t size) const;
 
@@ -74,6 +77,14 @@ class cuda_pool final : public pool {
   /// Export data of each live allocation, made once (cuMemPoolExportPointer costs ~20 us) and
   /// handed to the owner and to every opener.
   std::unordered_map<CUdeviceptr, CUmemPoolPtrExportData> exports_;
+  /// Sizes allocated since the last start_deferred_work(), the spares to ask for then. Room for
+  /// as many as the spares keep is made here, so that noting one never allocates (a size past
+  /// them within one turn of the loop gets no spare).
+  std::vector<std::uint64_t> sizes_to_want_ = [] {
+    std::vector<std::uint64_t> room;
+    room.reserve(cuda_spares::kMaxSizes);
+    return room;
+  }();
   /// Allocations served from a spare block, and made on the request path (the loop's).
   std::uint64_t served_ = 0;
   std::uint64_t made_on_request_ = 0;

@@ -45,7 +45,7 @@ void cuda_spares::uncount(std::uint64_t size) noexcept {
 }
 
 std::size_t cuda_spares::sizes_kept() const noexcept {
-  // Counted in place: want() runs on the request path, and wanted_ holds at most
+  // Counted in place: want() runs on the loop after each reply, and wanted_ holds at most
   // kMaxSizes * kBlocksPerSize sizes.
   std::size_t sizes = ready_.size();
   for (auto each = wanted_.begin(); each != wanted_.end(); ++each) {

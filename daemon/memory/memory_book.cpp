@@ -24,7 +24,11 @@ std::string device_text(std::int32_t device) {
 
 memory_book::memory_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
                          const daemon_config& config, pool_maker make_pool)
-    : rows_(rows), access_(access), quotas_(quotas), make_pool_(std::move(make_pool)) {
+    : daemon_uid_(::geteuid()),
+      rows_(rows),
+      access_(access),
+      quotas_(quotas),
+      make_pool_(std::move(make_pool)) {
   // Room for pools a previous daemon had that the configuration no longer names (adopt_pool):
   // instances point into families_, so it must never move.
   families_.reserve(config.pools.size() + kUnconfiguredPools);
@@ -39,7 +43,7 @@ void memory_book::open_pools() {
 }
 
 void memory_book::open_family(pool_family& family) {
-  const access_class daemons = access_class::for_memory(::geteuid(), ::getegid(), 0600);
+  const access_class daemons = access_class::for_memory(daemon_uid_, ::getegid(), 0600);
   try {
     instance(family, daemons, 0);
   } catch (const std::exception& error) {
@@ -201,7 +205,8 @@ proto::allocation_reply memory_book::allocate(client_id client,
   const mode_t mode = access_.mode_for(request.flags);
   pool& home = instance(family, access_class::for_memory(who.uid, who.gid, mode), request.size);
   make_room(family, home, request.size);
-  // Counted before the pool allocates: the spare blocks it asks for then fit beside this one.
+  // Counted before the pool allocates: the spare blocks it asks for once the reply is out fit
+  // beside this one.
   family.room->allocated(request.size);
   std::optional<placement> where;
   try {
@@ -326,7 +331,7 @@ std::pair<const pool*, int> memory_book::pool_for(client_id client, std::uint32_
 }
 
 bool memory_book::shares_events(client_id client) const {
-  return rows_.client(client).who.uid == ::geteuid();
+  return rows_.client(client).who.uid == daemon_uid_;
 }
 
 proto::allocation_reply memory_book::grant(client_id client, object_id id, const object_row& row,

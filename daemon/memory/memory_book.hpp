@@ -17,6 +17,8 @@
 /// May include: proto/ and shared/ headers, daemon/config/, daemon/ledger/, daemon/policy/,
 /// daemon/request_error.hpp. Not: daemon/net/, daemon/sync/, daemon/handlers/.
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -174,6 +176,9 @@ class memory_book {
   proto::allocation_reply grant(client_id client, object_id id, const object_row& row,
                                 proto::access_mode access) const;
 
+  /// Read once, since the daemon never changes it: every grant of CUDA memory compares a
+  /// client's uid with it, and geteuid() is a system call.
+  const uid_t daemon_uid_;
   ledger& rows_;
   const access_policy& access_;
   const quota_policy& quotas_;

@@ -38,8 +38,10 @@ std::error_code check_wire_name(const wire_name& name, bool allow_empty) noexcep
   if (length == kNameCapacity) return errc::invalid_name;  // unterminated
   if (length == 0 && !allow_empty) return errc::invalid_name;
   if (!std::all_of(name.bytes, name.bytes + length, is_name_char)) return errc::invalid_name;
-  if (!std::all_of(name.bytes + length, name.bytes + kNameCapacity,
-                   [](char c) { return c == '\0'; })) {
+  // One memcmp, not a test per byte: an allocate request carries two names, mostly empty, so
+  // the tail is most of their 128 bytes.
+  static constexpr char kZeros[kNameCapacity] = {};
+  if (std::memcmp(name.bytes + length, kZeros, kNameCapacity - length) != 0) {
     return errc::invalid_name;
   }
   return {};

@@ -412,9 +412,10 @@ TEST(GpuSpares, EveryInstancesSpareBlocksAreMadeOnlyInThePoolsSizeAndServeTheirO
   auto second = allocate(4 * kMiB, 0640);  // the other instance: no room left for its spares
   EXPECT_EQ(metric(spare_bytes), static_cast<double>(8 * kMiB));
   ASSERT_TRUE(device_bytes_become(16 * kMiB)) << small().driver_used_current;
-  // The second instance wanted no spare: a wish counts in the spare bytes from the request
-  // that makes it (8 MiB above). Once the first instance's blocks are filed (just after the
-  // driver counts them), none is being made either, so what the driver holds is final.
+  // The second instance wanted no spare: a wish counts in the spare bytes once the request that
+  // makes it is answered, before the daemon reads the next (8 MiB above). Once the first instance's
+  // blocks are filed (just after the driver counts them), none is being made either, so what the
+  // driver holds is final.
   ASSERT_TRUE(eventually([&] { return metric(spare_ready) == static_cast<double>(8 * kMiB); }))
       << metric(spare_ready);
   EXPECT_EQ(metric(spare_bytes), metric(spare_ready)) << "nothing being made";
