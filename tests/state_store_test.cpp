@@ -173,6 +173,12 @@ class StateStore : public ::testing::Test {
     return summary_of(adopted);
   }
   object_summary objects_read_back() const { return objects_read_back(store.passed()); }
+  /// Expects the store to hold the state files @p names, and a daemon started with them to
+  /// read back the objects the books hold now.
+  void expect_stored(const std::vector<std::string>& names) const {
+    EXPECT_EQ(store.state_files(), names);
+    EXPECT_EQ(objects_read_back(), summary_of(state));
+  }
 
   fd_store store;  ///< first: $NOTIFY_SOCKET is set before the state store looks for it
   held_jobs folds;
@@ -183,14 +189,13 @@ class StateStore : public ::testing::Test {
 
 TEST_F(StateStore, AFoldsSnapshotReplacesTheGenerationItWasMadeFrom) {
   ASSERT_TRUE(keeper.active());
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.1", "state.1"}));
+  expect_stored({"journal.1", "state.1"});
   allocate_until_a_fold_starts();
   // The batches go on in the next journal, stored beside the generation being folded.
   allocate(10);
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.1", "journal.2", "state.1"}));
-  EXPECT_EQ(objects_read_back(), summary_of(state));
+  expect_stored({"journal.1", "journal.2", "state.1"});
   folds.run_next();
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.2", "state.2"}));
+  expect_stored({"journal.2", "state.2"});
   allocate(10);
   EXPECT_EQ(objects_read_back(), summary_of(state));
 }
@@ -201,9 +206,9 @@ TEST_F(StateStore, AFoldThatAWholeSnapshotOvertookReplacesNothing) {
   allocate_until_a_fold_starts();
   allocate(20000, false);
   state.write_changes();
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  expect_stored({"journal.3", "state.3"});
   folds.run_next();
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  expect_stored({"journal.3", "state.3"});
   allocate(10);
   EXPECT_EQ(objects_read_back(), summary_of(state));
 }
@@ -211,11 +216,9 @@ TEST_F(StateStore, AFoldThatAWholeSnapshotOvertookReplacesNothing) {
 TEST_F(StateStore, AFoldThatFailedIsReplacedByAWholeSnapshotAtTheNextChange) {
   allocate_until_a_fold_starts();
   folds.fail_next();
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.1", "journal.2", "state.1"}));
-  EXPECT_EQ(objects_read_back(), summary_of(state));
+  expect_stored({"journal.1", "journal.2", "state.1"});
   allocate(1);
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
-  EXPECT_EQ(objects_read_back(), summary_of(state));
+  expect_stored({"journal.3", "state.3"});
 }
 
 // At a stop (SIGTERM) the store is left with one snapshot and its journal, as a daemon of an
@@ -223,9 +226,9 @@ TEST_F(StateStore, AFoldThatFailedIsReplacedByAWholeSnapshotAtTheNextChange) {
 TEST_F(StateStore, AStopReplacesAFoldUnderWayWithAWholeSnapshot) {
   allocate_until_a_fold_starts();
   keeper.stop_folding();
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  expect_stored({"journal.3", "state.3"});
   folds.run_next();
-  EXPECT_EQ(store.state_files(), (std::vector<std::string>{"journal.3", "state.3"}));
+  expect_stored({"journal.3", "state.3"});
   allocate(2000);
   EXPECT_EQ(folds.waiting(), 0u);
   EXPECT_EQ(objects_read_back(), summary_of(state));
