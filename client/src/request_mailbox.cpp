@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -36,6 +37,7 @@ void request_mailbox::post(std::span<const std::byte> request) {
   std::memcpy(box.request, request.data(), request.size());
   mailbox_word(box.request_size)
       .store(static_cast<std::uint32_t>(request.size()), std::memory_order_relaxed);
+  answering_since_.reset();
   mailbox_word(box.request_seq).store(++posted_seq_, std::memory_order_release);
   ring();
 }
@@ -71,10 +73,30 @@ std::optional<std::size_t> request_mailbox::take_answer(std::span<std::byte> int
   return size;
 }
 
-void request_mailbox::sleep(std::chrono::nanoseconds longest) const noexcept {
-  const std::uint32_t seen = mailbox_word(layout().reply_seq).load(std::memory_order_acquire);
+bool request_mailbox::answering() const noexcept {
+  return mailbox_word(layout().reply_seq).load(std::memory_order_relaxed) ==
+         proto::answering_mark(posted_seq_);
+}
+
+void request_mailbox::sleep(std::chrono::nanoseconds longest) noexcept {
+  auto word = mailbox_word(layout().reply_seq);
+  const std::uint32_t seen = word.load(std::memory_order_acquire);
   if (seen == posted_seq_) return;
+  if (seen == proto::answering_mark(posted_seq_)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!answering_since_) answering_since_ = now;
+    const auto until = std::min(*answering_since_ + kSpinWhileAnswering, now + longest);
+    for (unsigned turns = 0; std::chrono::steady_clock::now() < until; ++turns) {
+      if (word.load(std::memory_order_relaxed) != seen) return;
+      sync::spin_turn(turns);
+    }
+  }
   sync::futex_wait(&layout().reply_seq, seen, longest);
+}
+
+std::uint32_t request_mailbox::unanswered_value() const noexcept {
+  const std::uint32_t seen = mailbox_word(layout().reply_seq).load(std::memory_order_relaxed);
+  return seen == posted_seq_ ? posted_seq_ - 1 : seen;
 }
 
 }  // namespace gpumem::detail

@@ -176,6 +176,7 @@ void client_poller::serve() {
     count = ::epoll_wait(set_.native_handle(), events_.data(), static_cast<int>(events_.size()), 0);
   } while (count < 0 && errno == EINTR);
   serving_again_.swap(again_);
+  one_alone_ = count == 1 && serving_again_.empty();
   // A session with new events is served with them below: serving it here as well would give it
   // two shares of this wake-up. Only a client that used up its share is here, so this is rare.
   if (!serving_again_.empty()) mark_ready(count, true);
@@ -188,6 +189,7 @@ void client_poller::serve() {
   if (!serving_again_.empty()) mark_ready(count, false);
   serving_again_.clear();
   serve_ready(count);
+  one_alone_ = false;
   flush_queued();
   in_wakeup_ = false;
   if (again_.empty() && count < static_cast<int>(events_.size())) {

@@ -55,6 +55,11 @@ class client_poller {
   /// @brief Serves the session again at the next wake-up, with no new event: it stopped at its
   /// share of this one with input left.
   void serve_again(std::uint64_t key);
+  /// @brief Whether the session being served is the only one of this wake-up, so that its
+  /// reply is the next thing the loop does: worth waking its client before handling it
+  /// (session::on_mailbox_ring). With more, the replies wait for all of them, and every early
+  /// wake-up would cost the loop one futex wake more.
+  bool serving_one_alone() const noexcept { return one_alone_; }
   /// @brief Has the session's replies written at the end of this wake-up.
   /// @return false outside a wake-up: the caller writes now.
   bool flush_later(std::uint64_t key);
@@ -86,6 +91,7 @@ class client_poller {
   std::vector<std::uint64_t> serving_again_;
   std::vector<std::uint64_t> flushes_;
   bool in_wakeup_ = false;
+  bool one_alone_ = false;  ///< serving_one_alone()
 #ifdef GPUMEM_WITH_IO_URING
   std::unique_ptr<io_batch> batch_ = io_batch::make();  ///< null: the kernel refuses io_uring
   std::vector<std::uint32_t> batched_events_;           ///< the events each queued read answers

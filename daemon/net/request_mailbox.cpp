@@ -41,6 +41,12 @@ request_mailbox::taken request_mailbox::take(std::vector<std::byte>& into) {
   return taken::request;
 }
 
+void request_mailbox::mark_answering() noexcept {
+  proto::mailbox_layout& box = layout();
+  mailbox_word(box.reply_seq).store(proto::answering_mark(taken_seq_), std::memory_order_release);
+  sync::futex_wake(&box.reply_seq);
+}
+
 void request_mailbox::answer(std::span<const std::byte> reply) noexcept {
   proto::mailbox_layout& box = layout();
   std::memcpy(box.reply, reply.data(), reply.size());

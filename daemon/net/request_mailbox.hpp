@@ -39,6 +39,9 @@ class request_mailbox {
   /// @return none when there is no new one; oversized when its size exceeds kMaxFrameSize (it
   /// counts as taken, and @p into is empty).
   taken take(std::vector<std::byte>& into);
+  /// @brief Tells the client that the request taken last is being handled, and wakes it: its
+  /// wake-up then overlaps the handling (proto/mailbox.hpp, answering_mark()).
+  void mark_answering() noexcept;
   /// @brief Puts @p reply in the reply slot as the answer to the request taken last, and wakes
   /// the client. @pre reply.size() <= proto::kMaxFrameSize
   void answer(std::span<const std::byte> reply) noexcept;

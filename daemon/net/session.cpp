@@ -428,6 +428,7 @@ void session::on_mailbox_ring() {
                        std::to_string(kMaxFrameSize) + " bytes)");
       break;
     case request_mailbox::taken::request:
+      if (poller_.serving_one_alone()) mailbox_->mark_answering();
       handle_mailbox_request();
       if (mailbox_in_.capacity() > kKeptOutputCapacity) {
         std::vector<std::byte>().swap(mailbox_in_);

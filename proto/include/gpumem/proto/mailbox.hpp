@@ -15,9 +15,15 @@
 /// One call at a time, as on the socket:
 ///   client: writes the request frame to `request` and its size to `request_size`, bumps
 ///           `request_seq` (release), writes 1 to the doorbell, sleeps on `reply_seq`;
-///   daemon: on the ring, copies the frame out (what it parses is the copy, never the slot),
-///           answers into `reply` and `reply_size`, sets `reply_seq` to the request_seq it
-///           answered (release), wakes futex sleepers on it.
+///   daemon: on the ring, copies the frame out (what it parses is the copy, never the slot);
+///           when it is the only request of the loop's wake-up, sets `reply_seq` to
+///           answering_mark(request_seq) and wakes futex sleepers on it; answers into `reply`
+///           and `reply_size`, sets `reply_seq` to the request_seq it answered (release), wakes
+///           futex sleepers on it.
+/// The mark lets the client's wake-up, several microseconds on a GPU host, overlap the daemon's
+/// handling of the request: a client woken by it spins for the answer a while (its library,
+/// kSpinWhileAnswering) before it sleeps again. A client that knows no mark only sees a
+/// `reply_seq` that is not yet its answer, and sleeps on it until the answer changes it.
 /// The mailbox lives and dies with its connection: a client learns that the daemon went away
 /// from the socket, which it watches while it waits.
 
@@ -47,6 +53,12 @@ inline constexpr std::size_t kMailboxBytes = (sizeof(mailbox_layout) + 4095) / 4
 constexpr bool mailbox_may_carry(const message_info& type) noexcept {
   return type.reply_fds == 0 && type.type != message_type::hello &&
          type.type != message_type::subscribe_events;
+}
+
+/// @brief The value of `reply_seq` while the daemon handles the request numbered
+/// @p request_seq: never that number, so never taken for the answer.
+constexpr std::uint32_t answering_mark(std::uint32_t request_seq) noexcept {
+  return ~request_seq;
 }
 
 /// The words of the layout as atomics: the other process writes them while this one reads.
