@@ -511,6 +511,9 @@ measurement run_mailboxes(const run_plan& plan) {
     std::unique_ptr<request_mailbox> box;
     clock_type::time_point sent;
     bool in_flight = true;
+    /// Until when the box is polled, as a library call spins (request_mailbox::sleep), once the
+    /// server has marked its request as being handled; unset until then.
+    std::optional<clock_type::time_point> poll_until;
   };
   if (plan.connections > FUTEX_WAITV_MAX) {
     fail("futex_waitv takes at most " + std::to_string(FUTEX_WAITV_MAX) + " mailboxes");
@@ -527,32 +530,27 @@ measurement run_mailboxes(const run_plan& plan) {
     out.clear();
     each.talk->append_request(out);
     each.sent = clock_type::now();
+    each.poll_until.reset();
     each.box->post(out);
   };
   const auto stop = seconds_from_now(plan.seconds);
   for (connection& each : connections) send_next(each);
   std::vector<futex_waitv> waiters(connections.size());
   std::size_t in_flight = connections.size();
-  // A box marked as being handled is polled for a while before the process sleeps, as the
-  // library's calls do (request_mailbox::sleep): until poll_until, from the first mark seen
-  // since an answer was last taken.
-  bool polling = false;
-  clock_type::time_point poll_until;
   while (in_flight > 0) {
     std::size_t waiting = 0;
-    bool answering = false;
-    for (const connection& each : connections) {
+    bool polling = false;
+    const auto checked = clock_type::now();
+    for (connection& each : connections) {
       if (!each.in_flight) continue;
-      answering = answering || each.box->answering();
+      if (!each.poll_until && each.box->answering()) {
+        each.poll_until = checked + request_mailbox::kSpinWhileAnswering;
+      }
+      polling = polling || (each.poll_until && checked < *each.poll_until);
       waiters[waiting++] = {each.box->unanswered_value(),
                             reinterpret_cast<std::uintptr_t>(each.box->answer_word()), FUTEX_32, 0};
     }
-    const auto checked = clock_type::now();
-    if (answering && !polling) {
-      polling = true;
-      poll_until = checked + request_mailbox::kSpinWhileAnswering;
-    }
-    if (polling && checked < poll_until) {
+    if (polling) {
       gpumem::sync::cpu_relax();
     } else {
       timespec give_up{};
@@ -569,7 +567,6 @@ measurement run_mailboxes(const run_plan& plan) {
       if (!each.in_flight) continue;
       const auto size = each.box->take_answer(in);
       if (!size) continue;
-      polling = false;
       if (each.talk->take_reply(std::span(in).first(*size)) != *size) {
         fail("a mailbox answer of a bad size");
       }

@@ -7,21 +7,20 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <random>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "gpumem/lock_fast_path.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
+#include "support/thread_state.hpp"
 
 namespace gpumem::sync {
 namespace {
 
 using namespace std::chrono_literals;
+using gpumem::testing::thread_state;
 
 std::unique_ptr<lock_cell> fresh_lock() {
   return std::make_unique<lock_cell>();
@@ -108,14 +107,6 @@ TEST(HostLock, WaitersAreServedInTheOrderTheyQueued) {
     }
   }
   EXPECT_GT(queued, 0u) << "four threads never queued: the test saw no contention";
-}
-
-/// The state letter of this process's thread @p tid: 'R' running, 'S' asleep, and so on.
-char thread_state(pid_t tid) {
-  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
-  const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto name_end = text.rfind(')');  // the thread's name may hold spaces and parentheses
-  return name_end == std::string::npos || name_end + 2 >= text.size() ? '?' : text[name_end + 2];
 }
 
 TEST(HostLock, AWaiterThatSleptAndWasSoonServedSpinsLongerNextTime) {

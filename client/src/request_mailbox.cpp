@@ -78,20 +78,24 @@ bool request_mailbox::answering() const noexcept {
          proto::answering_mark(posted_seq_);
 }
 
-void request_mailbox::sleep(std::chrono::nanoseconds longest) noexcept {
+bool request_mailbox::sleep(std::chrono::nanoseconds longest) noexcept {
+  using clock = std::chrono::steady_clock;
   auto word = mailbox_word(layout().reply_seq);
   const std::uint32_t seen = word.load(std::memory_order_acquire);
-  if (seen == posted_seq_) return;
+  if (seen == posted_seq_) return false;
+  const auto start = clock::now();
   if (seen == proto::answering_mark(posted_seq_)) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!answering_since_) answering_since_ = now;
-    const auto until = std::min(*answering_since_ + kSpinWhileAnswering, now + longest);
-    for (unsigned turns = 0; std::chrono::steady_clock::now() < until; ++turns) {
-      if (word.load(std::memory_order_relaxed) != seen) return;
+    if (!answering_since_) answering_since_ = start;
+    const auto until = std::min(*answering_since_ + kSpinWhileAnswering, start + longest);
+    for (unsigned turns = 0; clock::now() < until; ++turns) {
+      if (word.load(std::memory_order_relaxed) != seen) return false;
       sync::spin_turn(turns);
     }
   }
-  sync::futex_wait(&layout().reply_seq, seen, longest);
+  const auto left = longest - (clock::now() - start);
+  if (left <= clock::duration::zero()) return false;
+  sync::futex_wait(&layout().reply_seq, seen, left);
+  return true;
 }
 
 std::uint32_t request_mailbox::unanswered_value() const noexcept {

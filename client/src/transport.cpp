@@ -107,7 +107,8 @@ static_assert(kLongestAnswerSpin <= kFirstHangUpCheck);
 /// (answer_spin_bench). Within the most, the budget is learnt per client (sync::spin_budget,
 /// from zero), so calls that keep outlasting it mostly stop spinning; a long most keeps spinning
 /// where answers are slow (50 us: 3.5-4 times the client CPU per call with as many busy clients
-/// as cores), which is why a process spins only when asked.
+/// as cores), which is why a process spins only when asked. (The short spin once the daemon has
+/// marked a call as being handled is another matter: request_mailbox::kSpinWhileAnswering.)
 std::chrono::microseconds answer_spin_from_env() {
   return std::chrono::microseconds(
       number_from_env("GPUMEM_ANSWER_SPIN_US", 0, kLongestAnswerSpin.count(),
@@ -520,8 +521,7 @@ std::optional<proto::frame_view> transport::mailbox_round_trip(std::span<const s
       if ((size = mailbox_->take_answer(in_))) break;
       time_out("answer");
     }
-    slept = true;
-    mailbox_->sleep(std::min(next_check, deadline) - now);
+    slept = mailbox_->sleep(std::min(next_check, deadline) - now) || slept;
   }
   answer_spin_.learn(clock::now() - start, slept);
   proto::frame_view frame;

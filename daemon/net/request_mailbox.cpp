@@ -41,10 +41,13 @@ request_mailbox::taken request_mailbox::take(std::vector<std::byte>& into) {
   return taken::request;
 }
 
+// One sleeper is woken: a connection's calls come one at a time, so its client has one waiter
+// on the word, and a client that parked many there would otherwise make each wake cost the
+// loop as many.
 void request_mailbox::mark_answering() noexcept {
   proto::mailbox_layout& box = layout();
   mailbox_word(box.reply_seq).store(proto::answering_mark(taken_seq_), std::memory_order_release);
-  sync::futex_wake(&box.reply_seq);
+  sync::futex_wake(&box.reply_seq, 1);
 }
 
 void request_mailbox::answer(std::span<const std::byte> reply) noexcept {
@@ -53,7 +56,7 @@ void request_mailbox::answer(std::span<const std::byte> reply) noexcept {
   mailbox_word(box.reply_size)
       .store(static_cast<std::uint32_t>(reply.size()), std::memory_order_relaxed);
   mailbox_word(box.reply_seq).store(taken_seq_, std::memory_order_release);
-  sync::futex_wake(&box.reply_seq);
+  sync::futex_wake(&box.reply_seq, 1);
 }
 
 bool request_mailbox::has_request() const noexcept {
