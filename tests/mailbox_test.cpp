@@ -98,11 +98,45 @@ struct mailbox_connection {
     return post(frame);
   }
 
+  /// Posts a ping numbered @p seq, the mailbox's own count of this connection's requests; its
+  /// answer is not taken.
+  void post_ping(std::uint32_t seq) {
+    std::vector<std::byte> frame;
+    proto::append_frame(frame, static_cast<std::uint16_t>(message_type::ping), seq,
+                        proto::empty_payload{});
+    box->post(frame);
+  }
+
+  /// Watches the reply counter, through a mapping of the test's own, until it holds the answer
+  /// to request @p seq, and takes the answer. @return whether the daemon's mark for @p seq
+  /// showed on the way; false, with a failure, when no answer came within 5 s.
+  bool marked_before_answer(std::uint32_t seq) {
+    if (!watched.get()) {
+      watched = gpumem::os::mapping::share(memory.get(), proto::kMailboxBytes,
+                                           gpumem::os::access::read_only);
+    }
+    auto& layout = *static_cast<proto::mailbox_layout*>(watched.get());
+    const auto answer_word = proto::mailbox_word(layout.reply_seq);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    bool marked = false;
+    for (std::uint32_t seen = 0; (seen = answer_word.load()) != seq;) {
+      marked = marked || seen == proto::answering_mark(seq);
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "no answer to request " << seq;
+        return false;
+      }
+    }
+    std::vector<std::byte> answer(proto::kMaxFrameSize);
+    EXPECT_TRUE(box->take_answer(answer)) << "request " << seq;
+    return marked;
+  }
+
   raw_client socket;
   proto::hello_reply session{};
   gpumem::unique_fd memory;  ///< the client's own copies, for what the class never does
   gpumem::unique_fd doorbell;
   std::optional<request_mailbox> box;
+  gpumem::os::mapping watched;  ///< the test's own view of the mailbox (marked_before_answer)
 };
 
 /// The frame in @p answer, which it points into: keep @p answer while the frame is read.
@@ -173,32 +207,17 @@ TEST(Mailbox, TheDaemonGivesASealedMailboxAndAnswersThroughIt) {
 TEST(Mailbox, ALoneRequestIsMarkedAsBeingHandledBeforeItsAnswer) {
   daemon_process daemon;
   mailbox_connection connection(daemon.socket_path());
-  auto* layout = static_cast<proto::mailbox_layout*>(
-      ::mmap(nullptr, proto::kMailboxBytes, PROT_READ, MAP_SHARED, connection.memory.get(), 0));
-  ASSERT_NE(layout, MAP_FAILED);
-  const auto answer_word = proto::mailbox_word(layout->reply_seq);
   // The mark stands from the request's taking to its answer, a microsecond or so: watched from
   // another CPU, it shows within a few requests. On the daemon's CPU the watcher, which never
   // sleeps, would only let the daemon run while the watcher itself does not.
   const cpu_placement placed({daemon.pid()}, cpu_placement::sides::apart);
   if (placed.report().starts_with("not pinned")) GTEST_SKIP() << placed.report();
-  std::vector<std::byte> frame;
   bool marked = false;
   for (std::uint32_t seq = 1; seq <= 2000 && !marked; ++seq) {
-    frame.clear();
-    proto::append_frame(frame, static_cast<std::uint16_t>(message_type::ping), seq,
-                        proto::empty_payload{});
-    connection.box->post(frame);
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    for (std::uint32_t seen = 0; (seen = answer_word.load()) != seq;) {
-      marked = marked || seen == proto::answering_mark(seq);
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "request " << seq;
-    }
-    std::vector<std::byte> answer(proto::kMaxFrameSize);
-    ASSERT_TRUE(connection.box->take_answer(answer));
+    connection.post_ping(seq);
+    marked = connection.marked_before_answer(seq);
   }
   EXPECT_TRUE(marked) << "no request of 2000 was seen marked as being handled";
-  ::munmap(layout, proto::kMailboxBytes);
 }
 
 /// CPU time this thread has used.
@@ -266,38 +285,18 @@ TEST(Mailbox, RequestsTakenInOneWakeUpAreAnsweredWithoutAMark) {
   // early. Rung while the daemon is stopped, two mailboxes' requests meet in its next wake-up.
   daemon_process daemon;
   std::array<std::optional<mailbox_connection>, 2> connections;
-  std::array<proto::mailbox_layout*, 2> layouts{};
-  for (std::size_t i = 0; i < connections.size(); ++i) {
-    connections[i].emplace(daemon.socket_path());
-    layouts[i] = static_cast<proto::mailbox_layout*>(::mmap(
-        nullptr, proto::kMailboxBytes, PROT_READ, MAP_SHARED, connections[i]->memory.get(), 0));
-    ASSERT_NE(layouts[i], MAP_FAILED);
-  }
+  for (auto& connection : connections) connection.emplace(daemon.socket_path());
   const cpu_placement placed({daemon.pid()}, cpu_placement::sides::apart);
   if (placed.report().starts_with("not pinned")) GTEST_SKIP() << placed.report();
-  std::vector<std::byte> frame;
   for (std::uint32_t seq = 1; seq <= 50; ++seq) {
     ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
     ASSERT_TRUE(eventually([&] { return process_state(daemon.pid()) == 'T'; }));
-    for (auto& connection : connections) {
-      frame.clear();
-      proto::append_frame(frame, static_cast<std::uint16_t>(message_type::ping), seq,
-                          proto::empty_payload{});
-      connection->box->post(frame);
-    }
+    for (auto& connection : connections) connection->post_ping(seq);
     ASSERT_EQ(::kill(daemon.pid(), SIGCONT), 0);
-    for (proto::mailbox_layout* layout : layouts) {
-      const auto answer_word = proto::mailbox_word(layout->reply_seq);
-      const auto deadline = std::chrono::steady_clock::now() + 5s;
-      for (std::uint32_t seen = 0; (seen = answer_word.load()) != seq;) {
-        ASSERT_NE(seen, proto::answering_mark(seq)) << "request " << seq << " was marked";
-        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "request " << seq;
-      }
+    for (auto& connection : connections) {
+      ASSERT_FALSE(connection->marked_before_answer(seq)) << "request " << seq << " was marked";
     }
-    std::vector<std::byte> answer(proto::kMaxFrameSize);
-    for (auto& connection : connections) ASSERT_TRUE(connection->box->take_answer(answer));
   }
-  for (proto::mailbox_layout* layout : layouts) ::munmap(layout, proto::kMailboxBytes);
 }
 
 TEST(Mailbox, WhatCannotComeThroughIsRefusedByNameAndTheConnectionGoesOn) {
