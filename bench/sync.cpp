@@ -46,8 +46,8 @@ struct scratch {
   std::uint32_t ready;
   std::uint32_t turn;
   pthread_barrier_t barrier;
-  pthread_mutex_t mutex;   ///< process-shared and robust, as a lock between processes must be
-  double kernel_rates[3];  ///< channel in kernels: its rate, the copies' alone, their ratio
+  pthread_mutex_t mutex;  ///< process-shared and robust, as a lock between processes must be
+  double paired[3];       ///< a channel timed against the copies alone: see paired_rates
 };
 
 scratch* shared_scratch() {
@@ -143,6 +143,65 @@ void print_ratio(const char* what, double ours, double raw, const char* unit, co
               unit, ours / raw, target);
   std::fflush(stdout);
 }
+
+#ifdef GPUMEM_BENCH_CUDA
+/// A channel's consumer rate timed against the same copies without the channel, in the same
+/// two processes, segment by segment. Measured apart, in two pairs of processes, the copies
+/// alone moved from run to run as much as the ratio: 678-751 GB/s in kernels under MPS, 193-338
+/// GB/s on a stream, where batches of 8 then read 0.57-1.24 of them.
+struct paired_rates {
+  double channel = 0;  ///< the median of the segments' channel rates
+  double alone = 0;    ///< the median of the segments' rates of the copies alone
+  double ratio = 0;    ///< the median of the segments' ratios, the figure
+};
+
+/// The consumer's half of a paired figure. Each segment times @p through_channel and @p alone
+/// one after the other (alone first every other segment, so neither always follows the other)
+/// and tells the producer to start its part of the segment (s.turn = segment + 1) just before
+/// the channel's: none of the producer's work runs beside the copies alone. The result goes to
+/// s.paired for the parent.
+template <typename Through, typename Alone>
+void time_against_the_copies_alone(scratch& s, Through&& through_channel, Alone&& alone) {
+  std::vector<double> channel_rates, alone_rates;
+  s.paired[2] = gpumem::bench::median_of_segments([&](int segment) {
+    double without = 0;
+    if (segment % 2 == 1) without = alone();
+    word(s.turn).store(static_cast<std::uint32_t>(segment) + 1);
+    const double through = through_channel();
+    if (segment % 2 == 0) without = alone();
+    if (segment > 0) {  // segment 0 is untimed
+      channel_rates.push_back(through);
+      alone_rates.push_back(without);
+    }
+    return through / without;
+  });
+  s.paired[0] = gpumem::bench::summarise(channel_rates).median;
+  s.paired[1] = gpumem::bench::summarise(alone_rates).median;
+}
+
+/// The producer's half: @p hand_on (one segment's items, its stream synchronised) once the
+/// consumer starts each segment. A consumer that failed has exited and the daemon broke the
+/// channel, which ends the wait.
+template <typename HandOn>
+void hand_on_segment_by_segment(scratch& s, const gpumem::Channel& pipe, HandOn&& hand_on) {
+  for (std::uint32_t segment = 0; segment <= gpumem::bench::kSegments; ++segment) {
+    while (word(s.turn).load() != segment + 1) {
+      if (pipe.broken()) return;
+    }
+    hand_on();
+  }
+}
+
+paired_rates paired_result(const scratch& s) {
+  return {s.paired[0], s.paired[1], s.paired[2]};
+}
+
+void print_paired(const char* what, const paired_rates& rates, const char* target) {
+  std::printf("%-44s gpumem %9.3f GB/s   raw %9.3f GB/s   ratio %.2f  (%s)\n", what, rates.channel,
+              rates.alone, rates.ratio, target);
+  std::fflush(stdout);
+}
+#endif
 
 }  // namespace
 
@@ -503,17 +562,20 @@ int main(int argc, char** argv) {
     }
 
     // Channel: 1 MiB items from a producer process to a consumer process that copies each out,
-    // against the same copies between the consumer's own buffers; one item per stream memory
-    // operation, then batches of 8. Each rate is the consumer's median over segments of
-    // `items` items; a producer only hands slots on and runs its segments unsynchronised.
+    // one item per stream memory operation, then batches of 8, against the same copies from the
+    // same slots without the channel (time_against_the_copies_alone). Segments of `items` items;
+    // the slots hold bytes already and the producer only hands them on, so the figure is the
+    // consumer's read rate through the channel, not two processes sharing HBM.
     constexpr std::size_t kItem = 1 << 20;
+    constexpr std::uint32_t kChannelSlots = 16;
     const int items = 2000;
-    const auto channel_rate = [&](std::uint32_t batch) {
+    const auto channel_rates = [&](std::uint32_t batch) {
       reset_scratch();
-      return in_parties(2, [&](int party) {
+      in_parties(2, [&](int party) {
         auto client = gpumem::Client::connect(connect);
         stream_t stream = make_stream();
-        const gpumem::ChannelOptions options{.slots = 16, .slot_bytes = kItem, .device = 0};
+        const gpumem::ChannelOptions options{
+            .slots = kChannelSlots, .slot_bytes = kItem, .device = 0};
         auto pipe = client.channel(
             "bench.frames." + std::to_string(batch),
             party == 0 ? gpumem::ChannelRole::producer : gpumem::ChannelRole::consumer, options);
@@ -521,29 +583,45 @@ int main(int argc, char** argv) {
         zero_on_device(own.data(), kItem, stream);
         synchronize(stream);
         start_together(s, 2);
-        const double rate = gpumem::bench::median_of_segments([&](int) {
-          auto start = clock_type::now();
-          for (int i = 0; i < items; i += static_cast<int>(batch)) {
-            if (party == 0) {
-              // The slots hold bytes already: the producer only hands them on, so the figure
-              // is the consumer's read rate through the channel, not two processes sharing HBM.
+        if (party == 0) {
+          hand_on_segment_by_segment(s, pipe, [&] {
+            for (int i = 0; i < items; i += static_cast<int>(batch)) {
               pipe.acquire_slot(stream, batch);
               pipe.publish(stream, batch);
-            } else {
+            }
+            synchronize(stream);
+          });
+          return 0.0;
+        }
+        const auto rate_of = [&](const std::function<void()>& copies) {
+          auto start = clock_type::now();
+          copies();
+          synchronize(stream);
+          return items * double(kItem) / nanos_since(start);  // GB/s
+        };
+        const auto through_channel = [&] {
+          return rate_of([&] {
+            for (int i = 0; i < items; i += static_cast<int>(batch)) {
               const auto first = pipe.acquire(stream, batch);
               for (std::uint32_t k = 0; k < batch; ++k) {
                 copy_on_device(own.data(), pipe.slot_data(first.sequence + k), kItem, stream);
               }
               pipe.release(stream, batch);
             }
-          }
-          if (party == 0) return 0.0;
-          synchronize(stream);
-          return items * double(kItem) / nanos_since(start);  // GB/s
-        });
-        synchronize(stream);
-        return rate;
-      })[1];
+          });
+        };
+        const auto alone = [&] {
+          return rate_of([&] {
+            for (int i = 0; i < items; ++i) {
+              copy_on_device(own.data(), pipe.slot_data(static_cast<std::uint64_t>(i)), kItem,
+                             stream);
+            }
+          });
+        };
+        time_against_the_copies_alone(s, through_channel, alone);
+        return 0.0;
+      });
+      return paired_result(s);
     };
     // The same two processes, slots and copies through bare stream memory operations on two
     // words of a signal page: what a channel is built on, without its checks and bookkeeping.
@@ -558,7 +636,7 @@ int main(int argc, char** argv) {
         const auto published = reinterpret_cast<CUdeviceptr>(counters.counts);
         const auto released = reinterpret_cast<CUdeviceptr>(counters.counts + 1);
         stream_t stream = make_stream();
-        constexpr std::uint32_t kSlots = 16;
+        constexpr std::uint32_t kSlots = kChannelSlots;
         auto slots = client.allocate(kSlots * kItem, {.device = 0, .stream = stream});
         auto own = client.allocate(kItem, {.device = 0, .stream = stream});
         zero_on_device(own.data(), kItem, stream);
@@ -594,8 +672,8 @@ int main(int argc, char** argv) {
       });
       return std::max(rates[0], rates[1]);
     };
-    const double one_at_a_time = channel_rate(1);
-    const double in_batches = channel_rate(8);
+    const paired_rates one_at_a_time = channel_rates(1);
+    const paired_rates in_batches = channel_rates(8);
     const double bare_one_at_a_time = bare_channel_rate(1);
     const double bare_in_batches = bare_channel_rate(8);
     const auto copies = in_parties(1, [&](int) {
@@ -635,14 +713,14 @@ int main(int argc, char** argv) {
         return items * double(kItem) / nanos_since(start);
       });
     });
-    print_ratio("channel, 1 MiB items, consumer copy (GB/s)", one_at_a_time, copies[0], "GB/s",
-                "target >= 0.9, device copy");
-    print_ratio("channel, 1 MiB items in batches of 8 (GB/s)", in_batches, copies[0], "GB/s",
-                "target >= 0.9, device copy");
-    print_ratio("channel, 1 MiB items, vs bare memops (GB/s)", one_at_a_time, bare_one_at_a_time,
-                "GB/s", "the channel's own cost: wait, copy, write per item");
-    print_ratio("channel, batches of 8, vs bare memops (GB/s)", in_batches, bare_in_batches, "GB/s",
-                "the channel's own cost: wait, 8 copies, write");
+    print_paired("channel, 1 MiB items, consumer copy (GB/s)", one_at_a_time,
+                 "target >= 0.9, the same copies alone; median of segment ratios");
+    print_paired("channel, 1 MiB items in batches of 8 (GB/s)", in_batches,
+                 "target >= 0.9, the same copies alone; median of segment ratios");
+    print_ratio("channel, 1 MiB items, vs bare memops (GB/s)", one_at_a_time.channel,
+                bare_one_at_a_time, "GB/s", "the channel's own cost: wait, copy, write per item");
+    print_ratio("channel, batches of 8, vs bare memops (GB/s)", in_batches.channel, bare_in_batches,
+                "GB/s", "the channel's own cost: wait, 8 copies, write");
     print_ratio("bare memops, 1 MiB items (GB/s)", bare_one_at_a_time, copies[0], "GB/s",
                 "the mechanism's cost over the copies alone");
     print_ratio("copies with one stream write each (GB/s)", copies_with_a_write[0], copies[0],
@@ -652,10 +730,7 @@ int main(int argc, char** argv) {
     // under MPS: a producer kernel hands slots on as the consumer releases them; a consumer
     // kernel of kBlocks blocks takes one item per block at a time, waits for it, copies it out
     // and releases it after the items before it. Against the same kernel copying the same
-    // slots with no channel, in the same two processes, segment by segment: each segment times
-    // the channel and then the copies alone (in the other order every other segment), and the
-    // figure is the median of the segments' ratios. Measured apart, in two pairs of processes,
-    // the copies alone read 678-751 GB/s from run to run under MPS, as much as the ratio moved.
+    // slots with no channel (time_against_the_copies_alone).
     if (!mps) {
       std::printf(
           "channel in kernels skipped: kernels of two processes run together only "
@@ -680,18 +755,13 @@ int main(int argc, char** argv) {
         start_together(s, 2);
         unsigned first = 0;  // items through the channel so far
         if (party == 0) {
-          // One hand-on kernel per segment, launched when the consumer starts its channel half
-          // (s.turn = segment + 1), so that none runs beside the copies alone. The launch after
-          // the consumer's clock started costs its channel half some 10-20 us of 3 ms. A consumer
-          // that failed has exited, and the daemon broke the channel.
-          for (std::uint32_t segment = 0; segment <= gpumem::bench::kSegments; ++segment) {
-            while (word(s.turn).load() != segment + 1) {
-              if (pipe.broken()) return 0.0;
-            }
+          // One hand-on kernel per segment. Launched after the consumer's clock started, it costs
+          // the channel half some 10-20 us of 3 ms.
+          hand_on_segment_by_segment(s, pipe, [&] {
             hand_on_in_kernel(ref, kSlots, first, first + items, stream);
             first += items;
             synchronize(stream);
-          }
+          });
           return 0.0;
         }
         const auto rate = [&](bool through_channel) {
@@ -699,32 +769,15 @@ int main(int argc, char** argv) {
           copy_items_in_kernel(through_channel ? &ref : nullptr, pipe.slot_data(0), kSlots, kItem,
                                first, items, to.data(), kBlocks, stream);
           synchronize(stream);
+          if (through_channel) first += items;
           return items * double(kItem) / nanos_since(start);  // GB/s
         };
-        std::vector<double> channel_rates, alone_rates;
-        const double ratio = gpumem::bench::median_of_segments([&](int segment) {
-          double alone = 0;
-          if (segment % 2 == 1) alone = rate(false);
-          word(s.turn).store(static_cast<std::uint32_t>(segment) + 1);
-          const double through = rate(true);
-          if (segment % 2 == 0) alone = rate(false);
-          first += items;
-          if (segment > 0) {  // segment 0 is untimed
-            channel_rates.push_back(through);
-            alone_rates.push_back(alone);
-          }
-          return through / alone;
-        });
-        s.kernel_rates[0] = gpumem::bench::summarise(channel_rates).median;
-        s.kernel_rates[1] = gpumem::bench::summarise(alone_rates).median;
-        s.kernel_rates[2] = ratio;
+        time_against_the_copies_alone(
+            s, [&] { return rate(true); }, [&] { return rate(false); });
         return 0.0;
       });
-      std::printf("%-44s gpumem %9.3f GB/s   raw %9.3f GB/s   ratio %.2f  (%s)\n",
-                  "channel in kernels, 1 MiB items (GB/s)", s.kernel_rates[0], s.kernel_rates[1],
-                  s.kernel_rates[2],
-                  "target >= 0.9, the same kernel's copies alone; median of segment ratios");
-      std::fflush(stdout);
+      print_paired("channel in kernels, 1 MiB items (GB/s)", paired_result(s),
+                   "target >= 0.9, the same kernel's copies alone; median of segment ratios");
     }
   }
 #endif
