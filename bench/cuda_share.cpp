@@ -28,6 +28,7 @@
 #include "gpumem/slab.hpp"
 #include "kernels.hpp"
 #include "percentiles.hpp"
+#include "raw_round_trip.hpp"
 #include "support/systemd_supervisor.hpp"
 
 namespace {
@@ -178,11 +179,14 @@ int main(int argc, char** argv) {
     slab_pair,
     allocate_after_request,
     ping_after_request,
+    raw_after_cuda,
+    raw_after_request,
     figures
   };
   const auto measured = in_child([&] {
     const auto why = why_no_gpu();
     if (!why.empty()) throw std::runtime_error(why);
+    gpumem::bench::raw_round_trip raw_peer;  // forks its server before CUDA starts here
     auto client = gpumem::Client::connect(connect);
     stream_t stream = make_stream();
     std::vector<std::vector<double>> t(figures);
@@ -218,10 +222,14 @@ int main(int argc, char** argv) {
       timed(allocate_after_request, i, [&] { buffer = allocate(); });
       blocks.insert(buffer.data());
       buffer.release();
+      raw_peer.round_trip();
+      timed(raw_after_request, i, [&] { raw_peer.round_trip(); });
       constexpr int kPairs = 1000;  // one pair is below the clock's resolution: time a batch
       const auto start = clock_type::now();
       for (int pair = 0; pair < kPairs; ++pair) slab.free(slab.allocate(4096 + 256 * (pair % 7)));
       if (i >= 10) t[slab_pair].push_back(micros_since(start) / kPairs);
+      own_cuda_work();
+      timed(raw_after_cuda, i, [&] { raw_peer.round_trip(); });
     }
     synchronize(stream);
     auto flat = flatten(t);
@@ -290,9 +298,11 @@ int main(int argc, char** argv) {
   std::printf("each right after the client's own cudaMalloc + cudaFree:\n");
   row("gpumemd allocate (import + stream wait enqueued)", single[allocate_after_cuda]);
   row("gpumemd ping (round trip, mailbox or socket)", single[ping_after_cuda]);
+  row("raw round trip (eventfd in epoll, futex answer)", single[raw_after_cuda]);
   std::printf("the same two, each right after another request:\n");
   row("gpumemd allocate", single[allocate_after_request]);
   row("gpumemd ping", single[ping_after_request]);
+  row("raw round trip", single[raw_after_request]);
   row("gpumemd release (stream-ordered, event to daemon)", single[release_buffer]);
   row("gpumemd open existing named buffer", single[open_named]);
   row("slab allocate + free pair, 4-6 KiB (no daemon)", single[slab_pair]);
@@ -319,6 +329,14 @@ int main(int argc, char** argv) {
   std::printf("ratio allocate p99 / ping p99, the two positions:      %.2f, %.2f\n",
               p99(allocate_after_cuda) / p99(ping_after_cuda),
               p99(allocate_after_request) / p99(ping_after_request));
+  // The raw mechanism's own tail in each position (raw_round_trip.hpp): where it is over 2, the
+  // host's wake-ups alone, with nothing of gpumemd's, miss the allocation's target there.
+  std::printf("ratio raw round trip p99 / its median, the two positions: %.2f, %.2f (the floor)\n",
+              p99(raw_after_cuda) / median(raw_after_cuda),
+              p99(raw_after_request) / median(raw_after_request));
+  std::printf("ratio ping / raw round trip, median, the two positions: %.2f, %.2f\n",
+              median(ping_after_cuda) / median(raw_after_cuda),
+              median(ping_after_request) / median(raw_after_request));
   // Every allocate request of the run, both positions and the warm-up rounds: the histogram
   // is the daemon's since it started.
   if (handled.at(0) > 0) {
