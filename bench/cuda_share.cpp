@@ -331,9 +331,10 @@ int main(int argc, char** argv) {
               p99(allocate_after_request) / p99(ping_after_request));
   // The raw mechanism's own tail in each position (raw_round_trip.hpp): where it is over 2, the
   // host's wake-ups alone, with nothing of gpumemd's, miss the allocation's target there.
-  std::printf("ratio raw round trip p99 / its median, the two positions: %.2f, %.2f (the floor)\n",
-              p99(raw_after_cuda) / median(raw_after_cuda),
-              p99(raw_after_request) / median(raw_after_request));
+  std::printf(
+      "ratio raw round trip p99 / its median, the two positions: %.2f, %.2f (the host's tail)\n",
+      p99(raw_after_cuda) / median(raw_after_cuda),
+      p99(raw_after_request) / median(raw_after_request));
   std::printf("ratio ping / raw round trip, median, the two positions: %.2f, %.2f\n",
               median(ping_after_cuda) / median(raw_after_cuda),
               median(ping_after_request) / median(raw_after_request));
