@@ -10,11 +10,14 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <new>
 #include <stdexcept>
 
 #include "gpumem/shared/sync/futex.hpp"
@@ -29,16 +32,18 @@ class raw_round_trip {
     if (memory == MAP_FAILED) throw std::runtime_error("raw round trip: mmap");
     words_ = new (memory) words{};
     doorbell_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (doorbell_ < 0) throw std::runtime_error("raw round trip: eventfd");
-    server_ = ::fork();
-    if (server_ < 0) throw std::runtime_error("raw round trip: fork");
-    if (server_ == 0) serve();
+    const pid_t caller = ::getpid();
+    server_ = doorbell_ < 0 ? -1 : ::fork();
+    if (server_ == 0) serve(caller);
+    if (server_ < 0) {
+      close_all();
+      throw std::runtime_error("raw round trip: eventfd or fork failed");
+    }
   }
   ~raw_round_trip() {
     ::kill(server_, SIGKILL);
     ::waitpid(server_, nullptr, 0);
-    ::close(doorbell_);
-    ::munmap(words_, sizeof(words));
+    close_all();
   }
   raw_round_trip(const raw_round_trip&) = delete;
   raw_round_trip& operator=(const raw_round_trip&) = delete;
@@ -50,7 +55,12 @@ class raw_round_trip {
     const std::uint64_t ring = 1;
     (void)!::write(doorbell_, &ring, sizeof ring);
     for (std::uint32_t seen; (seen = answer().load(std::memory_order_acquire)) != sequence;) {
-      sync::futex_wait(&words_->answer, seen);
+      // A bounded sleep, so that a server that is gone is found instead of waited for.
+      sync::futex_wait(&words_->answer, seen, std::chrono::milliseconds(100));
+      if (answer().load(std::memory_order_acquire) != sequence &&
+          ::waitpid(server_, nullptr, WNOHANG) != 0) {
+        throw std::runtime_error("raw round trip: its server is gone");
+      }
     }
   }
 
@@ -62,7 +72,15 @@ class raw_round_trip {
   std::atomic_ref<std::uint32_t> request() const { return std::atomic_ref(words_->request); }
   std::atomic_ref<std::uint32_t> answer() const { return std::atomic_ref(words_->answer); }
 
-  [[noreturn]] void serve() {
+  void close_all() noexcept {
+    if (doorbell_ >= 0) ::close(doorbell_);
+    ::munmap(words_, sizeof(words));
+  }
+
+  /// The server ends with its caller, also with one killed before its destructor ran: it holds
+  /// the caller's inherited descriptors (a benchmark child's result pipe among them) open.
+  [[noreturn]] void serve(pid_t caller) {
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != caller) ::_exit(1);
     const int ready = ::epoll_create1(EPOLL_CLOEXEC);
     epoll_event interest{};
     interest.events = EPOLLIN | EPOLLET;  // never read, as the daemon never reads a doorbell

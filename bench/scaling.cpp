@@ -468,6 +468,13 @@ worker::handler lock_user(const settings& run) {
   };
 }
 
+/// One size's samples of the three lock figures.
+struct lock_samples {
+  std::vector<double> opens;
+  std::vector<double> pairs;
+  std::vector<double> closes;
+};
+
 void lock_curves(const settings& run, std::deque<curve>& out) {
   curve& open = out.emplace_back("open a new lock by name (us)", "locks existing");
   curve& pair = out.emplace_back("uncontended lock()+unlock() (ns)", "locks existing");
@@ -477,29 +484,29 @@ void lock_curves(const settings& run, std::deque<curve>& out) {
   // The same batch at every size (half the smallest): a round's start costs the first requests
   // after a pause something, and that must weigh the same in every point.
   constexpr std::uint64_t batch = 5;
+  constexpr auto batch_length = static_cast<std::ptrdiff_t>(batch);
   std::uint64_t round = 0;
-  const auto take = [&](std::uint64_t samples, std::vector<double>* opens,
-                        std::vector<double>* pairs, std::vector<double>* closes) {
+  // Batches of the user's, their figures kept in @p kept (none: a warm-up).
+  const auto take = [&](std::uint64_t samples, lock_samples* kept) {
     for (std::uint64_t sample = 0; sample < samples; sample += batch, ++round) {
       const auto took = user.call({kOpenLocks, batch, round});
-      if (opens == nullptr) continue;
-      const auto third = took.begin() + static_cast<std::ptrdiff_t>(batch);
-      opens->insert(opens->end(), took.begin(), third);
-      pairs->insert(pairs->end(), third, third + static_cast<std::ptrdiff_t>(batch));
-      closes->insert(closes->end(), third + static_cast<std::ptrdiff_t>(batch), took.end());
+      if (kept == nullptr) continue;
+      const auto pairs_begin = took.begin() + batch_length;
+      const auto closes_begin = pairs_begin + batch_length;
+      kept->opens.insert(kept->opens.end(), took.begin(), pairs_begin);
+      kept->pairs.insert(kept->pairs.end(), pairs_begin, closes_begin);
+      kept->closes.insert(kept->closes.end(), closes_begin, took.end());
     }
   };
-  take(warm_up_samples(true, run, batch), nullptr, nullptr, nullptr);
-  // Each size is visited on the way up and on the way down, twice, a quarter of its samples
-  // each time, as the idle clients' are: in one pass up, one run on the development VM read the
-  // lock pair at 15.9 ns for 10 and 100 locks and 20.0-20.3 ns for 1,000 and 10,000, and the next
-  // two runs 19.5-20.3 ns at every size.
+  take(warm_up_samples(true, run, batch), nullptr);
+  // Each size is visited on the way up and on the way down, twice, as the idle clients' sizes
+  // are, and takes a quarter of its samples each time: in one pass up, one run on the
+  // development VM read the lock pair at 15.9 ns for 10 and 100 locks and 20.0-20.3 ns for
+  // 1,000 and 10,000, and the next two runs 19.5-20.3 ns at every size.
   constexpr int kPasses = 4;
   const auto sizes = decades(10, run.max_locks);
   const std::uint64_t per_visit = (run.samples / kPasses + batch - 1) / batch * batch;
-  std::vector<std::vector<double>> opens(sizes.size());
-  std::vector<std::vector<double>> pairs(sizes.size());
-  std::vector<std::vector<double>> closes(sizes.size());
+  std::vector<lock_samples> samples(sizes.size());
   std::uint64_t existing = 0;
   for (int pass = 0; pass < kPasses; ++pass) {
     for (std::size_t step = 0; step < sizes.size(); ++step) {
@@ -508,14 +515,14 @@ void lock_curves(const settings& run, std::deque<curve>& out) {
       if (wanted > existing) holder.call({kOpenLocks, wanted - existing, 0});
       if (wanted < existing) holder.call({kCloseLocks, existing - wanted, 0});
       existing = wanted;
-      take(batch, nullptr, nullptr, nullptr);
-      take(per_visit, &opens[size], &pairs[size], &closes[size]);
+      take(batch, nullptr);
+      take(per_visit, &samples[size]);
     }
   }
   for (std::size_t size = 0; size < sizes.size(); ++size) {
-    open.add(sizes[size], opens[size]);
-    pair.add(sizes[size], pairs[size]);
-    close.add(sizes[size], closes[size]);
+    open.add(sizes[size], samples[size].opens);
+    pair.add(sizes[size], samples[size].pairs);
+    close.add(sizes[size], samples[size].closes);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -145,6 +146,9 @@ void print_ratio(const char* what, double ours, double raw, const char* unit, co
 }
 
 #ifdef GPUMEM_BENCH_CUDA
+/// s.turn once the consumer of a paired figure is done with the channel: past every segment's.
+constexpr std::uint32_t kConsumerDone = gpumem::bench::kSegments + 2;
+
 /// A channel's consumer rate timed against the same copies without the channel, in the same
 /// two processes, segment by segment. Measured apart, in two pairs of processes, the copies
 /// alone moved from run to run as much as the ratio: 678-751 GB/s in kernels under MPS, 193-338
@@ -159,9 +163,11 @@ struct paired_rates {
 /// one after the other (alone first every other segment, so neither always follows the other)
 /// and tells the producer to start its part of the segment (s.turn = segment + 1) just before
 /// the channel's: none of the producer's work runs beside the copies alone. The result goes to
-/// s.paired for the parent.
+/// s.paired for the parent. False when the channel broke meanwhile: a dead producer's count
+/// jumps ahead, and the consumer's waits then pass at once, timing bare copies.
 template <typename Through, typename Alone>
-void time_against_the_copies_alone(scratch& s, Through&& through_channel, Alone&& alone) {
+bool time_against_the_copies_alone(scratch& s, const gpumem::Channel& pipe,
+                                   Through&& through_channel, Alone&& alone) {
   std::vector<double> channel_rates, alone_rates;
   s.paired[2] = gpumem::bench::median_of_segments([&](int segment) {
     double without = 0;
@@ -177,28 +183,47 @@ void time_against_the_copies_alone(scratch& s, Through&& through_channel, Alone&
   });
   s.paired[0] = gpumem::bench::summarise(channel_rates).median;
   s.paired[1] = gpumem::bench::summarise(alone_rates).median;
+  const bool intact = !pipe.broken();
+  word(s.turn).store(kConsumerDone);
+  return intact;
 }
 
 /// The producer's half: @p hand_on (one segment's items, its stream synchronised) once the
-/// consumer starts each segment. A consumer that failed has exited and the daemon broke the
-/// channel, which ends the wait.
+/// consumer starts each segment, then its place held until the consumer has looked at the
+/// channel (a party that leaves breaks it). A consumer that failed has exited and the daemon
+/// broke the channel, which ends the waits: false then.
 template <typename HandOn>
-void hand_on_segment_by_segment(scratch& s, const gpumem::Channel& pipe, HandOn&& hand_on) {
-  for (std::uint32_t segment = 0; segment <= gpumem::bench::kSegments; ++segment) {
-    while (word(s.turn).load() != segment + 1) {
-      if (pipe.broken()) return;
+bool hand_on_segment_by_segment(scratch& s, const gpumem::Channel& pipe, HandOn&& hand_on) {
+  const auto wait_for_turn = [&](std::uint32_t turn) {
+    while (word(s.turn).load() != turn) {
+      if (pipe.broken()) return false;
     }
+    return true;
+  };
+  for (std::uint32_t segment = 0; segment <= gpumem::bench::kSegments; ++segment) {
+    if (!wait_for_turn(segment + 1)) return false;
     hand_on();
   }
+  return wait_for_turn(kConsumerDone);
 }
 
-paired_rates paired_result(const scratch& s) {
-  return {s.paired[0], s.paired[1], s.paired[2]};
+/// What time_against_the_copies_alone wrote, when no party of the figure returned a negative
+/// result. A party that failed, or a channel broken meanwhile (a dead producer's count jumps
+/// ahead, and the consumer's waits then pass at once: bare copies), leaves no figure.
+std::optional<paired_rates> paired_result(const scratch& s, const std::vector<double>& parties) {
+  if (std::any_of(parties.begin(), parties.end(), [](double result) { return result < 0; })) {
+    return std::nullopt;
+  }
+  return paired_rates{s.paired[0], s.paired[1], s.paired[2]};
 }
 
-void print_paired(const char* what, const paired_rates& rates, const char* target) {
-  std::printf("%-44s gpumem %9.3f GB/s   raw %9.3f GB/s   ratio %.2f  (%s)\n", what, rates.channel,
-              rates.alone, rates.ratio, target);
+void print_paired(const char* what, const std::optional<paired_rates>& rates, const char* target) {
+  if (!rates) {
+    std::printf("%-44s failed: a party failed or the channel broke (see above)\n", what);
+  } else {
+    std::printf("%-44s gpumem %9.3f GB/s   raw %9.3f GB/s   ratio %.2f  (%s)\n", what,
+                rates->channel, rates->alone, rates->ratio, target);
+  }
   std::fflush(stdout);
 }
 #endif
@@ -220,7 +245,10 @@ int main(int argc, char** argv) {
   const bench_daemon gpumemd(daemon, "gpumem-sync-bench");
   const gpumem::ConnectOptions connect{.socket_path = gpumemd.socket(), .label = "bench"};
   scratch& s = *shared_scratch();
-  const auto reset_scratch = [&] { s.cas_word = s.futex_word = s.ready = s.turn = 0; };
+  const auto reset_scratch = [&] {
+    s.cas_word = s.futex_word = s.ready = s.turn = 0;
+    std::fill(std::begin(s.paired), std::end(s.paired), 0.0);
+  };
 
   // Uncontended lock + unlock, one process, against a CAS lock, two bare compare-and-swaps and a
   // robust process-shared pthread_mutex_t, the peer a program would otherwise use between
@@ -571,7 +599,7 @@ int main(int argc, char** argv) {
     const int items = 2000;
     const auto channel_rates = [&](std::uint32_t batch) {
       reset_scratch();
-      in_parties(2, [&](int party) {
+      const auto parties = in_parties(2, [&](int party) {
         auto client = gpumem::Client::connect(connect);
         stream_t stream = make_stream();
         const gpumem::ChannelOptions options{
@@ -584,14 +612,14 @@ int main(int argc, char** argv) {
         synchronize(stream);
         start_together(s, 2);
         if (party == 0) {
-          hand_on_segment_by_segment(s, pipe, [&] {
+          const bool handed_on = hand_on_segment_by_segment(s, pipe, [&] {
             for (int i = 0; i < items; i += static_cast<int>(batch)) {
               pipe.acquire_slot(stream, batch);
               pipe.publish(stream, batch);
             }
             synchronize(stream);
           });
-          return 0.0;
+          return handed_on ? 0.0 : -1.0;
         }
         const auto rate_of = [&](const std::function<void()>& copies) {
           auto start = clock_type::now();
@@ -618,10 +646,9 @@ int main(int argc, char** argv) {
             }
           });
         };
-        time_against_the_copies_alone(s, through_channel, alone);
-        return 0.0;
+        return time_against_the_copies_alone(s, pipe, through_channel, alone) ? 0.0 : -1.0;
       });
-      return paired_result(s);
+      return paired_result(s, parties);
     };
     // The same two processes, slots and copies through bare stream memory operations on two
     // words of a signal page: what a channel is built on, without its checks and bookkeeping.
@@ -672,8 +699,8 @@ int main(int argc, char** argv) {
       });
       return std::max(rates[0], rates[1]);
     };
-    const paired_rates one_at_a_time = channel_rates(1);
-    const paired_rates in_batches = channel_rates(8);
+    const auto one_at_a_time = channel_rates(1);
+    const auto in_batches = channel_rates(8);
     const double bare_one_at_a_time = bare_channel_rate(1);
     const double bare_in_batches = bare_channel_rate(8);
     const auto copies = in_parties(1, [&](int) {
@@ -717,10 +744,14 @@ int main(int argc, char** argv) {
                  "target >= 0.9, the same copies alone; median of segment ratios");
     print_paired("channel, 1 MiB items in batches of 8 (GB/s)", in_batches,
                  "target >= 0.9, the same copies alone; median of segment ratios");
-    print_ratio("channel, 1 MiB items, vs bare memops (GB/s)", one_at_a_time.channel,
-                bare_one_at_a_time, "GB/s", "the channel's own cost: wait, copy, write per item");
-    print_ratio("channel, batches of 8, vs bare memops (GB/s)", in_batches.channel, bare_in_batches,
-                "GB/s", "the channel's own cost: wait, 8 copies, write");
+    if (one_at_a_time) {
+      print_ratio("channel, 1 MiB items, vs bare memops (GB/s)", one_at_a_time->channel,
+                  bare_one_at_a_time, "GB/s", "the channel's own cost: wait, copy, write per item");
+    }
+    if (in_batches) {
+      print_ratio("channel, batches of 8, vs bare memops (GB/s)", in_batches->channel,
+                  bare_in_batches, "GB/s", "the channel's own cost: wait, 8 copies, write");
+    }
     print_ratio("bare memops, 1 MiB items (GB/s)", bare_one_at_a_time, copies[0], "GB/s",
                 "the mechanism's cost over the copies alone");
     print_ratio("copies with one stream write each (GB/s)", copies_with_a_write[0], copies[0],
@@ -742,7 +773,7 @@ int main(int argc, char** argv) {
       constexpr unsigned kSlots = 16;
       constexpr unsigned kBlocks = 16;
       reset_scratch();
-      in_parties(2, [&](int party) {
+      const auto parties = in_parties(2, [&](int party) {
         auto client = gpumem::Client::connect(connect);
         stream_t stream = make_stream();
         const gpumem::ChannelOptions options{.slots = kSlots, .slot_bytes = kItem, .device = 0};
@@ -757,26 +788,27 @@ int main(int argc, char** argv) {
         if (party == 0) {
           // One hand-on kernel per segment. Launched after the consumer's clock started, it costs
           // the channel half some 10-20 us of 3 ms.
-          hand_on_segment_by_segment(s, pipe, [&] {
+          const bool handed_on = hand_on_segment_by_segment(s, pipe, [&] {
             hand_on_in_kernel(ref, kSlots, first, first + items, stream);
             first += items;
             synchronize(stream);
           });
-          return 0.0;
+          return handed_on ? 0.0 : -1.0;
         }
+        // The copies alone read the slots from the first on, the channel's from its next item.
         const auto rate = [&](bool through_channel) {
           auto start = clock_type::now();
           copy_items_in_kernel(through_channel ? &ref : nullptr, pipe.slot_data(0), kSlots, kItem,
-                               first, items, to.data(), kBlocks, stream);
+                               through_channel ? first : 0, items, to.data(), kBlocks, stream);
           synchronize(stream);
           if (through_channel) first += items;
           return items * double(kItem) / nanos_since(start);  // GB/s
         };
-        time_against_the_copies_alone(
-            s, [&] { return rate(true); }, [&] { return rate(false); });
-        return 0.0;
+        const bool intact = time_against_the_copies_alone(
+            s, pipe, [&] { return rate(true); }, [&] { return rate(false); });
+        return intact ? 0.0 : -1.0;
       });
-      print_paired("channel in kernels, 1 MiB items (GB/s)", paired_result(s),
+      print_paired("channel in kernels, 1 MiB items (GB/s)", paired_result(s, parties),
                    "target >= 0.9, the same kernel's copies alone; median of segment ratios");
     }
   }
