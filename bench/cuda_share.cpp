@@ -179,8 +179,8 @@ int main(int argc, char** argv) {
     slab_pair,
     allocate_after_request,
     ping_after_request,
-    raw_after_cuda,
-    raw_after_request,
+    raw_in_turns_after_cuda,
+    raw_in_turns_after_request,
     ping_in_turns_after_cuda,
     ping_in_turns_after_request,
     figures
@@ -231,19 +231,19 @@ int main(int argc, char** argv) {
     }
     // The raw round trip in the same two positions, in turns with a ping, after the rounds
     // above, where it would move their figures. In turns, each server lies idle as long before
-    // each request it answers: a round trip's tail on a KVM guest depends on that (the host
-    // polls a halted virtual CPU for a while before it sleeps), and alone in a loop of its own
+    // each request it answers: a round trip's tail on a KVM guest depends on that (probably the
+    // host's polling of a halted virtual CPU before it sleeps), and alone in a loop of its own
     // the raw round trip had a p99 under 2 times its median where, interleaved with the rounds
     // above and idle for milliseconds, it had 3-14.
     for (int i = 0; i < iterations + 10; ++i) {
       own_cuda_work();
-      timed(raw_after_cuda, i, [&] { raw_peer.round_trip(); });
+      timed(raw_in_turns_after_cuda, i, [&] { raw_peer.round_trip(); });
       own_cuda_work();
       timed(ping_in_turns_after_cuda, i, [&] { client.ping(); });
     }
     for (int i = 0; i < iterations + 10; ++i) {
       raw_peer.round_trip();
-      timed(raw_after_request, i, [&] { raw_peer.round_trip(); });
+      timed(raw_in_turns_after_request, i, [&] { raw_peer.round_trip(); });
       client.ping();
       timed(ping_in_turns_after_request, i, [&] { client.ping(); });
     }
@@ -322,9 +322,9 @@ int main(int argc, char** argv) {
   row("slab allocate + free pair, 4-6 KiB (no daemon)", single[slab_pair]);
   std::printf("the ping and a raw round trip (eventfd in epoll, futex answer) in turns:\n");
   row("gpumemd ping, after the client's CUDA work", single[ping_in_turns_after_cuda]);
-  row("raw round trip, the same", single[raw_after_cuda]);
+  row("raw round trip, the same", single[raw_in_turns_after_cuda]);
   row("gpumemd ping, after another ping", single[ping_in_turns_after_request]);
-  row("raw round trip, after another", single[raw_after_request]);
+  row("raw round trip, after another", single[raw_in_turns_after_request]);
   // Each allocation is released before the next, so the pool needs a few blocks in all; one
   // that did not reuse released memory grew by a block a round, and the client paid for
   // importing from each new 32 MiB of it (released_blocks.hpp).
@@ -353,12 +353,12 @@ int main(int argc, char** argv) {
   // allocation's target there.
   std::printf("in turns, p99 / median of ping, raw, the two positions: %.2f, %.2f; %.2f, %.2f\n",
               p99(ping_in_turns_after_cuda) / median(ping_in_turns_after_cuda),
-              p99(raw_after_cuda) / median(raw_after_cuda),
+              p99(raw_in_turns_after_cuda) / median(raw_in_turns_after_cuda),
               p99(ping_in_turns_after_request) / median(ping_in_turns_after_request),
-              p99(raw_after_request) / median(raw_after_request));
+              p99(raw_in_turns_after_request) / median(raw_in_turns_after_request));
   std::printf("in turns, ping / raw round trip, median, the two positions: %.2f, %.2f\n",
-              median(ping_in_turns_after_cuda) / median(raw_after_cuda),
-              median(ping_in_turns_after_request) / median(raw_after_request));
+              median(ping_in_turns_after_cuda) / median(raw_in_turns_after_cuda),
+              median(ping_in_turns_after_request) / median(raw_in_turns_after_request));
   // Every allocate request of the run, both positions and the warm-up rounds: the histogram
   // is the daemon's since it started.
   if (handled.at(0) > 0) {
