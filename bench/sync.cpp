@@ -5,7 +5,9 @@
 //
 //   sync_bench [--daemon PATH] [--rounds N]
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -14,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -61,9 +64,16 @@ std::atomic_ref<std::uint32_t> word(std::uint32_t& w) {
   return std::atomic_ref<std::uint32_t>(w);
 }
 
-/// Runs @p work(party) in @p parties forked processes at once; their results, by party.
+/// A party's result when it failed, or was stopped because another did. Every figure is a
+/// time, a rate or a flag, none negative.
+constexpr double kFailed = -1;
+
+/// Runs @p work(party) in @p parties forked processes at once; their results, by party. Once a
+/// party fails (throws or dies), the others still running are killed: they may be waiting for
+/// it (at the start, for a turn, on a channel) and would wait for ever. Their results are
+/// kFailed too.
 std::vector<double> in_parties(int parties, const std::function<double(int)>& work) {
-  std::vector<int> pipes;
+  std::vector<pollfd> pipes;
   std::vector<pid_t> children;
   for (int party = 0; party < parties; ++party) {
     int fds[2];
@@ -71,7 +81,7 @@ std::vector<double> in_parties(int parties, const std::function<double(int)>& wo
     const pid_t child = ::fork();
     if (child == 0) {
       ::close(fds[0]);
-      double result = -1;
+      double result = kFailed;
       int status = 0;
       try {
         result = work(party);
@@ -83,19 +93,50 @@ std::vector<double> in_parties(int parties, const std::function<double(int)>& wo
       ::_exit(status);
     }
     ::close(fds[1]);
-    pipes.push_back(fds[0]);
+    pipes.push_back({fds[0], POLLIN, 0});
     children.push_back(child);
   }
-  std::vector<double> results;
-  for (std::size_t i = 0; i < children.size(); ++i) {
-    double value = -1;
-    if (::read(pipes[i], &value, sizeof value) != sizeof value) value = -1;
-    ::close(pipes[i]);
-    int status = 0;
-    ::waitpid(children[i], &status, 0);
-    results.push_back(value);
+  std::vector<double> results(children.size(), kFailed);
+  bool stopping = false;
+  for (std::size_t left = children.size(); left > 0;) {
+    if (::poll(pipes.data(), pipes.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("poll");
+    }
+    for (std::size_t i = 0; i < pipes.size(); ++i) {
+      if (pipes[i].fd < 0 || pipes[i].revents == 0) continue;
+      double value = kFailed;
+      if (::read(pipes[i].fd, &value, sizeof value) != sizeof value) value = kFailed;
+      ::close(pipes[i].fd);
+      pipes[i].fd = -1;  // poll skips it from now on
+      --left;
+      results[i] = value;
+      if (value < 0 && !stopping) {
+        stopping = true;
+        std::fprintf(stderr, "party %zu failed: the other parties are stopped\n", i);
+        for (std::size_t other = 0; other < pipes.size(); ++other) {
+          if (pipes[other].fd >= 0) ::kill(children[other], SIGKILL);
+        }
+      }
+    }
   }
+  for (const pid_t child : children) ::waitpid(child, nullptr, 0);
   return results;
+}
+
+bool any_failed(const std::vector<double>& results) {
+  return std::any_of(results.begin(), results.end(), [](double result) { return result < 0; });
+}
+
+/// The median of @p values, or kFailed when a party failed in any of them.
+double median_unless_failed(const std::vector<double>& values) {
+  return any_failed(values) ? kFailed : gpumem::bench::summarise(values).median;
+}
+
+/// The largest of the parties' @p results (the slower party's time, or the one party's rate
+/// where the other returns 0), or kFailed when a party failed.
+double largest_unless_failed(const std::vector<double>& results) {
+  return any_failed(results) ? kFailed : *std::max_element(results.begin(), results.end());
 }
 
 /// Every party spins here until all @p parties arrived (host, cheap, before timing starts).
@@ -140,6 +181,11 @@ void futex_wake(std::uint32_t* address) {
 }
 
 void print_ratio(const char* what, double ours, double raw, const char* unit, const char* target) {
+  if (ours < 0 || raw < 0) {
+    std::printf("%-44s failed: a party failed (see above)\n", what);
+    std::fflush(stdout);
+    return;
+  }
   std::printf("%-44s gpumem %9.3f %s   raw %9.3f %s   ratio %.2f  (%s)\n", what, ours, unit, raw,
               unit, ours / raw, target);
   std::fflush(stdout);
@@ -211,9 +257,7 @@ bool hand_on_segment_by_segment(scratch& s, const gpumem::Channel& pipe, HandOn&
 /// result. A party that failed, or a channel broken meanwhile (a dead producer's count jumps
 /// ahead, and the consumer's waits then pass at once: bare copies), leaves no figure.
 std::optional<paired_rates> paired_result(const scratch& s, const std::vector<double>& parties) {
-  if (std::any_of(parties.begin(), parties.end(), [](double result) { return result < 0; })) {
-    return std::nullopt;
-  }
+  if (any_failed(parties)) return std::nullopt;
   return paired_rates{s.paired[0], s.paired[1], s.paired[2]};
 }
 
@@ -305,12 +349,12 @@ int main(int argc, char** argv) {
       });
     })[0]);
   }
-  const double solo = gpumem::bench::summarise(lock_ns).median;
-  print_ratio("uncontended lock+unlock (ns)", solo, gpumem::bench::summarise(cas_ns).median, "ns",
+  const double solo = median_unless_failed(lock_ns);
+  print_ratio("uncontended lock+unlock (ns)", solo, median_unless_failed(cas_ns), "ns",
               "target <= 2, CAS lock");
-  print_ratio("uncontended lock+unlock (ns)", solo, gpumem::bench::summarise(two_cas_ns).median,
-              "ns", "two compare-and-swaps, the floor of a lock whose waiters sleep");
-  print_ratio("uncontended lock+unlock (ns)", solo, gpumem::bench::summarise(mutex_ns).median, "ns",
+  print_ratio("uncontended lock+unlock (ns)", solo, median_unless_failed(two_cas_ns), "ns",
+              "two compare-and-swaps, the floor of a lock whose waiters sleep");
+  print_ratio("uncontended lock+unlock (ns)", solo, median_unless_failed(mutex_ns), "ns",
               "robust process-shared pthread_mutex_t, no target");
 
   // Contended: two processes take turns through the lock (a turn word it protects), against
@@ -346,8 +390,8 @@ int main(int argc, char** argv) {
     }
     return nanos_since(start) / 1000.0 / (2.0 * rounds);
   });
-  print_ratio("contended hand-off, 2 processes (us)", std::max(handoff[0], handoff[1]),
-              std::max(raw_handoff[0], raw_handoff[1]), "us", "target <= 1, futex ping-pong");
+  print_ratio("contended hand-off, 2 processes (us)", largest_unless_failed(handoff),
+              largest_unless_failed(raw_handoff), "us", "target <= 1, futex ping-pong");
 
   // Barrier of 8 processes: median and p99 round, over several runs, each against
   // pthread_barrier_t in the same run (a single run hid that rounds were bimodal across runs).
@@ -361,7 +405,7 @@ int main(int argc, char** argv) {
   double best_ratio = 1e9, worst_ratio = 0, worst_p99 = 0;
   for (int run = 1; run <= barrier_runs; ++run) {
     reset_scratch();
-    in_parties(kParties, [&](int party) {
+    const auto parties = in_parties(kParties, [&](int party) {
       auto client = gpumem::Client::connect(connect);
       auto barrier = client.barrier("bench.barrier." + std::to_string(run), kParties);
       start_together(s, kParties);
@@ -373,6 +417,11 @@ int main(int argc, char** argv) {
       }
       return 0.0;
     });
+    const std::string what = "barrier of 8 processes, run " + std::to_string(run) + " (us)";
+    if (any_failed(parties)) {
+      print_ratio(what.c_str(), kFailed, kFailed, "us", "");
+      continue;
+    }
     const auto ours = samples.percentiles();
     pthread_barrier_init(&s.barrier, &shared_attribute, kParties);
     reset_scratch();
@@ -387,7 +436,6 @@ int main(int argc, char** argv) {
     });
     pthread_barrier_destroy(&s.barrier);
     const auto raw = samples.percentiles();
-    const std::string what = "barrier of 8 processes, run " + std::to_string(run) + " (us)";
     print_ratio(what.c_str(), ours.median, raw.median, "us", "target <= 0.5, pthread_barrier_t");
     std::printf("%-44s gpumem p99 %9.3f us   raw p99 %9.3f us\n", "", ours.p99, raw.p99);
     barrier_runs_met += ours.median <= 0.5 * raw.median;
@@ -450,7 +498,7 @@ int main(int argc, char** argv) {
           return nanos_since(start) / 1000.0 / (2.0 * segment_rounds);
         });
       });
-      return std::max(per_turn[0], per_turn[1]);
+      return largest_unless_failed(per_turn);
     };
     // The raw peer three ways: free-running (each process queues its writes and waits as fast
     // as it can); taking host turns as the lock's after-unlock shape does, each passed once the
@@ -521,7 +569,7 @@ int main(int argc, char** argv) {
         return figure;
       });
       ::munmap(host_page, 4096);
-      return std::max(per_turn[0], per_turn[1]);
+      return largest_unless_failed(per_turn);
     };
     print_ratio("stream-ordered lock hand-off (us)",
                 stream_lock_turn(turn_passed::once_the_ticket_is_taken),
@@ -577,9 +625,9 @@ int main(int argc, char** argv) {
           const double elapsed = nanos_since(start) / 1000.0;
           unsigned completed = 0;
           copy_to_host(&completed, d, sizeof completed, stream);
-          return completed == count ? elapsed / (2.0 * count) : -1.0;
+          return completed == count ? elapsed / (2.0 * count) : kFailed;
         });
-        const double per_turn = std::max(turns[0], turns[1]);
+        const double per_turn = largest_unless_failed(turns);
         if (through_lock) {
           with_lock = per_turn;
         } else {
@@ -619,7 +667,7 @@ int main(int argc, char** argv) {
             }
             synchronize(stream);
           });
-          return handed_on ? 0.0 : -1.0;
+          return handed_on ? 0.0 : kFailed;
         }
         const auto rate_of = [&](const std::function<void()>& copies) {
           auto start = clock_type::now();
@@ -646,7 +694,7 @@ int main(int argc, char** argv) {
             }
           });
         };
-        return time_against_the_copies_alone(s, pipe, through_channel, alone) ? 0.0 : -1.0;
+        return time_against_the_copies_alone(s, pipe, through_channel, alone) ? 0.0 : kFailed;
       });
       return paired_result(s, parties);
     };
@@ -697,7 +745,7 @@ int main(int argc, char** argv) {
         synchronize(stream);
         return rate;
       });
-      return std::max(rates[0], rates[1]);
+      return largest_unless_failed(rates);
     };
     const auto one_at_a_time = channel_rates(1);
     const auto in_batches = channel_rates(8);
@@ -793,7 +841,7 @@ int main(int argc, char** argv) {
             first += items;
             synchronize(stream);
           });
-          return handed_on ? 0.0 : -1.0;
+          return handed_on ? 0.0 : kFailed;
         }
         // The copies alone read the slots from the first on, the channel's from its next item.
         const auto rate = [&](bool through_channel) {
@@ -806,7 +854,7 @@ int main(int argc, char** argv) {
         };
         const bool intact = time_against_the_copies_alone(
             s, pipe, [&] { return rate(true); }, [&] { return rate(false); });
-        return intact ? 0.0 : -1.0;
+        return intact ? 0.0 : kFailed;
       });
       print_paired("channel in kernels, 1 MiB items (GB/s)", paired_result(s, parties),
                    "target >= 0.9, the same kernel's copies alone; median of segment ratios");
