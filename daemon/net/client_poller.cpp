@@ -3,13 +3,14 @@
 #include <cerrno>
 #include <system_error>
 
+#include "net/asio_reactor.hpp"
 #include "net/session.hpp"
 
 namespace gpumem::daemon {
 
 namespace {
 /// Events taken per epoll_wait; more ready connections are served at the next wake-up, which
-/// comes at once.
+/// comes at once (epoll keeps them ready).
 constexpr std::size_t kEventsPerWakeup = 256;
 constexpr std::uint32_t kInputEvents = EPOLLIN | EPOLLRDHUP | EPOLLET;
 #ifdef GPUMEM_WITH_IO_URING
@@ -23,16 +24,25 @@ std::uint64_t key_of(const epoll_event& event) noexcept {
   return event.data.u64;
 }
 
-int make_epoll() {
-  const int made = ::epoll_create1(EPOLL_CLOEXEC);
-  if (made < 0) throw std::system_error(errno, std::system_category(), "epoll_create1");
+/// The key of Asio's reactor in the set; sessions' keys count up from 1.
+constexpr std::uint64_t kAsioKey = ~std::uint64_t{0};
+
+unique_fd make_epoll() {
+  unique_fd made(::epoll_create1(EPOLL_CLOEXEC));
+  if (!made) throw std::system_error(errno, std::system_category(), "epoll_create1");
   return made;
 }
 }  // namespace
 
 client_poller::client_poller(boost::asio::io_context& io)
-    : io_(io), set_(io, make_epoll()), events_(kEventsPerWakeup) {
-  wait();
+    : io_(io), set_(make_epoll()), events_(kEventsPerWakeup) {
+  // Level-triggered: the reactor stays readable until Asio has taken what it reports.
+  epoll_event interest{};
+  interest.events = EPOLLIN;
+  interest.data.u64 = kAsioKey;
+  if (::epoll_ctl(set_.get(), EPOLL_CTL_ADD, asio_reactor_descriptor(io), &interest) != 0) {
+    throw std::system_error(errno, std::system_category(), "epoll_ctl (Asio's reactor)");
+  }
 }
 
 std::uint64_t client_poller::add(int fd, session& client, watched what) {
@@ -43,7 +53,7 @@ std::uint64_t client_poller::add(int fd, session& client, watched what) {
   // request, so none is missed).
   interest.events = kInputEvents;
   interest.data.u64 = key;
-  if (::epoll_ctl(set_.native_handle(), EPOLL_CTL_ADD, fd, &interest) != 0) {
+  if (::epoll_ctl(set_.get(), EPOLL_CTL_ADD, fd, &interest) != 0) {
     throw std::system_error(errno, std::system_category(), "epoll_ctl");
   }
   entries_.emplace(key, entry{&client, what});
@@ -52,14 +62,14 @@ std::uint64_t client_poller::add(int fd, session& client, watched what) {
 
 void client_poller::remove(std::uint64_t key, int socket) noexcept {
   if (entries_.erase(key) == 0) return;
-  ::epoll_ctl(set_.native_handle(), EPOLL_CTL_DEL, socket, nullptr);
+  ::epoll_ctl(set_.get(), EPOLL_CTL_DEL, socket, nullptr);
 }
 
 bool client_poller::watch_output(std::uint64_t key, int socket, bool on) noexcept {
   epoll_event interest{};
   interest.events = on ? kInputEvents | EPOLLOUT : kInputEvents;
   interest.data.u64 = key;
-  return ::epoll_ctl(set_.native_handle(), EPOLL_CTL_MOD, socket, &interest) == 0;
+  return ::epoll_ctl(set_.get(), EPOLL_CTL_MOD, socket, &interest) == 0;
 }
 
 void client_poller::serve_again(std::uint64_t key) {
@@ -75,13 +85,6 @@ bool client_poller::flush_later(std::uint64_t key) {
     flushes_.push_back(key);
   }
   return true;
-}
-
-void client_poller::wait() {
-  set_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                  [this](const boost::system::error_code& error) {
-                    if (!error) serve();  // else closed: the loop is going
-                  });
 }
 
 void client_poller::deliver(std::uint64_t key, std::uint32_t events) {
@@ -169,12 +172,43 @@ void client_poller::mark_ready(int count, bool ready) {
   }
 }
 
-void client_poller::serve() {
-  in_wakeup_ = true;
+void client_poller::run() {
+  io_.poll();  // what was posted before the loop started
+  while (!io_.stopped()) turn(-1);
+}
+
+std::size_t client_poller::run_ready() {
+  const std::size_t served = turn(0);
+  return served + io_.poll();  // what was posted before, whatever this turn found
+}
+
+std::size_t client_poller::turn(int timeout_ms) {
   int count;
   do {
-    count = ::epoll_wait(set_.native_handle(), events_.data(), static_cast<int>(events_.size()), 0);
+    // A session left to serve again has input that no new event will announce: no waiting then.
+    count = ::epoll_wait(set_.get(), events_.data(), static_cast<int>(events_.size()),
+                         again_.empty() ? timeout_ms : 0);
   } while (count < 0 && errno == EINTR);
+  if (count < 0) throw std::system_error(errno, std::system_category(), "epoll_wait");
+  bool asio_ready = false;
+  int clients = 0;
+  for (int i = 0; i < count; ++i) {
+    if (key_of(events_[i]) == kAsioKey) {
+      asio_ready = true;
+    } else {
+      events_[clients++] = events_[i];
+    }
+  }
+  const std::size_t served = static_cast<std::size_t>(clients) + again_.size();
+  if (served != 0) serve(clients);
+  // Asio's handlers: those its reactor reported, and those that serving posted (a session's
+  // event pump, a cancelled wait's completion), which do not make the reactor readable: Asio
+  // interrupts its reactor for a post only while a thread waits inside it, and none does.
+  return served + (asio_ready || served != 0 ? io_.poll() : 0);
+}
+
+void client_poller::serve(int count) {
+  in_wakeup_ = true;
   serving_again_.swap(again_);
   one_alone_ = count == 1 && serving_again_.empty();
   // A session with new events is served with them below: serving it here as well would give it
@@ -192,12 +226,6 @@ void client_poller::serve() {
   one_alone_ = false;
   flush_queued();
   in_wakeup_ = false;
-  if (again_.empty() && count < static_cast<int>(events_.size())) {
-    wait();
-  } else {
-    // Input is left that no new event will announce: come back after the loop's other work.
-    boost::asio::post(io_, [this] { serve(); });
-  }
 }
 
 }  // namespace gpumem::daemon

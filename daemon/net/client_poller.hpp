@@ -1,12 +1,20 @@
 #pragma once
 /// @file
-/// @brief The epoll set of the clients' connections, watched by the loop as one descriptor.
+/// @brief The daemon's loop: an epoll set of the clients' connections and doorbells, with Asio's
+/// reactor inside it (net/asio_reactor.hpp), on which the loop's thread waits.
+///
+/// A ring or a request wakes the loop straight from this set: one epoll_wait, as in a bare
+/// server. (With the set inside Asio's reactor instead, a request cost one epoll_wait more, an
+/// epoll_ctl that Asio makes to wait on a descriptor again, and a wake-up through two epoll
+/// instances: about 1 us more a round trip on the 2-core development VM.) Asio runs its handlers
+/// (accepts, signals, timers, process exits, posted work) once its reactor reports something,
+/// and after every wake-up that served a client, which may have posted some. The daemon's other
+/// threads wake the loop through a descriptor (net/loop_wakeup.hpp), never by posting.
 ///
 /// Each connection is registered once, edge-triggered for input (output only while a reply
-/// waits for room), so a request costs no epoll_ctl: Asio re-arms a descriptor's registration
-/// for every wait on it, once per request. A wake-up of the loop serves every ready connection
-/// (each at most session::kFramesPerWakeup requests, so one client's flood cannot hold the
-/// others), and only then writes each connection's replies, one sendmsg per connection as a
+/// waits for room), so a request costs no epoll_ctl. A wake-up of the loop serves every ready
+/// connection (each at most session::kFramesPerWakeup requests, so one client's flood cannot hold
+/// the others), and only then writes each connection's replies, one sendmsg per connection as a
 /// rule (more where the socket takes part of them, or a reply carries descriptors, or a client
 /// pipelines more than its input buffer holds): the clients woken by the replies do not preempt
 /// the loop before it has served the rest. With
@@ -21,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpumem/shared/unique_fd.hpp"
 #include "net/asio.hpp"
 #ifdef GPUMEM_WITH_IO_URING
 #include "net/io_batch.hpp"
@@ -32,11 +41,22 @@ class session;
 
 class client_poller {
  public:
+  /// @throws std::system_error or std::runtime_error when the set cannot be made or Asio's
+  /// reactor cannot be put in it.
   explicit client_poller(boost::asio::io_context& io);
   client_poller(const client_poller&) = delete;
   client_poller& operator=(const client_poller&) = delete;
 
   boost::asio::io_context& context() const noexcept { return io_; }
+
+  /// @brief Runs the loop until the io_context is stopped (server::shut_down).
+  /// @throws what a handler or a session throws, as io_context::run() would.
+  void run();
+  /// @brief One turn of the loop that waits for nothing: serves what is ready now, then runs
+  /// Asio's ready handlers. For tests that drive the loop themselves (a stopped io_context runs
+  /// no handlers: restart it first).
+  /// @return how many connections and handlers were served.
+  std::size_t run_ready();
 
   /// What a watched descriptor is to its session.
   enum class watched {
@@ -72,8 +92,11 @@ class client_poller {
     bool flush_queued = false;
     bool ready_now = false;  ///< has events in this wake-up (set only while serving again)
   };
-  void wait();
-  void serve();
+  /// Waits up to @p timeout_ms for events, serves the clients', then runs Asio's handlers when
+  /// its reactor had any. @return what run_ready() returns.
+  std::size_t turn(int timeout_ms);
+  /// Serves the first @p count of events_ (none of them Asio's) and the sessions served again.
+  void serve(int count);
   void deliver(std::uint64_t key, std::uint32_t events);
   void flush_queued();
   /// Sets ready_now of the sessions with events in this wake-up's first @p count.
@@ -82,8 +105,7 @@ class client_poller {
   void serve_ready(int count);
 
   boost::asio::io_context& io_;
-  /// The epoll descriptor itself; the loop waits for it to become readable.
-  boost::asio::posix::stream_descriptor set_;
+  unique_fd set_;  ///< the epoll instance the loop waits on
   std::unordered_map<std::uint64_t, entry> entries_;
   std::uint64_t next_key_ = 1;
   std::vector<epoll_event> events_;

@@ -184,7 +184,7 @@ void server::run() {
   spdlog::info("gpumemd {} listening on {} with {} pool(s)", ::getpid(), socket_path_,
                books_.memory.pool_count());
   systemd::notify("READY=1\nSTATUS=accepting clients");
-  io_.run();
+  poller_.run();
 }
 
 void server::wait_for_signal() {

@@ -252,9 +252,9 @@ class in_process_daemon {
 
   /// Runs the daemon's loop until it has nothing left to do now.
   void run() {
-    while (io_.poll() > 0) {
-    }
-    io_.restart();
+    do {
+      io_.restart();  // poll() stops an io_context that has no work left
+    } while (poller_.run_ready() > 0);
   }
 
   /// Every client process ends; then nothing may be left.
