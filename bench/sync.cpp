@@ -69,15 +69,25 @@ std::atomic_ref<std::uint32_t> word(std::uint32_t& w) {
 constexpr double kFailed = -1;
 
 /// Runs @p work(party) in @p parties forked processes at once; their results, by party. Once a
-/// party fails (throws or dies), the others still running are killed: they may be waiting for
-/// it (at the start, for a turn, on a channel) and would wait for ever. Their results are
-/// kFailed too.
+/// party fails (throws or dies), or one cannot be started, the others still running are killed:
+/// they may be waiting for it (at the start, for a turn, on a channel) and would wait for ever.
+/// Their results are kFailed too.
 std::vector<double> in_parties(int parties, const std::function<double(int)>& work) {
-  std::vector<pollfd> pipes;
+  std::vector<pollfd> pipes;  // by party started; fd -1 once its result is in
   std::vector<pid_t> children;
-  for (int party = 0; party < parties; ++party) {
+  const auto stop_the_rest = [&] {
+    for (std::size_t i = 0; i < pipes.size(); ++i) {
+      if (pipes[i].fd >= 0) ::kill(children[i], SIGKILL);
+    }
+  };
+  bool stopping = false;
+  for (int party = 0; party < parties && !stopping; ++party) {
     int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    if (::pipe(fds) != 0) {
+      std::perror("sync_bench: pipe for a party");
+      stopping = true;
+      break;
+    }
     const pid_t child = ::fork();
     if (child == 0) {
       ::close(fds[0]);
@@ -93,18 +103,26 @@ std::vector<double> in_parties(int parties, const std::function<double(int)>& wo
       ::_exit(status);
     }
     ::close(fds[1]);
+    if (child < 0) {
+      std::perror("sync_bench: fork of a party");
+      ::close(fds[0]);
+      stopping = true;
+      break;
+    }
     pipes.push_back({fds[0], POLLIN, 0});
     children.push_back(child);
   }
-  std::vector<double> results(children.size(), kFailed);
-  bool stopping = false;
-  for (std::size_t left = children.size(); left > 0;) {
+  if (stopping) stop_the_rest();
+  std::vector<double> results(static_cast<std::size_t>(parties), kFailed);
+  for (std::size_t left = pipes.size(); left > 0;) {
     if (::poll(pipes.data(), pipes.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("poll");
+      std::perror("sync_bench: poll on the parties");
+      stop_the_rest();  // their pipes then end: every result below is kFailed
+      stopping = true;
     }
     for (std::size_t i = 0; i < pipes.size(); ++i) {
-      if (pipes[i].fd < 0 || pipes[i].revents == 0) continue;
+      if (pipes[i].fd < 0 || (pipes[i].revents == 0 && !stopping)) continue;
       double value = kFailed;
       if (::read(pipes[i].fd, &value, sizeof value) != sizeof value) value = kFailed;
       ::close(pipes[i].fd);
@@ -114,9 +132,7 @@ std::vector<double> in_parties(int parties, const std::function<double(int)>& wo
       if (value < 0 && !stopping) {
         stopping = true;
         std::fprintf(stderr, "party %zu failed: the other parties are stopped\n", i);
-        for (std::size_t other = 0; other < pipes.size(); ++other) {
-          if (pipes[other].fd >= 0) ::kill(children[other], SIGKILL);
-        }
+        stop_the_rest();
       }
     }
   }
@@ -402,6 +418,7 @@ int main(int argc, char** argv) {
   pthread_barrierattr_init(&shared_attribute);
   pthread_barrierattr_setpshared(&shared_attribute, PTHREAD_PROCESS_SHARED);
   int barrier_runs_met = 0;
+  int barrier_runs_failed = 0;
   double best_ratio = 1e9, worst_ratio = 0, worst_p99 = 0;
   for (int run = 1; run <= barrier_runs; ++run) {
     reset_scratch();
@@ -420,12 +437,13 @@ int main(int argc, char** argv) {
     const std::string what = "barrier of 8 processes, run " + std::to_string(run) + " (us)";
     if (any_failed(parties)) {
       print_ratio(what.c_str(), kFailed, kFailed, "us", "");
+      ++barrier_runs_failed;
       continue;
     }
     const auto ours = samples.percentiles();
     pthread_barrier_init(&s.barrier, &shared_attribute, kParties);
     reset_scratch();
-    in_parties(kParties, [&](int party) {
+    const auto raw_parties = in_parties(kParties, [&](int party) {
       start_together(s, kParties);
       for (int i = 0; i < barrier_rounds; ++i) {
         auto start = clock_type::now();
@@ -434,6 +452,13 @@ int main(int argc, char** argv) {
       }
       return 0.0;
     });
+    if (any_failed(raw_parties)) {
+      // Not destroyed: a barrier whose waiters were killed would make its destroy wait for them.
+      // The next run initialises it again.
+      print_ratio(what.c_str(), kFailed, kFailed, "us", "");
+      ++barrier_runs_failed;
+      continue;
+    }
     pthread_barrier_destroy(&s.barrier);
     const auto raw = samples.percentiles();
     print_ratio(what.c_str(), ours.median, raw.median, "us", "target <= 0.5, pthread_barrier_t");
@@ -443,22 +468,31 @@ int main(int argc, char** argv) {
     worst_ratio = std::max(worst_ratio, ours.median / raw.median);
     worst_p99 = std::max(worst_p99, ours.p99);
   }
-  std::printf(
-      "barrier of 8: %d of %d runs at or below 0.5x pthread_barrier_t (ratios %.2f-%.2f, "
-      "largest p99 %.1f us)\n",
-      barrier_runs_met, barrier_runs, best_ratio, worst_ratio, worst_p99);
+  if (barrier_runs_failed == barrier_runs) {
+    std::printf("barrier of 8: failed in every run (see above)\n");
+  } else {
+    std::printf(
+        "barrier of 8: %d of %d runs at or below 0.5x pthread_barrier_t (ratios %.2f-%.2f, "
+        "largest p99 %.1f us; %d run(s) failed)\n",
+        barrier_runs_met, barrier_runs, best_ratio, worst_ratio, worst_p99, barrier_runs_failed);
+  }
   std::fflush(stdout);
 
 #ifdef GPUMEM_BENCH_CUDA
   using namespace gpumem::testing;
-  const bool gpu = in_parties(1, [&](int) { return why_no_gpu().empty() ? 1.0 : 0.0; })[0] == 1.0;
-  if (!gpu) {
+  const double gpu = in_parties(1, [&](int) { return why_no_gpu().empty() ? 1.0 : 0.0; })[0];
+  if (gpu < 0) {
+    std::printf("GPU figures skipped: the process looking for a CUDA device failed (see above)\n");
+  } else if (gpu == 0) {
     std::printf("GPU figures skipped: no usable CUDA device\n");
   } else {
-    const bool mps = in_parties(1, [&](int) {
-                       return gpumem::Client::connect(connect).stats().mps ? 1.0 : 0.0;
-                     })[0] == 1.0;
-    std::printf("MPS %s\n", mps ? "active" : "not active");
+    const double mps_seen = in_parties(
+        1, [&](int) { return gpumem::Client::connect(connect).stats().mps ? 1.0 : 0.0; })[0];
+    const bool mps = mps_seen == 1.0;
+    std::printf("MPS %s\n", mps_seen < 0 ? "unknown: asking gpumemd failed (see above); taken as "
+                                           "not active"
+                            : mps        ? "active"
+                                         : "not active");
 
     // Stream-ordered lock: the processes take tickets in turn (a host spin on a shared word),
     // so every acquisition waits for the other process's release on the GPU. The turn passes
@@ -792,14 +826,12 @@ int main(int argc, char** argv) {
                  "target >= 0.9, the same copies alone; median of segment ratios");
     print_paired("channel, 1 MiB items in batches of 8 (GB/s)", in_batches,
                  "target >= 0.9, the same copies alone; median of segment ratios");
-    if (one_at_a_time) {
-      print_ratio("channel, 1 MiB items, vs bare memops (GB/s)", one_at_a_time->channel,
-                  bare_one_at_a_time, "GB/s", "the channel's own cost: wait, copy, write per item");
-    }
-    if (in_batches) {
-      print_ratio("channel, batches of 8, vs bare memops (GB/s)", in_batches->channel,
-                  bare_in_batches, "GB/s", "the channel's own cost: wait, 8 copies, write");
-    }
+    print_ratio("channel, 1 MiB items, vs bare memops (GB/s)",
+                one_at_a_time ? one_at_a_time->channel : kFailed, bare_one_at_a_time, "GB/s",
+                "the channel's own cost: wait, copy, write per item");
+    print_ratio("channel, batches of 8, vs bare memops (GB/s)",
+                in_batches ? in_batches->channel : kFailed, bare_in_batches, "GB/s",
+                "the channel's own cost: wait, 8 copies, write");
     print_ratio("bare memops, 1 MiB items (GB/s)", bare_one_at_a_time, copies[0], "GB/s",
                 "the mechanism's cost over the copies alone");
     print_ratio("copies with one stream write each (GB/s)", copies_with_a_write[0], copies[0],

@@ -173,6 +173,9 @@ void client_poller::mark_ready(int count, bool ready) {
 }
 
 void client_poller::run() {
+  // Clients are no work of Asio's: without this, a poll() that found Asio with nothing left to
+  // wait for would stop the loop while clients are connected. Only stop() ends it.
+  const auto keep_running = boost::asio::make_work_guard(io_);
   io_.poll();  // what was posted before the loop started
   while (!io_.stopped()) turn(-1);
 }

@@ -49,7 +49,8 @@ class client_poller {
 
   boost::asio::io_context& context() const noexcept { return io_; }
 
-  /// @brief Runs the loop until the io_context is stopped (server::shut_down).
+  /// @brief Runs the loop until the io_context is stopped (server::shut_down), whether or not
+  /// Asio has work left.
   /// @throws what a handler or a session throws, as io_context::run() would.
   void run();
   /// @brief One turn of the loop that waits for nothing: serves what is ready now, then runs
@@ -93,7 +94,8 @@ class client_poller {
     bool ready_now = false;  ///< has events in this wake-up (set only while serving again)
   };
   /// Waits up to @p timeout_ms for events, serves the clients', then runs Asio's handlers when
-  /// its reactor had any. @return what run_ready() returns.
+  /// its reactor had any or a client was served (serving may post some).
+  /// @return how many connections and handlers were served.
   std::size_t turn(int timeout_ms);
   /// Serves the first @p count of events_ (none of them Asio's) and the sessions served again.
   void serve(int count);
