@@ -27,6 +27,10 @@ unique_fd epoll_instance() {
 }
 
 TEST(AsioReactor, IsTheEpollInstanceThatWatchesItsProbeNotOneListingTheSameNumber) {
+  // Asio makes its reactor (epoll, eventfd, timerfd) before the decoy, so that none of them takes
+  // the number the decoy lists.
+  boost::asio::io_context io(1);
+  { const boost::asio::posix::stream_descriptor made_the_reactor(io, ::dup(0)); }
   // A decoy, as an epoll instance inherited from whoever started the daemon would be: it lists a
   // descriptor number whose file is another one by the time the probe gets that number.
   const unique_fd decoy = epoll_instance();
@@ -36,16 +40,20 @@ TEST(AsioReactor, IsTheEpollInstanceThatWatchesItsProbeNotOneListingTheSameNumbe
   interest.events = EPOLLIN;
   ASSERT_EQ(::epoll_ctl(decoy.get(), EPOLL_CTL_ADD, ends[0], &interest), 0);
   // The watched file lives on under another number; its old number is free again, and the next
-  // descriptor made (the probe's pipe) gets the lowest free one.
+  // descriptor made (the probe's pipe) gets the lowest free one: that number.
   const unique_fd kept(::dup(ends[0]));
   const unique_fd write_end(ends[1]);
-  ::close(ends[0]);
+  const int listed = ends[0];
+  ::close(listed);
+  {
+    const unique_fd next(::dup(0));
+    ASSERT_EQ(next.get(), listed) << "the probe would not get the number the decoy lists";
+  }
 
-  boost::asio::io_context io(1);
   const int reactor = gpumem::daemon::asio_reactor_descriptor(io);
   EXPECT_NE(reactor, decoy.get());
   EXPECT_GE(reactor, 0);
-  // The reactor found is the one that tells of Asio's readiness: a posted-to stop shows in it.
+  // The reactor found is the one that tells of Asio's readiness: a timer's expiry shows in it.
   const unique_fd watcher = epoll_instance();
   interest.data.u64 = 7;
   ASSERT_EQ(::epoll_ctl(watcher.get(), EPOLL_CTL_ADD, reactor, &interest), 0);
