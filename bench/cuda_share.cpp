@@ -179,6 +179,8 @@ int main(int argc, char** argv) {
     slab_pair,
     allocate_after_request,
     ping_after_request,
+    allocate_after_release,
+    ping_after_release,
     raw_in_turns_after_cuda,
     raw_in_turns_after_request,
     ping_in_turns_after_cuda,
@@ -224,6 +226,12 @@ int main(int argc, char** argv) {
       timed(allocate_after_request, i, [&] { buffer = allocate(); });
       blocks.insert(buffer.data());
       buffer.release();
+      // As a program that frees a buffer and asks for the next one goes: the release's work in
+      // the daemon, and the spare block it sets off, are just behind.
+      timed(allocate_after_release, i, [&] { buffer = allocate(); });
+      blocks.insert(buffer.data());
+      buffer.release();
+      timed(ping_after_release, i, [&] { client.ping(); });
       constexpr int kPairs = 1000;  // one pair is below the clock's resolution: time a batch
       const auto start = clock_type::now();
       for (int pair = 0; pair < kPairs; ++pair) slab.free(slab.allocate(4096 + 256 * (pair % 7)));
@@ -254,8 +262,13 @@ int main(int argc, char** argv) {
   });
   const auto single = summaries(figures, measured);
   const auto blocks_handed_out = static_cast<long>(measured.back());
-  const auto handled = in_child(
-      [&] { return daemon_handling(gpumem::Client::connect(connect).metrics(), "allocate"); });
+  const auto handled = in_child([&] {
+    const std::string metrics = gpumem::Client::connect(connect).metrics();
+    auto both = daemon_handling(metrics, "allocate");
+    const auto releases = daemon_handling(metrics, "release");
+    both.insert(both.end(), releases.begin(), releases.end());
+    return both;
+  });
   const auto legacy = series(1, [&] { return flatten({legacy_share(iterations)}); });
 
   // Bandwidth: the owner fills 1 GiB and holds it; a consumer process reads it.
@@ -318,6 +331,9 @@ int main(int argc, char** argv) {
   row("gpumemd allocate", single[allocate_after_request]);
   row("gpumemd ping", single[ping_after_request]);
   row("gpumemd release (stream-ordered, event to daemon)", single[release_buffer]);
+  std::printf("the allocate and ping, each right after releasing the previous allocation:\n");
+  row("gpumemd allocate", single[allocate_after_release]);
+  row("gpumemd ping", single[ping_after_release]);
   row("gpumemd open existing named buffer", single[open_named]);
   row("slab allocate + free pair, 4-6 KiB (no daemon)", single[slab_pair]);
   std::printf("the ping and a raw round trip (eventfd in epoll, futex answer) in turns:\n");
@@ -328,7 +344,7 @@ int main(int argc, char** argv) {
   // Each allocation is released before the next, so the pool needs a few blocks in all; one
   // that did not reuse released memory grew by a block a round, and the client paid for
   // importing from each new 32 MiB of it (released_blocks.hpp).
-  std::printf("blocks the %d anonymous allocations were given: %ld\n", 2 * (iterations + 10),
+  std::printf("blocks the %d anonymous allocations were given: %ld\n", 3 * (iterations + 10),
               blocks_handed_out);
   const auto median = [&](figure which) { return single[which].blockwise.median; };
   const auto p99 = [&](figure which) { return single[which].blockwise.p99; };
@@ -336,9 +352,13 @@ int main(int argc, char** argv) {
               median(allocate_after_cuda) / median(ping_after_cuda));
   std::printf("ratio allocate / ping, each after another request:     %.2f (target <= 1.3)\n",
               median(allocate_after_request) / median(ping_after_request));
+  std::printf("ratio allocate / ping, each after a release:           %.2f\n",
+              median(allocate_after_release) / median(ping_after_release));
   std::printf("ratio allocate p99 / its median, the two positions:    %.2f, %.2f (target <= 2)\n",
               p99(allocate_after_cuda) / median(allocate_after_cuda),
               p99(allocate_after_request) / median(allocate_after_request));
+  std::printf("ratio allocate p99 / its median, after a release:      %.2f\n",
+              p99(allocate_after_release) / median(allocate_after_release));
   // The ping's own tail in each position, the peer of the allocation's (an allocation is a
   // round trip too): after the client's CUDA work the round trip alone had a p99 2-3x its
   // median on the H100.
@@ -359,16 +379,20 @@ int main(int argc, char** argv) {
   std::printf("in turns, ping / raw round trip, median, the two positions: %.2f, %.2f\n",
               median(ping_in_turns_after_cuda) / median(raw_in_turns_after_cuda),
               median(ping_in_turns_after_request) / median(raw_in_turns_after_request));
-  // Every allocate request of the run, both positions and the warm-up rounds: the histogram
+  // Every request of the type in the run, all positions and the warm-up rounds: the histogram
   // is the daemon's since it started.
-  if (handled.at(0) > 0) {
-    std::printf(
-        "the daemon's own handling of all %.0f allocate requests (its histogram's 2^k us "
-        "buckets): median <= %.0f us, p99 <= %.0f us\n",
-        handled.at(0), handled.at(1), handled.at(2));
-  } else {
-    std::printf("the daemon's own handling of allocate requests: not in its metrics\n");
-  }
+  const auto print_handling = [&](const char* type, std::size_t at) {
+    if (handled.at(at) > 0) {
+      std::printf(
+          "the daemon's own handling of all %.0f %s requests (its histogram's 2^k us "
+          "buckets): median <= %.0f us, p99 <= %.0f us\n",
+          handled.at(at), type, handled.at(at + 1), handled.at(at + 2));
+    } else {
+      std::printf("the daemon's own handling of %s requests: not in its metrics\n", type);
+    }
+  };
+  print_handling("allocate", 0);
+  print_handling("release", 3);
   std::printf("ratio allocate / legacy IPC share: %.2f (target <= 0.5)\n",
               median(allocate_after_cuda) / legacy[0].blockwise.median);
   std::printf("ratio allocate / cudaMalloc:       %.2f (target <= 1.0)\n",
