@@ -242,5 +242,73 @@ TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
   EXPECT_FALSE(pool.spares.take(2048));
 }
 
+exported_block released_at(CUdeviceptr pointer) {
+  return exported_block{pointer, {}};
+}
+
+TEST(CudaSpares, AReleasedBlockOfferedInPlaceOfAWantedOneIsReadyAndOnlyTheOtherIsMade) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.gate.set_value();
+  pool.spares.want(4096);
+  ASSERT_TRUE(pool.spares.offer(4096, released_at(0xa000)));
+  EXPECT_EQ(pool.spares.bytes(), 2 * 4096u) << "the offered block took a wanted one's place";
+  EXPECT_EQ(room.spare_bytes(), 2 * 4096u) << "counted once in the room";
+  const auto taken = pool.spares.take(4096);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->pointer, 0xa000u);
+  pool.spares.start_wanted();
+  ASSERT_TRUE(take_within(pool.spares, 4096));
+  EXPECT_EQ(pool.made.load(), 1) << "one block made, for the wish the offer did not meet";
+  EXPECT_EQ(pool.spares.counted().made, 1u);
+  EXPECT_EQ(pool.spares.counted().reused, 1u);
+}
+
+TEST(CudaSpares, ABlockBeingMadeWhileAnOfferTookItsPlaceIsDiscardedOnceMade) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.spares.want(1024);
+  pool.spares.start_wanted();
+  ASSERT_TRUE(eventually([&] { return pool.started == 1; }));  // the worker waits at the gate
+  ASSERT_TRUE(pool.spares.offer(1024, released_at(0xa000)));
+  ASSERT_TRUE(pool.spares.offer(1024, released_at(0xb000)));
+  EXPECT_FALSE(pool.spares.offer(1024, released_at(0xc000))) << "two blocks of a size at most";
+  pool.gate.set_value();
+  ASSERT_TRUE(eventually([&] { return pool.discarded == 1; }));
+  EXPECT_EQ(pool.made.load(), 1) << "nothing more is made";
+  EXPECT_EQ(pool.spares.bytes(), 2 * 1024u);
+  EXPECT_EQ(room.spare_bytes(), 2 * 1024u);
+  for (const CUdeviceptr expected : {0xb000u, 0xa000u}) {
+    const auto taken = pool.spares.take(1024);
+    ASSERT_TRUE(taken);
+    EXPECT_EQ(taken->pointer, expected);
+  }
+  EXPECT_EQ(pool.spares.counted().made, 0u) << "the discarded block was not kept";
+}
+
+TEST(CudaSpares, OfferedBlocksAreKeptOnlyOnTheTermsWantedOnesAre) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.gate.set_value();
+  EXPECT_TRUE(pool.spares.offer(4096, released_at(0x1000))) << "beside the ready ones";
+  EXPECT_TRUE(pool.spares.offer(4096, released_at(0x2000)));
+  EXPECT_FALSE(pool.spares.offer(4096, released_at(0x3000))) << "two blocks of a size at most";
+  EXPECT_FALSE(pool.spares.offer(cuda_spares::kMaxBlockSize + 1, released_at(0x4000)));
+  for (std::uint64_t i = 2; i <= cuda_spares::kMaxSizes; ++i) {
+    EXPECT_TRUE(pool.spares.offer(i * 4096, released_at(i << 16))) << "size " << i;
+  }
+  EXPECT_FALSE(pool.spares.offer(1024, released_at(0x5000))) << "a ninth size";
+  EXPECT_EQ(pool.spares.counted().reused, cuda_spares::kMaxSizes + 1);
+  EXPECT_EQ(pool.made.load(), 0);
+
+  family_room small_room(4096);
+  fake_pool small(small_room);
+  small.gate.set_value();
+  EXPECT_FALSE(small.spares.offer(8192, released_at(0x1000))) << "no room in the pool's size";
+  EXPECT_EQ(small_room.spare_bytes(), 0u);
+  small.spares.stop();
+  EXPECT_FALSE(small.spares.offer(4096, released_at(0x1000))) << "stopped: the owner frees it";
+}
+
 }  // namespace
 }  // namespace gpumem::daemon

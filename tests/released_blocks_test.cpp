@@ -1,10 +1,12 @@
-// A CUDA pool's released blocks on the fake driver: each goes to the allocation stream only once
-// the release stream's waits for its holders have landed, and none is freed early or twice.
+// A CUDA pool's released blocks on the fake driver: each is offered for reuse, or goes to the
+// allocation stream, only once the release stream's waits for its holders have landed, and none
+// is freed early or twice.
 #include "memory/released_blocks.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -26,7 +28,11 @@ class ReleasedBlocks : public ::testing::Test {
   void SetUp() override {
     reset_fake_driver();
     fake().current = fake_primary_context(0);
-    blocks.emplace(fake_driver(), fake().current);
+    blocks.emplace(fake_driver(), fake().current,
+                   [this](std::uint64_t size, const exported_block& block) {
+                     offers.push_back({block, size});
+                     return reuse_takes(block.pointer);
+                   });
   }
   void TearDown() override {
     blocks.reset();
@@ -36,8 +42,14 @@ class ReleasedBlocks : public ::testing::Test {
 
   /// Adds @p block, expecting no driver call to fail.
   void add(CUdeviceptr block) {
-    const failed_call failed = blocks->add(block, releases);
+    const failed_call failed = blocks->add(exported(block), kSize, releases);
     EXPECT_FALSE(failed) << "adding " << block << ": " << failed.call;
+  }
+  /// @p block with export data of its own: its pointer's low byte, first.
+  static exported_block exported(CUdeviceptr block) {
+    exported_block made{block, {}};
+    made.data.reserved[0] = static_cast<unsigned char>(block >> 8);
+    return made;
   }
   /// Frees what landed, expecting no driver call to fail.
   void free_landed() {
@@ -54,6 +66,14 @@ class ReleasedBlocks : public ::testing::Test {
   // Stand-ins for the pool's streams: the fake only tells them apart.
   const CUstream releases = reinterpret_cast<CUstream>(0x7001);
   const CUstream allocations = reinterpret_cast<CUstream>(0x7002);
+  static constexpr std::uint64_t kSize = 1 << 20;
+  struct offer {
+    exported_block block;
+    std::uint64_t size;
+  };
+  std::vector<offer> offers;  ///< what the reuse was offered, in order
+  /// Whether the reuse takes the block at a pointer; by default it takes none.
+  std::function<bool(CUdeviceptr)> reuse_takes = [](CUdeviceptr) { return false; };
   std::optional<released_blocks> blocks;
 };
 
@@ -121,7 +141,7 @@ TEST_F(ReleasedBlocks, ABlockThatCannotBeMarkedIsFreedBehindItsHoldersWaitsAndOn
   hold_stream(releases, true);
   add(0x1000);
   fake().failing = "cuEventRecord";
-  const failed_call failed = blocks->add(0x2000, releases);
+  const failed_call failed = blocks->add(exported(0x2000), kSize, releases);
   EXPECT_STREQ(failed.call, "cuEventRecord");
   EXPECT_EQ(fake().frees, (freed{{0x2000, releases}})) << "on the release stream, as before marks";
 
@@ -141,7 +161,7 @@ TEST_F(ReleasedBlocks, ABlockThatCannotBeAddedToTheNewestMarkLeavesItsBlocksWait
   hold_stream(releases, true);
   add(0x9000);  // ... and was recorded again, behind a held wait
   fake().failing = "cuEventRecord";
-  EXPECT_STREQ(blocks->add(0xa000, releases).call, "cuEventRecord");
+  EXPECT_STREQ(blocks->add(exported(0xa000), kSize, releases).call, "cuEventRecord");
   fake().failing = "";
   EXPECT_EQ(fake().frees, (freed{{0xa000, releases}})) << "behind its waits, at once";
   free_landed();
@@ -179,6 +199,43 @@ TEST_F(ReleasedBlocks, BlocksStillWaitingWhenThePoolGoesAreFreedBehindTheirHolde
   hold_stream(releases, false);
   free_landed();
   EXPECT_EQ(fake().frees.size(), 3u) << "freed twice";
+}
+
+TEST_F(ReleasedBlocks, ALandedBlockIsOfferedWithItsSizeAndExportDataAndFreedOnlyIfNotTaken) {
+  reuse_takes = [](CUdeviceptr block) { return block == 0x2000; };
+  add(0x1000);
+  add(0x2000);
+  free_landed();
+  ASSERT_EQ(offers.size(), 2u);
+  EXPECT_EQ(offers[0].block.pointer, 0x1000u);
+  EXPECT_EQ(offers[1].block.pointer, 0x2000u);
+  EXPECT_EQ(offers[1].size, kSize);
+  EXPECT_EQ(offers[1].block.data.reserved[0], 0x20) << "the export data it was handed out with";
+  EXPECT_EQ(fake().frees, (freed{{0x1000, allocations}})) << "the taken block is not freed";
+  free_landed();
+  EXPECT_EQ(offers.size(), 2u) << "offered once";
+}
+
+TEST_F(ReleasedBlocks, ABlockIsOfferedOnlyOnceItsHoldersWorkIsDone) {
+  reuse_takes = [](CUdeviceptr) { return true; };
+  hold_stream(releases, true);
+  add(0x1000);
+  free_landed();
+  EXPECT_TRUE(offers.empty()) << "offered while its holder's work may still use it";
+  hold_stream(releases, false);
+  free_landed();
+  ASSERT_EQ(offers.size(), 1u);
+  EXPECT_TRUE(fake().frees.empty());
+}
+
+TEST_F(ReleasedBlocks, BlocksFreedBecauseThePoolGoesAreNotOffered) {
+  reuse_takes = [](CUdeviceptr) { return true; };
+  hold_stream(releases, true);
+  add(0x1000);
+  blocks->free_all(releases);
+  EXPECT_TRUE(offers.empty());
+  EXPECT_EQ(fake().frees, (freed{{0x1000, releases}}));
+  hold_stream(releases, false);
 }
 
 }  // namespace

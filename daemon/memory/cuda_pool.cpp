@@ -81,7 +81,9 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
         "cuStreamCreate");
   check(cuda::stream::create(cu_, context_.get(), CU_STREAM_NON_BLOCKING, release_stream_),
         "cuStreamCreate");
-  released_.emplace(cu_, context_.get());
+  released_.emplace(cu_, context_.get(), [this](std::uint64_t size, const exported_block& block) {
+    return spares_.offer(size, block);
+  });
   check(cuda::event::create(cu_, context_.get(), CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
                             ready_),
         "cuEventCreate(interprocess)");
@@ -142,6 +144,13 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
   // The memory book has made room in the configured pool's size (dropping this instance's
   // spares that were in the way); the driver may still be out of device memory.
   std::optional<exported_block> block = spares_.take(size);
+  if (!block) {
+    // A block of this size released moments ago may be done with by now: taken back as a
+    // spare, it is handed out at the cost of a query, not of the making.
+    enter();
+    log_failed(released_->free_landed(allocation_stream_.get()));
+    block = spares_.take(size);
+  }
   const bool from_spare = block.has_value();
   if (!from_spare) {
     const auto start = std::chrono::steady_clock::now();
@@ -186,6 +195,11 @@ void cuda_pool::note_size_to_want(std::uint64_t size, bool from_spare) noexcept 
 }
 
 void cuda_pool::start_deferred_work() noexcept {
+  // Blocks released and done with become spares first, so that the worker does not make what
+  // they stand for.
+  if (cu_.cuCtxSetCurrent(context_.get()) == CUDA_SUCCESS) {
+    log_failed(released_->free_landed(allocation_stream_.get()));
+  }
   for (const std::uint64_t size : sizes_to_want_) spares_.want(size);
   sizes_to_want_.clear();
   spares_.start_wanted();
@@ -195,7 +209,9 @@ spare_use cuda_pool::spares() const {
   return {.bytes = spares_.bytes(),
           .ready_bytes = spares_.ready_bytes(),
           .served = served_,
-          .missed = made_on_request_};
+          .missed = made_on_request_,
+          .made = spares_.counted().made,
+          .reused = spares_.counted().reused};
 }
 
 void cuda_pool::drop_spares() noexcept {
@@ -236,11 +252,22 @@ void cuda_pool::holder_released(const placement&, const std::optional<ipc_handle
         "cuStreamWaitEvent(released)");
 }
 
-void cuda_pool::do_free(const placement& where, std::uint64_t) noexcept {
-  exports_.erase(where.offset);
+void cuda_pool::do_free(const placement& where, std::uint64_t size) noexcept {
+  const auto exported = exports_.find(where.offset);
+  // do_allocate records every block it hands out, and only a block with its export data can be
+  // handed out again.
+  std::optional<exported_block> block;
+  if (exported != exports_.end()) {
+    block = exported_block{where.offset, exported->second};
+    exports_.erase(exported);
+  }
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
   log_failed(released_->free_landed(allocation_stream_.get()));
-  log_failed(released_->add(where.offset, release_stream_.get()));
+  if (!block) {
+    cu_.cuMemFreeAsync(where.offset, release_stream_.get());  // behind the holders' waits
+    return;
+  }
+  log_failed(released_->add(*block, size, release_stream_.get()));
 }
 
 void cuda_pool::log_failed(failed_call failed) const noexcept {

@@ -54,22 +54,43 @@ std::size_t cuda_spares::sizes_kept() const noexcept {
   return sizes;
 }
 
+bool cuda_spares::count_one_more(std::uint64_t size, std::size_t kept) noexcept {
+  if (size > kMaxBlockSize || kept >= kBlocksPerSize || bytes_ + size > kMaxBytes) return false;
+  if (kept == 0 && sizes_kept() >= kMaxSizes) return false;
+  if (!room_.hold_spare(size)) return false;
+  bytes_ += size;
+  return true;
+}
+
+std::size_t cuda_spares::kept_of(std::uint64_t size) const noexcept {
+  const auto ready = ready_.find(size);
+  return (ready == ready_.end() ? 0 : ready->second.size()) +
+         static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
+}
+
 void cuda_spares::want(std::uint64_t size) noexcept {
   std::lock_guard lock(mutex_);
-  if (size > kMaxBlockSize) return;
-  const auto ready = ready_.find(size);
-  std::size_t kept = (ready == ready_.end() ? 0 : ready->second.size()) +
-                     static_cast<std::size_t>(std::count(wanted_.begin(), wanted_.end(), size));
-  if (kept == 0 && sizes_kept() >= kMaxSizes) return;
-  for (; kept < kBlocksPerSize && bytes_ + size <= kMaxBytes; ++kept) {
+  for (std::size_t kept = kept_of(size); count_one_more(size, kept); ++kept) {
     wanted_.push_back(size);  // room for every wish made in the constructor
-    if (!room_.hold_spare(size)) {
-      wanted_.pop_back();
-      return;
-    }
-    bytes_ += size;
     unstarted_ = true;
   }
+}
+
+bool cuda_spares::offer(std::uint64_t size, const exported_block& block) noexcept {
+  std::lock_guard lock(mutex_);
+  if (stopping_) return false;
+  const auto wanted = std::find(wanted_.begin(), wanted_.end(), size);
+  // Counted already, as wanted; otherwise counted now, if there is room.
+  if (wanted == wanted_.end() && !count_one_more(size, kept_of(size))) return false;
+  try {
+    ready_[size].push_back(block);
+  } catch (...) {  // no memory for the list: freed as if not offered
+    if (wanted == wanted_.end()) uncount(size);
+    return false;
+  }
+  if (wanted != wanted_.end()) wanted_.erase(wanted);
+  ++counted_.reused;
+  return true;
 }
 
 void cuda_spares::start_wanted() noexcept {
@@ -89,6 +110,11 @@ cuda_spares::blocks_by_size cuda_spares::drain() noexcept {
   uncount(bytes_);
   ++generation_;
   return blocks;
+}
+
+cuda_spares::origins cuda_spares::counted() const {
+  std::lock_guard lock(mutex_);
+  return counted_;
 }
 
 std::uint64_t cuda_spares::bytes() const {
@@ -126,6 +152,7 @@ void cuda_spares::work() {
       wanted_.erase(asked);
       if (block) {
         ready_[size].push_back(*block);
+        ++counted_.made;
       } else {
         uncount(size);
       }

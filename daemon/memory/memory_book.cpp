@@ -404,6 +404,8 @@ std::vector<std::pair<const pool_config*, spare_use>> memory_book::spares() cons
       sum.ready_bytes += use.ready_bytes;
       sum.served += use.served;
       sum.missed += use.missed;
+      sum.made += use.made;
+      sum.reused += use.reused;
     }
     found.emplace_back(&family.config, sum);
   }

@@ -19,17 +19,21 @@
 /// the block is freed onto the allocation stream once its mark has landed, which the driver
 /// reuses in stream order. The release stream runs in order, so a holder whose work is still
 /// running holds back its own block and every block released after it in the pool, never an
-/// allocation. Blocks are freed at the pool's next allocation or release.
+/// allocation. Blocks are freed at the pool's next allocation or release, or taken whole, with
+/// their export data, by the owner's reuse (the pool's spares, cuda_spares.hpp) instead.
 
 #include <cuda.h>
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <mutex>
 #include <vector>
 
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/cuda/handles.hpp"
+#include "memory/exported_block.hpp"
 
 namespace gpumem::daemon {
 
@@ -46,30 +50,42 @@ class released_blocks {
   /// the releases since (a release stream waiting that long on holders frees nothing anyway).
   static constexpr std::size_t kMarks = 8;
 
-  /// @brief Makes the marks, events of @p context. @throws cuda_error.
-  released_blocks(const cuda::driver_api& driver, CUcontext context);
+  /// Takes a block of a size whose holders are done with it, instead of its being freed; false
+  /// leaves it to be freed. Must not throw.
+  using reuse = std::function<bool(std::uint64_t size, const exported_block& block)>;
 
-  /// @brief Takes @p block, whose holders' release events @p releases waits on, to be freed
-  /// once they are done; frees it on @p releases, behind the waits, if it cannot be marked.
-  /// With the marks' context current.
-  failed_call add(CUdeviceptr block, CUstream releases) noexcept;
-  /// @brief Frees onto @p allocations the blocks whose marks have landed. With the marks'
-  /// context current. A free the driver refuses loses that block to the pool until it goes.
+  /// @brief Makes the marks, events of @p context. @throws cuda_error.
+  /// @param reuse_landed offered each block whose holders are done, before it is freed.
+  released_blocks(const cuda::driver_api& driver, CUcontext context, reuse reuse_landed);
+
+  /// @brief Takes @p block, of @p size, whose holders' release events @p releases waits on, to
+  /// be reused or freed once they are done; frees it on @p releases, behind the waits, if it
+  /// cannot be marked. With the marks' context current.
+  failed_call add(const exported_block& block, std::uint64_t size, CUstream releases) noexcept;
+  /// @brief Offers to the reuse the blocks whose marks have landed, and frees onto
+  /// @p allocations those it does not take. With the marks' context current. A free the driver
+  /// refuses loses that block to the pool until it goes.
   failed_call free_landed(CUstream allocations) noexcept;
   /// @brief Frees every block still held behind its holders' waits on @p releases (when the
   /// pool goes). With the marks' context current.
   void free_all(CUstream releases) noexcept;
 
  private:
+  struct released {
+    exported_block block;
+    std::uint64_t size = 0;
+  };
   struct marked_blocks {
     cuda::event mark;  ///< recorded on the release stream after the waits for these blocks
-    std::vector<CUdeviceptr> blocks;
+    std::vector<released> blocks;
   };
 
-  /// Frees the blocks of the oldest mark in flight onto @p stream and retires the mark.
-  failed_call free_oldest(CUstream stream) noexcept;
+  /// Frees the blocks of the oldest mark in flight onto @p stream, those the reuse does not
+  /// take when @p offer, and retires the mark.
+  failed_call free_oldest(CUstream stream, bool offer) noexcept;
 
   const cuda::driver_api& cu_;
+  const reuse reuse_;
   /// add() runs on the daemon's loop, free_landed() there and on the spares' worker.
   std::mutex mutex_;
   std::array<marked_blocks, kMarks> marks_;

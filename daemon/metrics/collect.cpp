@@ -131,6 +131,12 @@ void pools(builder& out, const books& state) {
               "CUDA allocations given a block made ahead of demand (from=\"spare\") or made on "
               "the request path (from=\"request\")",
               metric_type::counter);
+  family& spare_blocks =
+      out.add("gpumemd_pool_spare_blocks_total",
+              "Blocks that became spares of a CUDA pool: made ahead of demand by its worker "
+              "(how=\"made\", each a driver allocation and pointer export), or released blocks "
+              "taken back once their holders were done (how=\"reused\", neither)",
+              metric_type::counter);
   for (const auto& [config, use] : state.memory.spares()) {
     if (config->device == proto::kHostDevice) continue;
     const label_set labels{{"pool", config->name}, {"device", device_label(config->device)}};
@@ -142,6 +148,12 @@ void pools(builder& out, const books& state) {
     label_set made = labels;
     made.push_back({"from", "request"});
     spare_allocations.samples.push_back({made, use.missed});
+    for (const auto& [how, count] :
+         {std::pair{"made", use.made}, std::pair{"reused", use.reused}}) {
+      label_set origin = labels;
+      origin.push_back({"how", how});
+      spare_blocks.samples.push_back({origin, count});
+    }
   }
   out.one("gpumemd_sleep_memory_kept_bytes",
           "Host memory woken reservations keep, pages made and pinned, for their next sleep "
