@@ -227,7 +227,8 @@ int main(int argc, char** argv) {
       blocks.insert(buffer.data());
       buffer.release();
       // As a program that frees a buffer and asks for the next one goes: the release's work in
-      // the daemon, and the spare block it sets off, are just behind.
+      // the daemon is just behind, and the spare blocks of the size may be short (the previous
+      // allocation took one).
       timed(allocate_after_release, i, [&] { buffer = allocate(); });
       blocks.insert(buffer.data());
       buffer.release();
@@ -352,12 +353,12 @@ int main(int argc, char** argv) {
               median(allocate_after_cuda) / median(ping_after_cuda));
   std::printf("ratio allocate / ping, each after another request:     %.2f (target <= 1.3)\n",
               median(allocate_after_request) / median(ping_after_request));
-  std::printf("ratio allocate / ping, each after a release:           %.2f\n",
+  std::printf("ratio allocate / ping, each after a release:           %.2f (target <= 1.3)\n",
               median(allocate_after_release) / median(ping_after_release));
   std::printf("ratio allocate p99 / its median, the two positions:    %.2f, %.2f (target <= 2)\n",
               p99(allocate_after_cuda) / median(allocate_after_cuda),
               p99(allocate_after_request) / median(allocate_after_request));
-  std::printf("ratio allocate p99 / its median, after a release:      %.2f\n",
+  std::printf("ratio allocate p99 / its median, after a release:      %.2f (target <= 2)\n",
               p99(allocate_after_release) / median(allocate_after_release));
   // The ping's own tail in each position, the peer of the allocation's (an allocation is a
   // round trip too): after the client's CUDA work the round trip alone had a p99 2-3x its

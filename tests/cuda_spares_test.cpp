@@ -310,5 +310,29 @@ TEST(CudaSpares, OfferedBlocksAreKeptOnlyOnTheTermsWantedOnesAre) {
   EXPECT_FALSE(small.spares.offer(4096, released_at(0x1000))) << "stopped: the owner frees it";
 }
 
+TEST(CudaSpares, OfferedBlocksCountInTheByteLimitAndComeBackInADrain) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.gate.set_value();
+  constexpr std::uint64_t kLargest = cuda_spares::kMaxBlockSize;
+  constexpr std::uint64_t kFit = cuda_spares::kMaxBytes / kLargest;  // blocks of that size
+  std::uint64_t offered = 0;
+  for (std::uint64_t i = 0; i < kFit; ++i) {
+    // Sizes a page apart, two blocks each: the byte limit is met before the count of sizes.
+    if (pool.spares.offer(kLargest - (i / 2) * 4096, released_at((i + 1) << 16))) ++offered;
+  }
+  EXPECT_EQ(offered, kFit);
+  EXPECT_FALSE(pool.spares.offer(kLargest - 8 * 4096, released_at(0xf000)))
+      << "a fifth size, past the byte limit";
+  EXPECT_LE(pool.spares.bytes(), cuda_spares::kMaxBytes);
+  const auto drained = pool.spares.drain();
+  std::uint64_t blocks = 0;
+  for (const auto& [size, kept] : drained) blocks += kept.size();
+  EXPECT_EQ(blocks, kFit) << "every offered block goes back to the owner";
+  EXPECT_EQ(pool.spares.bytes(), 0u);
+  EXPECT_EQ(room.spare_bytes(), 0u);
+  EXPECT_EQ(pool.discarded.load(), 0);
+}
+
 }  // namespace
 }  // namespace gpumem::daemon

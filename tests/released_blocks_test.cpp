@@ -45,13 +45,18 @@ class ReleasedBlocks : public ::testing::Test {
     const failed_call failed = blocks->add(exported(block), kSize, releases);
     EXPECT_FALSE(failed) << "adding " << block << ": " << failed.call;
   }
-  /// @p block with export data of its own: its pointer's low byte, first.
+  /// @p block with export data of its own: its pointer's second byte, first.
   static exported_block exported(CUdeviceptr block) {
     exported_block made{block, {}};
     made.data.reserved[0] = static_cast<unsigned char>(block >> 8);
     return made;
   }
-  /// Frees what landed, expecting no driver call to fail.
+  /// Offers, then frees, what landed, expecting no driver call to fail.
+  void reuse_or_free_landed() {
+    const failed_call failed = blocks->reuse_or_free_landed(allocations);
+    EXPECT_FALSE(failed) << failed.call;
+  }
+  /// Frees what landed, offering nothing, expecting no driver call to fail.
   void free_landed() {
     const failed_call failed = blocks->free_landed(allocations);
     EXPECT_FALSE(failed) << failed.call;
@@ -205,14 +210,14 @@ TEST_F(ReleasedBlocks, ALandedBlockIsOfferedWithItsSizeAndExportDataAndFreedOnly
   reuse_takes = [](CUdeviceptr block) { return block == 0x2000; };
   add(0x1000);
   add(0x2000);
-  free_landed();
+  reuse_or_free_landed();
   ASSERT_EQ(offers.size(), 2u);
   EXPECT_EQ(offers[0].block.pointer, 0x1000u);
   EXPECT_EQ(offers[1].block.pointer, 0x2000u);
   EXPECT_EQ(offers[1].size, kSize);
   EXPECT_EQ(offers[1].block.data.reserved[0], 0x20) << "the export data it was handed out with";
   EXPECT_EQ(fake().frees, (freed{{0x1000, allocations}})) << "the taken block is not freed";
-  free_landed();
+  reuse_or_free_landed();
   EXPECT_EQ(offers.size(), 2u) << "offered once";
 }
 
@@ -220,12 +225,21 @@ TEST_F(ReleasedBlocks, ABlockIsOfferedOnlyOnceItsHoldersWorkIsDone) {
   reuse_takes = [](CUdeviceptr) { return true; };
   hold_stream(releases, true);
   add(0x1000);
-  free_landed();
+  reuse_or_free_landed();
   EXPECT_TRUE(offers.empty()) << "offered while its holder's work may still use it";
   hold_stream(releases, false);
-  free_landed();
+  reuse_or_free_landed();
   ASSERT_EQ(offers.size(), 1u);
   EXPECT_TRUE(fake().frees.empty());
+}
+
+TEST_F(ReleasedBlocks, FreeLandedOffersNothingAndFreesEveryLandedBlock) {
+  reuse_takes = [](CUdeviceptr) { return true; };
+  add(0x1000);
+  add(0x2000);
+  free_landed();
+  EXPECT_TRUE(offers.empty()) << "for the spares' worker, which may not count spares";
+  EXPECT_EQ(fake().frees, (freed{{0x1000, allocations}, {0x2000, allocations}}));
 }
 
 TEST_F(ReleasedBlocks, BlocksFreedBecauseThePoolGoesAreNotOffered) {

@@ -123,6 +123,8 @@ void cuda_pool::finish_allocations() const {
 std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) const {
   enter();
   exported_block block;
+  // Freed, not offered as spares: this runs on the spares' worker too, where the room may not be
+  // counted (family_room), and an allocation being made wants the memory back in the pool.
   log_failed(released_->free_landed(allocation_stream_.get()));
   const CUresult status =
       cu_.cuMemAllocFromPoolAsync(&block.pointer, size, pool_.get(), allocation_stream_.get());
@@ -148,7 +150,7 @@ std::optional<placement> cuda_pool::do_allocate(std::uint64_t size) {
     // A block of this size released moments ago may be done with by now: taken back as a
     // spare, it is handed out at the cost of a query, not of the making.
     enter();
-    log_failed(released_->free_landed(allocation_stream_.get()));
+    log_failed(released_->reuse_or_free_landed(allocation_stream_.get()));
     block = spares_.take(size);
   }
   const bool from_spare = block.has_value();
@@ -198,7 +200,7 @@ void cuda_pool::start_deferred_work() noexcept {
   // Blocks released and done with become spares first, so that the worker does not make what
   // they stand for.
   if (cu_.cuCtxSetCurrent(context_.get()) == CUDA_SUCCESS) {
-    log_failed(released_->free_landed(allocation_stream_.get()));
+    log_failed(released_->reuse_or_free_landed(allocation_stream_.get()));
   }
   for (const std::uint64_t size : sizes_to_want_) spares_.want(size);
   sizes_to_want_.clear();
@@ -206,20 +208,22 @@ void cuda_pool::start_deferred_work() noexcept {
 }
 
 spare_use cuda_pool::spares() const {
+  const cuda_spares::origins origins = spares_.counted();
   return {.bytes = spares_.bytes(),
           .ready_bytes = spares_.ready_bytes(),
           .served = served_,
           .missed = made_on_request_,
-          .made = spares_.counted().made,
-          .reused = spares_.counted().reused};
+          .made = origins.made,
+          .reused = origins.reused};
 }
 
 void cuda_pool::drop_spares() noexcept {
   // Uncounted whether or not they can be freed: the driver takes back what a dead context held.
   const auto blocks = spares_.drain();
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
-  // No holder ever used a spare, so its free waits for nobody's release; on the allocation
-  // stream, the next allocation reuses the memory in stream order.
+  // A spare was never handed out, or its holders were done with it when it became one, so its
+  // free waits for nobody's release; on the allocation stream, the next allocation reuses the
+  // memory in stream order.
   for (const auto& [size, kept] : blocks) {
     for (const exported_block& block : kept) {
       cu_.cuMemFreeAsync(block.pointer, allocation_stream_.get());
@@ -262,7 +266,7 @@ void cuda_pool::do_free(const placement& where, std::uint64_t size) noexcept {
     exports_.erase(exported);
   }
   if (cu_.cuCtxSetCurrent(context_.get()) != CUDA_SUCCESS) return;
-  log_failed(released_->free_landed(allocation_stream_.get()));
+  log_failed(released_->reuse_or_free_landed(allocation_stream_.get()));
   if (!block) {
     cu_.cuMemFreeAsync(where.offset, release_stream_.get());  // behind the holders' waits
     return;

@@ -6,8 +6,9 @@
 /// the other, so that a slow holder never delays anyone's allocation. The pool is set to reuse
 /// freed memory only once its free has completed (no internal dependencies), for the same
 /// reason. A released block is freed onto the allocation stream once the waits before it have
-/// landed (released_blocks), where the next allocations reuse it. Spare blocks (cuda_spares)
-/// were never handed out, so their frees wait for no holder: they go on the allocation stream.
+/// landed (released_blocks), where the next allocations reuse it, unless it is kept as a spare.
+/// Spare blocks (cuda_spares) were never handed out or their holders were done with them when they
+/// became spares, so their frees wait for no holder: they go on the allocation stream.
 
 #include <cuda.h>
 
@@ -88,8 +89,8 @@ class cuda_pool final : public pool {
   /// Allocations served from a spare block, and made on the request path (the loop's).
   std::uint64_t served_ = 0;
   std::uint64_t made_on_request_ = 0;
-  /// Blocks prepared ahead of demand. Not in the books' bytes_in_use; the driver's counters
-  /// show them. Declared last: its worker uses the members above.
+  /// Blocks kept ahead of demand: made, or released and done with. Not in the books' bytes_in_use;
+  /// the driver's counters show them. Declared last: its worker uses the members above.
   cuda_spares spares_;
 };
 

@@ -85,6 +85,9 @@ bool cuda_spares::offer(std::uint64_t size, const exported_block& block) noexcep
   try {
     ready_[size].push_back(block);
   } catch (...) {  // no memory for the list: freed as if not offered
+    if (const auto made = ready_.find(size); made != ready_.end() && made->second.empty()) {
+      ready_.erase(made);  // no list of ready blocks is empty
+    }
     if (wanted == wanted_.end()) uncount(size);
     return false;
   }

@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// @brief Blocks allocated and exported ahead of demand, on a thread of their own.
+/// @brief Blocks allocated and exported ahead of demand, on a thread of their own, or kept from
+/// releases.
 ///
 /// Exporting a pool pointer costs ~20 us, more than the rest of an allocation; a block of a
 /// size clients just asked for is prepared by a worker thread, so the next request of that
@@ -30,8 +31,9 @@
 /// with the loop's release). Importing a block again in a process whose earlier import of it was
 /// freed works as a first import (an H200, driver 580.159: 1,000 times, 0.4 us each). The daemon
 /// learns that the holders are done when a mark on its release stream lands; with MPS off that
-/// waits for the GPU to turn to the daemon's context (0.1-1.7 ms after the release on an H200), so
-/// a block released just before the next allocation serves a later one.
+/// waits for the GPU to turn to the daemon's context (on an H200 the marks were still pending
+/// 70-125 us after the release and seen landed 0.4-1.7 ms after it), so a block released just
+/// before the next allocation serves a later one.
 
 #include <cuda.h>
 
@@ -82,8 +84,9 @@ class cuda_spares {
   /// @brief A prepared block of exactly @p size, if one is ready.
   std::optional<exported_block> take(std::uint64_t size);
   /// @brief Takes @p block, of @p size, that its holders released and are done with, as a spare:
-  /// in place of a block of that size still wanted (one being made is then thrown away once
-  /// made), or beside those ready, on the terms want() makes blocks on.
+  /// in place of a block of that size still wanted (when it was the last wish of its size and its
+  /// block is being made, that block is thrown away once made), or beside those ready, on the
+  /// terms want() makes blocks on. On the loop thread, as want() (family_room).
   /// @return false: not taken, the caller frees it.
   bool offer(std::uint64_t size, const exported_block& block) noexcept;
   /// @brief Asks for blocks of @p size, up to kBlocksPerSize ready or being made, as many as

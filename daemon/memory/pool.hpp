@@ -48,7 +48,7 @@ struct driver_usage {
 struct spare_use {
   std::uint64_t bytes = 0;        ///< held or being made
   std::uint64_t ready_bytes = 0;  ///< of which made, ready to serve an allocation
-  std::uint64_t served = 0;       ///< allocations given a block made ahead
+  std::uint64_t served = 0;       ///< allocations given a spare block
   std::uint64_t missed = 0;       ///< allocations that found none and were made on the request path
   std::uint64_t made = 0;         ///< blocks the spares' worker made
   std::uint64_t reused = 0;       ///< released blocks taken back once their holders were done

@@ -1,5 +1,6 @@
 #include "memory/released_blocks.hpp"
 
+#include <stdexcept>
 #include <utility>
 
 namespace gpumem::daemon {
@@ -7,6 +8,7 @@ namespace gpumem::daemon {
 released_blocks::released_blocks(const cuda::driver_api& driver, CUcontext context,
                                  reuse reuse_landed)
     : cu_(driver), reuse_(std::move(reuse_landed)) {
+  if (!reuse_) throw std::invalid_argument("released_blocks: no reuse for landed blocks");
   for (marked_blocks& each : marks_) {
     cuda::check(cuda::event::create(cu_, context, CU_EVENT_DISABLE_TIMING, each.mark),
                 "cuEventCreate(released blocks)");
@@ -42,7 +44,15 @@ failed_call released_blocks::add(const exported_block& block, std::uint64_t size
   return {};
 }
 
+failed_call released_blocks::reuse_or_free_landed(CUstream allocations) noexcept {
+  return settle_landed(allocations, true);
+}
+
 failed_call released_blocks::free_landed(CUstream allocations) noexcept {
+  return settle_landed(allocations, false);
+}
+
+failed_call released_blocks::settle_landed(CUstream allocations, bool offer) noexcept {
   std::lock_guard lock(mutex_);
   failed_call first;
   // The release stream runs in order: the marks that landed are the oldest ones.
@@ -50,7 +60,7 @@ failed_call released_blocks::free_landed(CUstream allocations) noexcept {
     const CUresult landed = cu_.cuEventQuery(marks_[oldest_].mark.get());
     if (landed == CUDA_ERROR_NOT_READY) break;
     if (landed != CUDA_SUCCESS) return first ? first : failed_call{"cuEventQuery", landed};
-    if (const failed_call failed = free_oldest(allocations, true); failed && !first) {
+    if (const failed_call failed = free_oldest(allocations, offer); failed && !first) {
       first = failed;
     }
   }

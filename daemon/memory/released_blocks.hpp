@@ -1,7 +1,8 @@
 #pragma once
 /// @file
-/// @brief The blocks of a CUDA pool that their holders released, freed onto the allocation
-/// stream once the holders' work on them is done, so that the next allocations reuse them.
+/// @brief The blocks of a CUDA pool that their holders released, kept as spares or freed onto
+/// the allocation stream once the holders' work on them is done, so that the next allocations
+/// reuse them.
 ///
 /// A released block may still be in use by work its holders queued before releasing it, so it
 /// waits on the pool's release stream, behind their release events (cuda_pool.hpp); allocations
@@ -19,8 +20,9 @@
 /// the block is freed onto the allocation stream once its mark has landed, which the driver
 /// reuses in stream order. The release stream runs in order, so a holder whose work is still
 /// running holds back its own block and every block released after it in the pool, never an
-/// allocation. Blocks are freed at the pool's next allocation or release, or taken whole, with
-/// their export data, by the owner's reuse (the pool's spares, cuda_spares.hpp) instead.
+/// allocation. Landed blocks are settled at the pool's next allocation or release, and after the
+/// replies of a turn that allocated: offered whole, with their export data, to the owner's reuse
+/// (the pool's spares, cuda_spares.hpp), and freed if it does not take them.
 
 #include <cuda.h>
 
@@ -51,11 +53,12 @@ class released_blocks {
   static constexpr std::size_t kMarks = 8;
 
   /// Takes a block of a size whose holders are done with it, instead of its being freed; false
-  /// leaves it to be freed. Must not throw.
+  /// leaves it to be freed. Must not throw; called on the thread that calls reuse_or_free_landed().
   using reuse = std::function<bool(std::uint64_t size, const exported_block& block)>;
 
   /// @brief Makes the marks, events of @p context. @throws cuda_error.
-  /// @param reuse_landed offered each block whose holders are done, before it is freed.
+  /// @param reuse_landed offered each block whose holders are done, before it is freed; not
+  /// empty.
   released_blocks(const cuda::driver_api& driver, CUcontext context, reuse reuse_landed);
 
   /// @brief Takes @p block, of @p size, whose holders' release events @p releases waits on, to
@@ -65,6 +68,10 @@ class released_blocks {
   /// @brief Offers to the reuse the blocks whose marks have landed, and frees onto
   /// @p allocations those it does not take. With the marks' context current. A free the driver
   /// refuses loses that block to the pool until it goes.
+  failed_call reuse_or_free_landed(CUstream allocations) noexcept;
+  /// @brief Frees onto @p allocations every block whose mark has landed, offering none: for a
+  /// thread the reuse may not run on, and for an allocation that needs the memory back in the
+  /// pool. As reuse_or_free_landed() otherwise.
   failed_call free_landed(CUstream allocations) noexcept;
   /// @brief Frees every block still held behind its holders' waits on @p releases (when the
   /// pool goes). With the marks' context current.
@@ -80,6 +87,8 @@ class released_blocks {
     std::vector<released> blocks;
   };
 
+  /// Offers (when @p offer) or frees onto @p allocations the blocks whose marks have landed.
+  failed_call settle_landed(CUstream allocations, bool offer) noexcept;
   /// Frees the blocks of the oldest mark in flight onto @p stream, those the reuse does not
   /// take when @p offer, and retires the mark.
   failed_call free_oldest(CUstream stream, bool offer) noexcept;

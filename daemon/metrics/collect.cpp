@@ -122,20 +122,20 @@ void pools(builder& out, const books& state) {
   }
   family& spare_bytes = out.add("gpumemd_pool_spare_bytes",
                                 "Device memory a CUDA pool's instances hold, or are making, in "
-                                "blocks made ahead of demand (within its size)");
+                                "blocks kept ahead of demand (within its size)");
   family& spare_ready = out.add("gpumemd_pool_spare_ready_bytes",
-                                "Of gpumemd_pool_spare_bytes, the blocks made and ready to serve "
-                                "an allocation (the rest is being made)");
+                                "Of gpumemd_pool_spare_bytes, the blocks ready to serve an "
+                                "allocation (the rest is being made)");
   family& spare_allocations =
       out.add("gpumemd_pool_cuda_allocations_total",
-              "CUDA allocations given a block made ahead of demand (from=\"spare\") or made on "
-              "the request path (from=\"request\")",
+              "CUDA allocations given a spare block (from=\"spare\") or a block made on the "
+              "request path (from=\"request\")",
               metric_type::counter);
   family& spare_blocks =
       out.add("gpumemd_pool_spare_blocks_total",
-              "Blocks that became spares of a CUDA pool: made ahead of demand by its worker "
-              "(how=\"made\", each a driver allocation and pointer export), or released blocks "
-              "taken back once their holders were done (how=\"reused\", neither)",
+              "Blocks that became spares of a CUDA pool: made by its worker (how=\"made\", each a "
+              "driver allocation and pointer export), or released blocks kept once their holders "
+              "were done (how=\"reused\", neither)",
               metric_type::counter);
   for (const auto& [config, use] : state.memory.spares()) {
     if (config->device == proto::kHostDevice) continue;

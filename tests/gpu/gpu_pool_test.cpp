@@ -136,7 +136,8 @@ TEST_F(GpuPool, AllocationsReleasedInTurnReuseAFewBlocksRatherThanGrowThePool) {
 // still running when it releases the block and the next allocations come. Blocks of 128 MiB are
 // larger than any spare, so each allocation is made from the pool as it comes, and would be given
 // the released block at once if it were freed too early; blocks of 32 MiB are served by spares,
-// and a released one, taken back as a spare too early, would be the next one handed out.
+// and a released one, taken back as a spare too early, would be the next one handed out (the
+// spares hand out the block they took last), to the second allocation if not the first.
 TEST_F(GpuPool, AReleasedBlockIsNotReusedWhileItsHoldersWorkOnItStillRuns) {
   stream_t other = make_stream();
   for (const auto& [size, passes] :
