@@ -30,6 +30,14 @@ struct fake_pool {
   std::shared_future<void> opened = gate.get_future().share();
   bool fail = false;
 
+  /// Wants blocks of @p size and starts the worker, which then waits at the gate with the first
+  /// one; false if it never gets there.
+  bool making(std::uint64_t size) {
+    spares.want(size);
+    spares.start_wanted();
+    return eventually([&] { return started == 1; });
+  }
+
   cuda_spares spares{[this](std::uint64_t size) -> std::optional<exported_block> {
                        ++started;
                        opened.wait();
@@ -219,9 +227,7 @@ TEST(CudaSpares, DrainGivesBackEveryReadyBlock) {
 TEST(CudaSpares, ABlockFinishedAfterADrainIsDiscardedNotLeaked) {
   family_room room(kLargeRoom);
   fake_pool pool(room);
-  pool.spares.want(1024);
-  pool.spares.start_wanted();
-  ASSERT_TRUE(eventually([&] { return pool.started == 1; }));  // the worker waits at the gate
+  ASSERT_TRUE(pool.making(1024)) << "the worker waits at the gate with a block of it";
   EXPECT_TRUE(pool.spares.drain().empty());
   pool.gate.set_value();
   ASSERT_TRUE(eventually([&] { return pool.discarded >= 1; }));
@@ -267,9 +273,7 @@ TEST(CudaSpares, AReleasedBlockOfferedInPlaceOfAWantedOneIsReadyAndOnlyTheOtherI
 TEST(CudaSpares, ABlockBeingMadeWhileAnOfferTookItsPlaceIsDiscardedOnceMade) {
   family_room room(kLargeRoom);
   fake_pool pool(room);
-  pool.spares.want(1024);
-  pool.spares.start_wanted();
-  ASSERT_TRUE(eventually([&] { return pool.started == 1; }));  // the worker waits at the gate
+  ASSERT_TRUE(pool.making(1024)) << "the worker waits at the gate with a block of it";
   ASSERT_TRUE(pool.spares.offer(1024, released_at(0xa000)));
   ASSERT_TRUE(pool.spares.offer(1024, released_at(0xb000)));
   EXPECT_FALSE(pool.spares.offer(1024, released_at(0xc000))) << "two blocks of a size at most";
