@@ -5,9 +5,11 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "support/eventually.hpp"
+#include "support/failing_allocations.hpp"
 
 namespace gpumem::daemon {
 namespace {
@@ -16,6 +18,9 @@ using namespace std::chrono_literals;
 using gpumem::testing::eventually;
 
 constexpr std::uint64_t kLargeRoom = std::uint64_t{1} << 40;
+
+/// Set on the worker's thread by a making that leaves it without memory, until a discard.
+thread_local std::optional<gpumem::testing::failing_allocations> worker_out_of_memory;
 
 // Blocks whose pointer is their size, made by a worker the test can hold up, counted in the
 // configured pool's room that the test gives.
@@ -29,6 +34,8 @@ struct fake_pool {
   std::promise<void> gate;
   std::shared_future<void> opened = gate.get_future().share();
   bool fail = false;
+  /// The worker's next allocations, after the making, fail until it discards a block.
+  std::atomic<bool> out_of_memory_once_made{false};
 
   /// Wants blocks of @p size and starts the worker, which then waits at the gate with the first
   /// one; false if it never gets there.
@@ -43,11 +50,16 @@ struct fake_pool {
                        opened.wait();
                        ++made;
                        if (fail) return std::nullopt;
+                       if (out_of_memory_once_made) worker_out_of_memory.emplace();
                        exported_block block;
                        block.pointer = size;
                        return block;
                      },
-                     [this](const exported_block&) { ++discarded; }, room};
+                     [this](const exported_block&) {
+                       worker_out_of_memory.reset();
+                       ++discarded;
+                     },
+                     room};
 };
 
 std::optional<exported_block> take_within(cuda_spares& spares, std::uint64_t size) {
@@ -246,6 +258,24 @@ TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
   ASSERT_TRUE(eventually([&] { return pool.spares.bytes() == 0; }));
   EXPECT_EQ(room.spare_bytes(), 0u);
   EXPECT_FALSE(pool.spares.take(2048));
+}
+
+TEST(CudaSpares, AMadeBlockWithNoMemoryToStoreItIsDiscardedAndTheWorkerGoesOn) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.out_of_memory_once_made = true;
+  ASSERT_TRUE(pool.making(2048));
+  pool.gate.set_value();
+  ASSERT_TRUE(eventually([&] { return pool.discarded == 2; }))
+      << "both blocks made and given back, the daemon still running";
+  EXPECT_EQ(pool.spares.bytes(), 0u);
+  EXPECT_EQ(room.spare_bytes(), 0u);
+  EXPECT_FALSE(pool.spares.take(2048)) << "no empty list of ready blocks";
+  EXPECT_EQ(pool.spares.counted().made, 0u);
+  pool.out_of_memory_once_made = false;
+  pool.spares.want(2048);
+  pool.spares.start_wanted();
+  EXPECT_TRUE(take_within(pool.spares, 2048)) << "once memory is back, blocks are kept again";
 }
 
 exported_block released_at(CUdeviceptr pointer) {

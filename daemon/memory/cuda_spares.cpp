@@ -82,18 +82,25 @@ bool cuda_spares::offer(std::uint64_t size, const exported_block& block) noexcep
   const auto wanted = std::find(wanted_.begin(), wanted_.end(), size);
   // Counted already, as wanted; otherwise counted now, if there is room.
   if (wanted == wanted_.end() && !count_one_more(size, kept_of(size))) return false;
-  try {
-    ready_[size].push_back(block);
-  } catch (...) {  // no memory for the list: freed as if not offered
-    if (const auto made = ready_.find(size); made != ready_.end() && made->second.empty()) {
-      ready_.erase(made);  // no list of ready blocks is empty
-    }
+  if (!store_ready(size, block)) {  // freed by the caller as if not offered
     if (wanted == wanted_.end()) uncount(size);
     return false;
   }
   if (wanted != wanted_.end()) wanted_.erase(wanted);
   ++counted_.reused;
   return true;
+}
+
+bool cuda_spares::store_ready(std::uint64_t size, const exported_block& block) noexcept {
+  try {
+    ready_[size].push_back(block);
+    return true;
+  } catch (...) {
+    if (const auto made = ready_.find(size); made != ready_.end() && made->second.empty()) {
+      ready_.erase(made);  // no list of ready blocks is empty: take() relies on it
+    }
+    return false;
+  }
 }
 
 void cuda_spares::start_wanted() noexcept {
@@ -153,11 +160,12 @@ void cuda_spares::work() {
     const auto asked = std::find(wanted_.begin(), wanted_.end(), size);
     if (generation == generation_ && asked != wanted_.end()) {
       wanted_.erase(asked);
-      if (block) {
-        ready_[size].push_back(*block);
+      if (block && store_ready(size, *block)) {
         ++counted_.made;
       } else {
         uncount(size);
+        // Out of memory for the list: the block goes back, and the daemon goes on.
+        if (block) discard_(*block);
       }
     } else if (block) {
       discard_(*block);  // drained while it was being made: nobody counts it any more

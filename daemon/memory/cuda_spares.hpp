@@ -121,6 +121,9 @@ class cuda_spares {
   /// Whether one more block of @p size, @p kept of it being ready or wanted, may be counted
   /// here; if so, counts it here and in the room. The caller holds mutex_.
   bool count_one_more(std::uint64_t size, std::size_t kept) noexcept;
+  /// Puts @p block among the ready blocks of @p size; false, with nothing changed, if there is
+  /// no memory for it. The caller holds mutex_ and still counts the block.
+  bool store_ready(std::uint64_t size, const exported_block& block) noexcept;
 
   maker make_;
   discarder discard_;
