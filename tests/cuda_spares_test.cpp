@@ -1,6 +1,7 @@
 #include "memory/cuda_spares.hpp"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <chrono>
@@ -263,6 +264,8 @@ TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
 TEST(CudaSpares, AMadeBlockWithNoMemoryToStoreItIsDiscardedAndTheWorkerGoesOn) {
   family_room room(kLargeRoom);
   fake_pool pool(room);
+  // The worker's log line makes spdlog's registry on first use; the daemon has made it at start.
+  spdlog::default_logger_raw();
   pool.out_of_memory_once_made = true;
   ASSERT_TRUE(pool.making(2048));
   pool.gate.set_value();
