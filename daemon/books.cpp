@@ -91,6 +91,7 @@ void books::remove_client(client_id client) noexcept {
     }
   });
   sync.detach(client);
+  memory.forget_holder(client);
 }
 
 void books::depart(client_id client, bool process_exited) noexcept {
@@ -146,6 +147,7 @@ bool books::end_connection(client_id client) noexcept {
   const auto found = rows.clients().find(client);
   if (found == rows.clients().end()) return false;
   events.unsubscribe(client);
+  memory.forget_holder(client);  // no release comes from it until it resumes
   const usage owned_before = found->second.owns;
   rows.set_serving(client, false);
   const std::set<object_id> held = found->second.holds;

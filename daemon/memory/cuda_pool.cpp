@@ -84,6 +84,7 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
   released_.emplace(cu_, context_.get(), [this](std::uint64_t size, const exported_block& block) {
     return spares_.offer(size, block);
   });
+  holder_events_.emplace(cu_, context_.get());
   check(cuda::event::create(cu_, context_.get(), CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
                             ready_),
         "cuEventCreate(interprocess)");
@@ -239,21 +240,17 @@ grant_details cuda_pool::grant_of(const placement& where) const {
   return details;
 }
 
-void cuda_pool::holder_released(const placement&, const std::optional<ipc_handle>& released_event) {
+void cuda_pool::holder_released(std::uint64_t holder, const placement&,
+                                const std::optional<ipc_handle>& released_event) {
   if (!released_event) return;
   enter();
-  CUipcEventHandle handle{};
-  static_assert(sizeof(handle) == sizeof(ipc_handle));
-  std::memcpy(&handle, released_event->data(), sizeof handle);
-  // The wait captures the event as recorded now, so the opened handle can go at once.
-  cuda::event released;
-  if (const CUresult opened = cuda::event::open_ipc(cu_, context_.get(), handle, released);
+  CUevent released = nullptr;
+  if (const CUresult opened = holder_events_->open(holder, *released_event, released);
       opened != CUDA_SUCCESS) {
     throw request_error(proto::errc::invalid_argument,
                         "release event handle cannot be opened: " + cuda::describe(opened));
   }
-  check(cu_.cuStreamWaitEvent(release_stream_.get(), released.get(), 0),
-        "cuStreamWaitEvent(released)");
+  check(cu_.cuStreamWaitEvent(release_stream_.get(), released, 0), "cuStreamWaitEvent(released)");
 }
 
 void cuda_pool::do_free(const placement& where, std::uint64_t size) noexcept {

@@ -289,8 +289,24 @@ void memory_book::release(client_id client, const proto::release_request& reques
     static_assert(sizeof(request.released_event) == sizeof(ipc_handle));
     std::memcpy(released_event.emplace().data(), request.released_event, sizeof(ipc_handle));
   }
-  backing.home->holder_released(backing.where, released_event);
+  if (released_event) {
+    // Noted first: a pool that keeps the event must hear of the client's end.
+    std::vector<std::uint32_t>& pools = release_pools_[client];
+    if (std::find(pools.begin(), pools.end(), backing.home->id()) == pools.end()) {
+      pools.push_back(backing.home->id());
+    }
+  }
+  backing.home->holder_released(client, backing.where, released_event);
   if (rows_.drop_reference(request.alloc_id, client)) let_go(request.alloc_id, row);
+}
+
+void memory_book::forget_holder(client_id client) noexcept {
+  const auto found = release_pools_.find(client);
+  if (found == release_pools_.end()) return;
+  for (const std::uint32_t id : found->second) {
+    if (id < pools_.size() && pools_[id]) pools_[id]->forget_holder(client);
+  }
+  release_pools_.erase(found);
 }
 
 void memory_book::let_go(object_id id, const object_row& row) noexcept {

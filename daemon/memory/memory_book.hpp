@@ -100,6 +100,9 @@ class memory_book {
   proto::allocation_reply open(client_id client, const proto::open_request& request);
   /// @throws request_error when the client holds no such allocation.
   void release(client_id client, const proto::release_request& request);
+  /// @brief @p client's connection ended: the pools let go of what they kept for its releases
+  /// (pool::forget_holder).
+  void forget_holder(client_id client) noexcept;
 
   /// @brief The ledger took the last reference of some client off @p id: frees the memory
   /// once nobody holds it.
@@ -192,6 +195,9 @@ class memory_book {
   std::vector<std::uint32_t> unsettled_frees_;
   std::vector<std::pair<std::size_t, access_class>> pool_owner_;  ///< by id: family, class
   std::unordered_map<object_id, placed> allocations_;
+  /// By client: the ids of the pools it released into with an event, which may keep that event
+  /// for its next release, so that the end of its connection visits those pools only.
+  std::unordered_map<client_id, std::vector<std::uint32_t>> release_pools_;
 };
 
 }  // namespace gpumem::daemon

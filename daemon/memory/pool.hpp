@@ -87,9 +87,13 @@ class pool {
   /// cannot wait on the ready event.
   virtual void finish_allocations() const {}
   virtual grant_details grant_of(const placement& where) const = 0;
-  /// @brief A holder let go of one reference after the work @p released_event marks (when
-  /// given); the pool frees nothing before that work is done. Host pools have nothing to wait for.
-  virtual void holder_released(const placement&, const std::optional<ipc_handle>&) {}
+  /// @brief Client @p holder (the ledger's id) let go of one reference after the work
+  /// @p released_event marks (when given); the pool frees nothing before that work is done.
+  /// Host pools have nothing to wait for.
+  virtual void holder_released(std::uint64_t /*holder*/, const placement&,
+                               const std::optional<ipc_handle>&) {}
+  /// @brief Client @p holder's connection ended: what the pool kept for its releases goes.
+  virtual void forget_holder(std::uint64_t /*holder*/) noexcept {}
   /// @brief Whether memory of this pool is used by GPU work that only the holder's process
   /// exit is sure to end.
   virtual bool is_device_memory() const noexcept { return false; }

@@ -210,6 +210,27 @@ TEST_F(GpuPool, ABlockReleasedAndDoneWithIsHandedOutAgainWithNothingMade) {
   EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
 }
 
+// The daemon opens a client's release event once (memory/holder_events.hpp) and keeps it for
+// the client's later releases while its connection lasts, never one per release; the releases
+// it serves still wait for the holder's work (AReleasedBlockIsNotReused... above).
+TEST_F(GpuPool, AClientsReleaseEventIsOpenedOnceForItsReleasesAndGoesWithItsConnection) {
+  const std::uint32_t before = client->stats().ipc_events_live;
+  {
+    Client releasing = daemon->connect("releasing");
+    for (std::uint32_t round = 0; round < 10; ++round) {
+      auto buffer = releasing.allocate(1 << 20, {.device = 0, .stream = stream});
+      fill_on_device(buffer.data(), buffer.size(), round + 1, stream);
+      buffer.release();
+    }
+    EXPECT_EQ(client->stats().ipc_events_live, before + 1) << "one for ten releases";
+    synchronize(stream);
+  }
+  EXPECT_TRUE(eventually([&] { return client->stats().ipc_events_live == before; }))
+      << "let go once the connection ended: " << client->stats().ipc_events_live << " against "
+      << before;
+  EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
+}
+
 TEST_F(GpuPool, AnAnonymousBufferIsUsableInStreamOrderWithoutHostSync) {
   auto buffer = client->allocate(32 << 20, {.device = 0, .stream = stream});
   fill_on_device(buffer.data(), buffer.size(), 5, stream);  // no synchronisation before
