@@ -469,6 +469,36 @@ TEST(HostCounters, BreakWakesSleepersAndResetStartsOver) {
   EXPECT_EQ(counters.wait_for(1, 1), wait_status::ok);
 }
 
+TEST(HostCounters, AWaitGetsWhatAPartyPublishedJustBeforeTheCellBroke) {
+  // A producer that publishes its last item and exits is broken by the daemon moments later; a
+  // consumer that read the count just before the publish and the broken flag just after the
+  // break must still get the item. The window is a preemption between two loads, so this runs
+  // many rounds, with more waiters than this machine has cores.
+  constexpr int kRounds = 3000;
+  constexpr int kWaiters = 4;
+  int lost = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    auto cell = std::make_unique<counter_cell>();
+    cell->parties = 2;
+    host_counters counters(*cell);
+    std::atomic<int> waiting{0};
+    std::atomic<int> broken_seen{0};
+    std::vector<std::thread> waiters;
+    for (int waiter = 0; waiter < kWaiters; ++waiter) {
+      waiters.emplace_back([&] {
+        waiting.fetch_add(1);
+        if (counters.wait_for(0, 1) != wait_status::ok) broken_seen.fetch_add(1);
+      });
+    }
+    while (waiting.load() < kWaiters) std::this_thread::yield();
+    counters.publish(0, 1);
+    break_counters(*cell);
+    for (auto& waiter : waiters) waiter.join();
+    lost += broken_seen.load();
+  }
+  EXPECT_EQ(lost, 0) << "waits told 'broken' for a count published before the break";
+}
+
 TEST(HostCounters, ComparisonIsCyclic) {
   EXPECT_TRUE(reached(5, 5));
   EXPECT_FALSE(reached(4, 5));

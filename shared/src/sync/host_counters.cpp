@@ -65,14 +65,18 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
   bool slept = false;
   for (unsigned spins = 0;; ++spins) {
     // What was reached stays reached, also once the cell broke; a reset ends the rounds of
-    // the epoch the wait began in.
+    // the epoch the wait began in. The broken flag is read before the count: a party that
+    // publishes and then leaves is broken by the daemon after it left, so a count read after
+    // the flag holds all it published. Read the other way round, a count read before its last
+    // publishes, then the flag set since, would lose items it did publish.
+    const bool broken_before = broken();
     const std::uint32_t seen = ref(word).load(std::memory_order_acquire);
     if (epoch() != started_in) return wait_status::broken;
     if (reached(seen, target)) {
       spin_.learn(clock::now() - started, slept);
       return wait_status::ok;
     }
-    if (broken()) return wait_status::broken;
+    if (broken_before) return wait_status::broken;
     const auto now = clock::now();
     if (deadline && now >= *deadline) return wait_status::timeout;
     if (now < spin_until) {
