@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "gpumem/shared/sync/host_lock.hpp"
 #include "gpumem/shared/unique_fd.hpp"
@@ -822,6 +824,103 @@ TEST(PoolRoom, SparesAreMadeInTheRoomLeftAndGiveWayOnlyToTheirOwnTenantsAllocati
   EXPECT_EQ(in_use(), 1u << 20);
   EXPECT_EQ(spare_bytes(), kSpare);
   EXPECT_EQ(book.memory.spares().at(0).second.served, 1u);
+}
+
+/// What the pools of one books heard about their holders, in order.
+struct holder_log {
+  std::vector<std::pair<std::uint64_t, bool>> released;  ///< holder, with an event
+  std::vector<std::uint64_t> forgotten;
+};
+
+// A host pool that records the releases its holders mark with an event and when it is told to
+// forget a holder, as a CUDA pool keeps and then destroys each holder's opened event.
+class pool_recording_holders final : public pool {
+ public:
+  pool_recording_holders(std::uint32_t id, const pool_config& config, holder_log& log)
+      : pool(id, config), backing_(id, config), log_(log) {}
+
+  int shareable_fd() const noexcept override { return backing_.shareable_fd(); }
+  grant_details grant_of(const placement& where) const override { return backing_.grant_of(where); }
+  void holder_released(std::uint64_t holder, const placement&,
+                       const std::optional<ipc_handle>& released_event) override {
+    log_.released.emplace_back(holder, released_event.has_value());
+  }
+  void forget_holder(std::uint64_t holder) noexcept override { log_.forgotten.push_back(holder); }
+
+ private:
+  std::optional<placement> do_allocate(std::uint64_t size) override {
+    return backing_.allocate(size);
+  }
+  void do_free(const placement& where, std::uint64_t size) noexcept override {
+    backing_.free(where, size);
+  }
+  bool do_adopt(const placement&, std::uint64_t, const grant_details&) override { return false; }
+  std::uint64_t largest_possible() const noexcept override { return 0; }
+
+  host_pool backing_;
+  holder_log& log_;
+};
+
+class HolderForgetting : public ::testing::Test {
+ protected:
+  static proto::allocate_request request() {
+    proto::allocate_request r{};
+    r.size = 4096;
+    r.device = proto::kHostDevice;
+    return r;
+  }
+  /// Allocates for @p client and releases it, with a release event or without.
+  void allocate_and_release(client_id client, bool with_event) {
+    const auto made = book.memory.allocate(client, request());
+    proto::release_request release{made.alloc_id, 0, 0, {}};
+    if (with_event) {
+      release.flags = proto::kReleaseHasEvent;
+      release.released_event[5] = 0x42;
+    }
+    book.memory.release(client, release);
+  }
+
+  holder_log log;
+  books book{embedded_default_config(),
+             [this](std::uint32_t id, const pool_config& settings, family_room&) {
+               return std::make_unique<pool_recording_holders>(id, settings, log);
+             }};
+  client_id marking = book.add_client({100, 1000, 1000, {}});
+  client_id plain = book.add_client({101, 1000, 1000, {}});
+};
+
+TEST_F(HolderForgetting, AClientThatDiesIsForgottenByThePoolsItReleasedIntoWithAnEvent) {
+  allocate_and_release(marking, true);
+  allocate_and_release(plain, false);
+  ASSERT_EQ(log.released.size(), 2u);
+  book.depart(marking, true);
+  EXPECT_EQ(log.forgotten, std::vector<std::uint64_t>{marking});
+  book.depart(plain, true);
+  EXPECT_EQ(log.forgotten, std::vector<std::uint64_t>{marking})
+      << "a client that sent no release event has nothing to forget";
+}
+
+TEST_F(HolderForgetting, AConnectionThatEndsIsForgottenAndAResumedSessionAgainAtItsNextEnd) {
+  allocate_and_release(marking, true);
+  const credentials who = book.rows.client(marking).who;
+  const proto::session_token token = book.rows.client(marking).token;
+  book.end_connection(marking);
+  EXPECT_EQ(log.forgotten, std::vector<std::uint64_t>{marking})
+      << "its event may be destroyed before it resumes";
+  ASSERT_EQ(book.resume(marking, token, who), marking);
+  book.depart(marking, false);
+  EXPECT_EQ(log.forgotten, std::vector<std::uint64_t>{marking})
+      << "no release since it resumed: nothing kept to forget again";
+
+  const client_id resumed = book.add_client({102, 1000, 1000, {}});
+  allocate_and_release(resumed, true);
+  const proto::session_token second_token = book.rows.client(resumed).token;
+  book.end_connection(resumed);
+  ASSERT_EQ(book.resume(resumed, second_token, book.rows.client(resumed).who), resumed);
+  allocate_and_release(resumed, true);
+  book.depart(resumed, true);
+  EXPECT_EQ(log.forgotten, (std::vector<std::uint64_t>{marking, resumed, resumed}))
+      << "released into again after it resumed, then forgotten again when it went";
 }
 
 }  // namespace

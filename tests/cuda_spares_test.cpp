@@ -7,6 +7,7 @@
 #include <chrono>
 #include <future>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "support/eventually.hpp"
@@ -35,8 +36,10 @@ struct fake_pool {
   std::promise<void> gate;
   std::shared_future<void> opened = gate.get_future().share();
   bool fail = false;
-  /// The worker's next allocations, after the making, fail until it discards a block.
-  std::atomic<bool> out_of_memory_once_made{false};
+  bool throw_instead = false;  ///< the making throws, as a driver call that failed does
+  /// From this making on (1, 2, ...), the worker's allocations after each fail until it discards
+  /// a block; 0: never.
+  std::atomic<int> out_of_memory_from{0};
 
   /// Wants blocks of @p size and starts the worker, which then waits at the gate with the first
   /// one; false if it never gets there.
@@ -49,9 +52,13 @@ struct fake_pool {
   cuda_spares spares{[this](std::uint64_t size) -> std::optional<exported_block> {
                        ++started;
                        opened.wait();
-                       ++made;
+                       const int making = ++made;
                        if (fail) return std::nullopt;
-                       if (out_of_memory_once_made) worker_out_of_memory.emplace();
+                       if (throw_instead)
+                         throw std::runtime_error("cuMemAllocFromPoolAsync failed");
+                       if (out_of_memory_from != 0 && making >= out_of_memory_from) {
+                         worker_out_of_memory.emplace();
+                       }
                        exported_block block;
                        block.pointer = size;
                        return block;
@@ -266,19 +273,54 @@ TEST(CudaSpares, AMadeBlockWithNoMemoryToStoreItIsDiscardedAndTheWorkerGoesOn) {
   fake_pool pool(room);
   // The worker's log line makes spdlog's registry on first use; the daemon has made it at start.
   spdlog::default_logger_raw();
-  pool.out_of_memory_once_made = true;
+  pool.out_of_memory_from = 1;
   ASSERT_TRUE(pool.making(2048));
   pool.gate.set_value();
   ASSERT_TRUE(eventually([&] { return pool.discarded == 2; }))
       << "both blocks made and given back, the daemon still running";
   EXPECT_EQ(pool.spares.bytes(), 0u);
   EXPECT_EQ(room.spare_bytes(), 0u);
-  EXPECT_FALSE(pool.spares.take(2048)) << "no empty list of ready blocks";
+  EXPECT_FALSE(pool.spares.ready(2048)) << "no empty list of ready blocks";
   EXPECT_EQ(pool.spares.counted().made, 0u);
-  pool.out_of_memory_once_made = false;
+  pool.out_of_memory_from = 0;
   pool.spares.want(2048);
   pool.spares.start_wanted();
   EXPECT_TRUE(take_within(pool.spares, 2048)) << "once memory is back, blocks are kept again";
+}
+
+TEST(CudaSpares, ASecondBlockWithNoMemoryToStoreItIsDiscardedAndTheFirstStaysReady) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  spdlog::default_logger_raw();
+  pool.out_of_memory_from = 2;
+  ASSERT_TRUE(pool.making(2048));
+  pool.gate.set_value();
+  ASSERT_TRUE(eventually([&] { return pool.discarded == 1; }));
+  EXPECT_EQ(pool.spares.counted().made, 1u);
+  EXPECT_EQ(pool.spares.bytes(), 2048u) << "the first block, ready";
+  EXPECT_EQ(room.spare_bytes(), 2048u);
+  ASSERT_TRUE(pool.spares.ready(2048));
+  const auto taken = pool.spares.take(2048);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->pointer, 2048u);
+  EXPECT_FALSE(pool.spares.ready(2048));
+}
+
+TEST(CudaSpares, AMakingThatThrowsIsLoggedAsNoBlockAndTheWorkerGoesOn) {
+  family_room room(kLargeRoom);
+  fake_pool pool(room);
+  pool.throw_instead = true;
+  ASSERT_TRUE(pool.making(2048));
+  pool.gate.set_value();
+  ASSERT_TRUE(eventually([&] { return pool.made == 2 && pool.spares.bytes() == 0; }))
+      << "both makings threw, their budget given back, the daemon still running";
+  EXPECT_EQ(room.spare_bytes(), 0u);
+  EXPECT_FALSE(pool.spares.ready(2048));
+  EXPECT_EQ(pool.discarded.load(), 0) << "nothing was made to give back";
+  pool.throw_instead = false;
+  pool.spares.want(2048);
+  pool.spares.start_wanted();
+  EXPECT_TRUE(take_within(pool.spares, 2048)) << "the next making works";
 }
 
 exported_block released_at(CUdeviceptr pointer) {

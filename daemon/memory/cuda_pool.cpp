@@ -84,7 +84,6 @@ cuda_pool::cuda_pool(std::uint32_t id, pool_config config, const cuda::driver_ap
   released_.emplace(cu_, context_.get(), [this](std::uint64_t size, const exported_block& block) {
     return spares_.offer(size, block);
   });
-  holder_events_.emplace(cu_, context_.get());
   check(cuda::event::create(cu_, context_.get(), CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
                             ready_),
         "cuEventCreate(interprocess)");
@@ -244,13 +243,14 @@ void cuda_pool::holder_released(std::uint64_t holder, const placement&,
                                 const std::optional<ipc_handle>& released_event) {
   if (!released_event) return;
   enter();
-  CUevent released = nullptr;
-  if (const CUresult opened = holder_events_->open(holder, *released_event, released);
-      opened != CUDA_SUCCESS) {
+  const failed_call failed =
+      holder_events_.wait_on(holder, *released_event, context_.get(), release_stream_.get());
+  if (!failed) return;
+  if (failed.call == holder_events::kOpenCall) {
     throw request_error(proto::errc::invalid_argument,
-                        "release event handle cannot be opened: " + cuda::describe(opened));
+                        "release event handle cannot be opened: " + cuda::describe(failed.status));
   }
-  check(cu_.cuStreamWaitEvent(release_stream_.get(), released, 0), "cuStreamWaitEvent(released)");
+  check(failed.status, failed.call);
 }
 
 void cuda_pool::do_free(const placement& where, std::uint64_t size) noexcept {

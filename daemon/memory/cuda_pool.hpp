@@ -40,13 +40,13 @@ class cuda_pool final : public pool {
   grant_details grant_of(const placement& where) const override;
   void holder_released(std::uint64_t holder, const placement& where,
                        const std::optional<ipc_handle>& released_event) override;
-  void forget_holder(std::uint64_t holder) noexcept override { holder_events_->forget(holder); }
+  void forget_holder(std::uint64_t holder) noexcept override { holder_events_.forget(holder); }
   bool is_device_memory() const noexcept override { return true; }
   driver_usage driver_counters() const override;
   void start_deferred_work() noexcept override;
   /// The ready event, and the holders' release events kept open.
   std::uint32_t ipc_events_live() const noexcept override {
-    return 1 + static_cast<std::uint32_t>(holder_events_->kept());
+    return 1 + static_cast<std::uint32_t>(holder_events_.kept());
   }
   spare_use spares() const override;
   bool has_spare(std::uint64_t size) const override { return spares_.ready(size); }
@@ -79,8 +79,8 @@ class cuda_pool final : public pool {
   mutable std::optional<released_blocks> released_;
   cuda::event ready_;
   CUipcEventHandle ready_handle_{};
-  /// Made once the context is; the events are opened in it.
-  std::optional<holder_events> holder_events_;
+  /// Opened in the context, and so declared after it: they go first.
+  holder_events holder_events_{cu_};
   unique_fd exported_;
   /// Export data of each live allocation, made once (cuMemPoolExportPointer costs ~20 us) and
   /// handed to the owner and to every opener.

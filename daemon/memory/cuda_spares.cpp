@@ -93,13 +93,29 @@ bool cuda_spares::offer(std::uint64_t size, const exported_block& block) noexcep
 
 bool cuda_spares::store_ready(std::uint64_t size, const exported_block& block) noexcept {
   try {
-    ready_[size].push_back(block);
-    return true;
-  } catch (...) {
-    if (const auto made = ready_.find(size); made != ready_.end() && made->second.empty()) {
-      ready_.erase(made);  // no list of ready blocks is empty: take() relies on it
+    // A new size's list goes in whole, so that no list of ready blocks is ever empty, also when
+    // there is no memory for it: take() relies on that. Both inserts change nothing if they throw.
+    if (const auto found = ready_.find(size); found != ready_.end()) {
+      found->second.push_back(block);
+    } else {
+      ready_.emplace(size, std::vector<exported_block>{block});
     }
+    return true;
+  } catch (const std::bad_alloc&) {
     return false;
+  }
+}
+
+std::optional<exported_block> cuda_spares::make(std::uint64_t size) noexcept {
+  try {
+    return make_(size);
+  } catch (const std::exception& error) {
+    try {
+      spdlog::error("spare block of {} bytes not made: {}", size, error.what());
+    } catch (...) {
+      // A log line that cannot be made (its text is allocated) must not end the daemon.
+    }
+    return std::nullopt;
   }
 }
 
@@ -149,7 +165,7 @@ void cuda_spares::work() {
     const auto asked_at = asked_at_;
     lock.unlock();
     const auto woken = std::chrono::steady_clock::now();
-    const std::optional<exported_block> block = make_(size);
+    const std::optional<exported_block> block = make(size);
     const auto made = std::chrono::steady_clock::now();
     spdlog::debug(
         "spare block of {} bytes: made in {} us, started {} us after the worker was "

@@ -54,9 +54,11 @@ namespace gpumem::daemon {
 
 class cuda_spares {
  public:
-  /// Makes one block of a size, on the worker thread; nullopt when the pool is full.
+  /// Makes one block of a size, on the worker thread; nullopt when the pool is full. What it
+  /// throws is logged and taken as no block.
   using maker = std::function<std::optional<exported_block>(std::uint64_t size)>;
-  /// Frees a block nobody wants any more, on the worker thread.
+  /// Frees a block nobody wants any more, on the worker thread, with the spares' lock held: it
+  /// must not call back into the spares.
   using discarder = std::function<void(const exported_block&)>;
   /// Prepared blocks by their size; no vector is empty.
   using blocks_by_size = std::unordered_map<std::uint64_t, std::vector<exported_block>>;
@@ -112,6 +114,9 @@ class cuda_spares {
 
  private:
   void work();
+  /// make_ on the worker thread, with what it throws logged and taken as no block: an
+  /// exception there would end the daemon.
+  std::optional<exported_block> make(std::uint64_t size) noexcept;
   /// Sizes kept, ready or wanted (at most kMaxSizes); the caller holds mutex_.
   std::size_t sizes_kept() const noexcept;
   /// Stops counting @p size bytes, here and in the room; the caller holds mutex_.

@@ -36,15 +36,9 @@
 #include "gpumem/shared/cuda/driver.hpp"
 #include "gpumem/shared/cuda/handles.hpp"
 #include "memory/exported_block.hpp"
+#include "memory/failed_call.hpp"
 
 namespace gpumem::daemon {
-
-/// The first driver call that failed, for the caller's log; empty when none did.
-struct failed_call {
-  const char* call = nullptr;
-  CUresult status = CUDA_SUCCESS;
-  explicit operator bool() const noexcept { return call != nullptr; }
-};
 
 class released_blocks {
  public:

@@ -104,6 +104,15 @@ int run(int argc, char** argv) {
     say("released");
     return 0;
   }
+  if (command == "release-and-stay" && argc == 3) {
+    auto buffer = client.open(argv[2], {.stream = stream});
+    fill_on_device(buffer.data(), buffer.size(), 9, stream);
+    buffer.release();  // marked with this process's release event, which the daemon keeps
+    synchronize(stream);
+    say("released");
+    wait_for_sigterm();  // the test kills it, its release event still kept by the daemon
+    return 0;
+  }
   if ((command == "consume" && argc == 5) || (command == "consume-on" && argc == 6)) {
     char** rest = command == "consume" ? argv + 2 : argv + 3;  // NAME SIZE SEED
     const std::size_t size = std::stoull(rest[1]);

@@ -213,7 +213,9 @@ TEST_F(GpuPool, ABlockReleasedAndDoneWithIsHandedOutAgainWithNothingMade) {
 // The daemon opens a client's release event once (memory/holder_events.hpp) and keeps it for
 // the client's later releases while its connection lasts, never one per release; the releases
 // it serves still wait for the holder's work (AReleasedBlockIsNotReused... above).
-TEST_F(GpuPool, AClientsReleaseEventIsOpenedOnceForItsReleasesAndGoesWithItsConnection) {
+// That the event is opened once, not again on each release, is HolderEvents' on the fake driver
+// (it counts the openings); here the daemon keeps one event for the client's ten releases.
+TEST_F(GpuPool, AClientsReleasesKeepOneEventOpenUntilItsConnectionEnds) {
   const std::uint32_t before = client->stats().ipc_events_live;
   {
     Client releasing = daemon->connect("releasing");
@@ -228,6 +230,31 @@ TEST_F(GpuPool, AClientsReleaseEventIsOpenedOnceForItsReleasesAndGoesWithItsConn
   EXPECT_TRUE(eventually([&] { return client->stats().ipc_events_live == before; }))
       << "let go once the connection ended: " << client->stats().ipc_events_live << " against "
       << before;
+  EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
+}
+
+TEST_F(GpuPool, AClientKilledAfterAReleaseLeavesItsKeptEventToGoAndTheDaemonServing) {
+  // The daemon destroys its opening of the client's event after the client's process, which
+  // made the event, is gone: the driver must take that as it takes a normal exit's.
+  auto shared = client->allocate(1 << 20, {.device = 0, .name = "shared", .stream = stream});
+  fill_on_device(shared.data(), shared.size(), 5, stream);
+  synchronize(stream);
+  const std::uint32_t before = client->stats().ipc_events_live;
+  auto holder = peer({"release-and-stay", "shared"});
+  ASSERT_EQ(holder.read_line(30s), "released");
+  EXPECT_EQ(client->stats().ipc_events_live, before + 1) << "the holder's event, kept";
+  holder.signal(SIGKILL);
+  holder.wait();
+  EXPECT_TRUE(eventually([&] { return client->stats().ipc_events_live == before; }))
+      << "let go with the killed client: " << client->stats().ipc_events_live << " against "
+      << before;
+  auto next = client->allocate(1 << 20, {.device = 0, .stream = stream});
+  fill_on_device(next.data(), next.size(), 6, stream);
+  EXPECT_EQ(mismatches_on_device(next.data(), next.size(), 6, stream), 0u);
+  EXPECT_EQ(mismatches_on_device(shared.data(), shared.size(), 9, stream), 0u)
+      << "the holder's fill, done before its release was";
+  next.release();
+  shared.release();
   EXPECT_TRUE(wait_for_cuda_bytes(0, 1s));
 }
 

@@ -209,8 +209,14 @@ CUresult free_async(CUdeviceptr memory, CUstream stream) {
   return status;
 }
 
-CUresult stream_wait_event(CUstream, CUevent, unsigned) {
-  return device_work("cuStreamWaitEvent");
+CUresult stream_wait_event(CUstream stream, CUevent event, unsigned) {
+  if (!books.live[kind::event].contains(raw(event))) {
+    books.misuse.push_back("cuStreamWaitEvent on an event that is not alive");
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  const CUresult status = device_work("cuStreamWaitEvent");
+  if (status == CUDA_SUCCESS) books.event_waits.emplace_back(stream, event);
+  return status;
 }
 
 CUresult event_create(CUevent* event, unsigned) {

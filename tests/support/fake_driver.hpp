@@ -34,6 +34,8 @@ struct fake_books {
   std::set<CUstream> held_streams;
   /// Every cuMemFreeAsync, in order: the memory and the stream it was queued on.
   std::vector<std::pair<CUdeviceptr, CUstream>> frees;
+  /// Every cuStreamWaitEvent that was queued, in order: the stream and the event it waits on.
+  std::vector<std::pair<CUstream, CUevent>> event_waits;
   std::vector<std::string> misuse;   ///< empty while the code under test behaves
   std::map<std::string, int> calls;  ///< of the device-work entry points, by name, since the reset
   /// The entry point (its name without _v2) that answers fail_with; empty: none fails.

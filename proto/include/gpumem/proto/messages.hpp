@@ -151,7 +151,11 @@ struct release_request {
   std::uint32_t flags;
   std::uint32_t reserved;
   /// With kReleaseHasEvent: the IPC handle of an event the client recorded after its last use
-  /// (and after freeing its import); the daemon frees only after that event.
+  /// (and after freeing its import); the daemon frees only after that event. The client keeps
+  /// the event, undestroyed, for as long as its connection lasts, and records it anew for each
+  /// release that sends its handle: the daemon opens a handle once per connection and waits on
+  /// that opening for every later release that sends the same handle. A destroyed event's
+  /// handle may come back, byte for byte, for another event of the client's.
   std::uint8_t released_event[kCudaHandleSize];
 };
 static_assert(sizeof(release_request) == 80);
