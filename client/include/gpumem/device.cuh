@@ -148,20 +148,26 @@ __device__ inline bool wait_for(counters_ref counters, unsigned int party, unsig
   const auto broken = [&] {
     return detail::system_word(*counters.broken).load(cuda::memory_order_acquire) != 0;
   };
+  const auto count_now = [&] {
+    return detail::system_word(counters.counts[party]).load(cuda::memory_order_acquire);
+  };
+  // A live count is never half of kBrokenLead past a target (a channel's producer leads by its
+  // slots at most, a barrier's parties by a round). Farther is the daemon's jump for a party that
+  // died or left, and the party's real count is the one before it. The daemon writes the broken
+  // word before the jump (each of its stream writes is fenced), so with the count loaded first,
+  // a jumped count always comes with the broken word set.
+  const auto really_reached = [&](unsigned int count) {
+    if (!detail::reached(count, target)) return false;
+    return count - target < kBrokenLead / 2 || !broken() ||
+           detail::reached(count - kBrokenLead, target);
+  };
   detail::counter_backoff wait;
   for (;;) {
-    const unsigned int count =
-        detail::system_word(counters.counts[party]).load(cuda::memory_order_acquire);
-    if (detail::reached(count, target)) {
-      // A live count is never half of kBrokenLead past a target (a channel's producer leads by
-      // its slots at most, a barrier's parties by a round). Farther is the daemon's jump for a
-      // party that died or left, and the party's real count is the one before it. The daemon
-      // writes the broken word before the jump (each of its stream writes is fenced), so with
-      // the count loaded first, a jumped count always comes with the broken word set.
-      if (count - target < kBrokenLead / 2 || !broken()) return true;
-      return detail::reached(count - kBrokenLead, target);
-    }
-    if (broken()) return false;
+    const unsigned int count = count_now();
+    if (detail::reached(count, target)) return really_reached(count);
+    // Broken since the count was read: the party may have reached the target just before it
+    // left, and the daemon breaks the object only after that, so the count read again holds it.
+    if (broken()) return really_reached(count_now());
     wait.pause();
   }
 }
