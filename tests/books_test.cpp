@@ -749,20 +749,41 @@ TEST_F(Tenants, ConnectionsNeedThePolicyAndFitTheirQuota) {
   EXPECT_EQ(code_of([&] { book.check_connection(root); }), errc::ok);
 }
 
+// A pool on a host_pool's memory, for the test pools below that each add one behaviour to it.
+class pool_on_host : public pool {
+ public:
+  pool_on_host(std::uint32_t id, const pool_config& config)
+      : pool(id, config), backing_(id, config) {}
+
+  int shareable_fd() const noexcept override { return backing_.shareable_fd(); }
+  grant_details grant_of(const placement& where) const override { return backing_.grant_of(where); }
+
+ protected:
+  std::optional<placement> do_allocate(std::uint64_t size) override {
+    return backing_.allocate(size);
+  }
+  void do_free(const placement& where, std::uint64_t size) noexcept override {
+    backing_.free(where, size);
+  }
+  bool do_adopt(const placement&, std::uint64_t, const grant_details&) override { return false; }
+  std::uint64_t largest_possible() const noexcept override { return 0; }
+
+ private:
+  host_pool backing_;
+};
+
 // A host pool that keeps one 64 KiB spare block in its configured pool's room from the moment
 // it is made, as a CUDA pool's spares do after its allocations; a 64 KiB allocation takes it.
-class pool_keeping_a_spare final : public pool {
+class pool_keeping_a_spare final : public pool_on_host {
  public:
   static constexpr std::uint64_t kSpare = 64 << 10;
 
   pool_keeping_a_spare(std::uint32_t id, const pool_config& config, family_room& room)
-      : pool(id, config), backing_(id, config), room_(room) {
+      : pool_on_host(id, config), room_(room) {
     if (room_.hold_spare(kSpare)) kept_ = kSpare;
   }
   ~pool_keeping_a_spare() override { room_.release_spare(kept_); }
 
-  int shareable_fd() const noexcept override { return backing_.shareable_fd(); }
-  grant_details grant_of(const placement& where) const override { return backing_.grant_of(where); }
   spare_use spares() const override {
     return {.bytes = kept_, .ready_bytes = kept_, .served = served_};
   }
@@ -775,15 +796,9 @@ class pool_keeping_a_spare final : public pool {
       drop_spares();
       ++served_;
     }
-    return backing_.allocate(size);
+    return pool_on_host::do_allocate(size);
   }
-  void do_free(const placement& where, std::uint64_t size) noexcept override {
-    backing_.free(where, size);
-  }
-  bool do_adopt(const placement&, std::uint64_t, const grant_details&) override { return false; }
-  std::uint64_t largest_possible() const noexcept override { return 0; }
 
-  host_pool backing_;
   family_room& room_;
   std::uint64_t kept_ = 0;
   std::uint64_t served_ = 0;
@@ -834,13 +849,11 @@ struct holder_log {
 
 // A host pool that records the releases its holders mark with an event and when it is told to
 // forget a holder, as a CUDA pool keeps and then destroys each holder's opened event.
-class pool_recording_holders final : public pool {
+class pool_recording_holders final : public pool_on_host {
  public:
   pool_recording_holders(std::uint32_t id, const pool_config& config, holder_log& log)
-      : pool(id, config), backing_(id, config), log_(log) {}
+      : pool_on_host(id, config), log_(log) {}
 
-  int shareable_fd() const noexcept override { return backing_.shareable_fd(); }
-  grant_details grant_of(const placement& where) const override { return backing_.grant_of(where); }
   void holder_released(std::uint64_t holder, const placement&,
                        const std::optional<ipc_handle>& released_event) override {
     log_.released.emplace_back(holder, released_event.has_value());
@@ -848,16 +861,6 @@ class pool_recording_holders final : public pool {
   void forget_holder(std::uint64_t holder) noexcept override { log_.forgotten.push_back(holder); }
 
  private:
-  std::optional<placement> do_allocate(std::uint64_t size) override {
-    return backing_.allocate(size);
-  }
-  void do_free(const placement& where, std::uint64_t size) noexcept override {
-    backing_.free(where, size);
-  }
-  bool do_adopt(const placement&, std::uint64_t, const grant_details&) override { return false; }
-  std::uint64_t largest_possible() const noexcept override { return 0; }
-
-  host_pool backing_;
   holder_log& log_;
 };
 

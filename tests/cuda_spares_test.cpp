@@ -27,7 +27,11 @@ thread_local std::optional<gpumem::testing::failing_allocations> worker_out_of_m
 // Blocks whose pointer is their size, made by a worker the test can hold up, counted in the
 // configured pool's room that the test gives.
 struct fake_pool {
-  explicit fake_pool(family_room& shared) : room(shared) {}
+  explicit fake_pool(family_room& shared) : room(shared) {
+    // The worker's log lines make spdlog's registry on first use, which fails where the worker
+    // is left without memory; the daemon makes it at start.
+    spdlog::default_logger_raw();
+  }
 
   family_room& room;
   std::atomic<int> started{0};  ///< makings that reached the gate
@@ -271,8 +275,6 @@ TEST(CudaSpares, AFailedBlockGivesItsBudgetBack) {
 TEST(CudaSpares, AMadeBlockWithNoMemoryToStoreItIsDiscardedAndTheWorkerGoesOn) {
   family_room room(kLargeRoom);
   fake_pool pool(room);
-  // The worker's log line makes spdlog's registry on first use; the daemon has made it at start.
-  spdlog::default_logger_raw();
   pool.out_of_memory_from = 1;
   ASSERT_TRUE(pool.making(2048));
   pool.gate.set_value();
@@ -291,7 +293,6 @@ TEST(CudaSpares, AMadeBlockWithNoMemoryToStoreItIsDiscardedAndTheWorkerGoesOn) {
 TEST(CudaSpares, ASecondBlockWithNoMemoryToStoreItIsDiscardedAndTheFirstStaysReady) {
   family_room room(kLargeRoom);
   fake_pool pool(room);
-  spdlog::default_logger_raw();
   pool.out_of_memory_from = 2;
   ASSERT_TRUE(pool.making(2048));
   pool.gate.set_value();
