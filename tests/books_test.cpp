@@ -915,14 +915,14 @@ TEST_F(HolderForgetting, AConnectionThatEndsIsForgottenAndAResumedSessionAgainAt
   EXPECT_EQ(log.forgotten, std::vector<std::uint64_t>{marking})
       << "no release since it resumed: nothing kept to forget again";
 
-  const client_id resumed = book.add_client({102, 1000, 1000, {}});
-  allocate_and_release(resumed, true);
-  const proto::session_token second_token = book.rows.client(resumed).token;
-  book.end_connection(resumed);
-  ASSERT_EQ(book.resume(resumed, second_token, book.rows.client(resumed).who), resumed);
-  allocate_and_release(resumed, true);
-  book.depart(resumed, true);
-  EXPECT_EQ(log.forgotten, (std::vector<std::uint64_t>{marking, resumed, resumed}))
+  const client_id second = book.add_client({102, 1000, 1000, {}});
+  allocate_and_release(second, true);
+  const proto::session_token second_token = book.rows.client(second).token;
+  book.end_connection(second);
+  ASSERT_EQ(book.resume(second, second_token, book.rows.client(second).who), second);
+  allocate_and_release(second, true);
+  book.depart(second, true);
+  EXPECT_EQ(log.forgotten, (std::vector<std::uint64_t>{marking, second, second}))
       << "released into again after it resumed, then forgotten again when it went";
 }
 

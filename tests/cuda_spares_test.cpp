@@ -32,6 +32,15 @@ struct fake_pool {
     // is left without memory; the daemon makes it at start.
     spdlog::default_logger_raw();
   }
+  // A test that failed before it opened the gate would otherwise leave the worker waiting there,
+  // and the spares' destructor joining it, until ctest's timeout.
+  ~fake_pool() {
+    try {
+      gate.set_value();
+    } catch (const std::future_error&) {
+      // opened already
+    }
+  }
 
   family_room& room;
   std::atomic<int> started{0};  ///< makings that reached the gate

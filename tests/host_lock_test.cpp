@@ -473,7 +473,8 @@ TEST(HostCounters, AWaitGetsWhatAPartyPublishedJustBeforeTheCellBroke) {
   // A producer that publishes its last item and exits is broken by the daemon moments later; a
   // consumer that read the count just before the publish and the broken flag just after the
   // break must still get the item. The window is a preemption between two loads, so this runs
-  // many rounds, with more waiters than this machine has cores.
+  // many rounds, with more waiters than CI's machine has cores (on larger machines it catches
+  // the race less often).
   constexpr int kRounds = 3000;
   constexpr int kWaiters = 4;
   int lost = 0;

@@ -138,7 +138,11 @@ std::optional<exported_block> cuda_pool::allocate_exported(std::uint64_t size) c
   // Waiting on the ready event after a grant orders the waiter after this allocation. Records
   // from the spares' thread land on the same stream, each after its own allocation, so the
   // latest record always covers every block handed out before it.
-  check(cu_.cuEventRecord(ready_.get(), allocation_stream_.get()), "cuEventRecord(ready)");
+  if (const CUresult recorded = cu_.cuEventRecord(ready_.get(), allocation_stream_.get());
+      recorded != CUDA_SUCCESS) {
+    cu_.cuMemFreeAsync(block.pointer, allocation_stream_.get());  // handed to nobody
+    check(recorded, "cuEventRecord(ready)");
+  }
   return block;
 }
 

@@ -116,6 +116,8 @@ std::optional<exported_block> cuda_spares::make(std::uint64_t size) noexcept {
       // A log line that cannot be made (its text is allocated) must not end the daemon.
     }
     return std::nullopt;
+  } catch (...) {
+    return std::nullopt;  // nothing to name it by; the worker goes on all the same
   }
 }
 
@@ -167,11 +169,15 @@ void cuda_spares::work() {
     const auto woken = std::chrono::steady_clock::now();
     const std::optional<exported_block> block = make(size);
     const auto made = std::chrono::steady_clock::now();
-    spdlog::debug(
-        "spare block of {} bytes: made in {} us, started {} us after the worker was "
-        "last asked",
-        size, std::chrono::duration_cast<std::chrono::microseconds>(made - woken).count(),
-        std::chrono::duration_cast<std::chrono::microseconds>(woken - asked_at).count());
+    try {
+      spdlog::debug(
+          "spare block of {} bytes: made in {} us, started {} us after the worker was "
+          "last asked",
+          size, std::chrono::duration_cast<std::chrono::microseconds>(made - woken).count(),
+          std::chrono::duration_cast<std::chrono::microseconds>(woken - asked_at).count());
+    } catch (...) {
+      // A log line that cannot be made must not end the daemon.
+    }
     lock.lock();
     const auto asked = std::find(wanted_.begin(), wanted_.end(), size);
     if (generation == generation_ && asked != wanted_.end()) {

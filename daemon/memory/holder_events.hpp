@@ -14,8 +14,10 @@
 ///
 /// Equal handle bytes alone do not prove the same event: a destroyed event's handle can come
 /// back for another, and the driver forbids using an event its maker destroyed. So a kept event
-/// serves only the client that sent it, and goes when that client's connection ends; a client
-/// that breaks the contract orders only its own releases wrongly.
+/// serves only the client that sent it, and goes when that client's connection ends. A client
+/// that breaks the contract may have a block freed while its own work on it still runs, as if it
+/// had released too early; only clients of its access class, who share its pool, can be handed
+/// that block.
 
 #include <cuda.h>
 

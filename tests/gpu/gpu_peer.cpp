@@ -2,6 +2,8 @@
 //   produce NAME SIZE SEED   allocate on device 0, fill on the GPU, print "ready ID"; on
 //                            SIGTERM release and print "released"
 //   hold NAME                open, print "ready ID"; on SIGTERM release and print "released"
+//   release-and-stay NAME    open, fill on the GPU, release, print "released", wait to be
+//                            killed
 //   consume NAME SIZE SEED   open, check on the GPU, print "ok" or "bad N", release
 //   churn SIZE ROUNDS        allocate, fill, check and release ROUNDS times on one stream,
 //                            print "ok" or "bad round R: N"
