@@ -194,7 +194,21 @@ __global__ void copy_items_kernel(device::counters_ref channel, bool through_cha
   }
 }
 
+/// Each block's one thread counts itself in, then waits for @p party's @p target.
+__global__ void wait_for_kernel(device::counters_ref counters, unsigned party, unsigned target,
+                                unsigned* started, unsigned* answers) {
+  cuda::atomic_ref<unsigned, cuda::thread_scope_system>(*started).fetch_add(
+      1, cuda::memory_order_relaxed);
+  answers[blockIdx.x] = device::wait_for(counters, party, target) ? kWaitReached : kWaitGaveUp;
+}
+
 }  // namespace
+
+void wait_for_in_blocks(device::counters_ref counters, unsigned party, unsigned target,
+                        unsigned* started, unsigned* answers, unsigned blocks, stream_t stream) {
+  wait_for_kernel<<<blocks, 1, 0, native(stream)>>>(counters, party, target, started, answers);
+  check(cudaGetLastError(), "wait_for launch");
+}
 
 void hand_on_in_kernel(device::counters_ref channel, unsigned slot_count, unsigned first,
                        unsigned until, stream_t stream) {

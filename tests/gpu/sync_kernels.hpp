@@ -65,6 +65,16 @@ void copy_items_in_kernel(const device::counters_ref* channel, const void* slots
                           unsigned slot_count, std::size_t item_bytes, unsigned first,
                           unsigned count, void* to, unsigned blocks, stream_t stream);
 
+/// What wait_for_in_blocks() writes for each block.
+inline constexpr unsigned kWaitReached = 1;
+inline constexpr unsigned kWaitGaveUp = 2;
+/// @p blocks blocks of one thread each add one to *started, then wait (device::wait_for) for
+/// @p party of @p counters to reach @p target, and write kWaitReached or kWaitGaveUp (the object
+/// broke first) to answers[block]. Every word may be in pinned host memory, which the host
+/// writes while the blocks wait.
+void wait_for_in_blocks(device::counters_ref counters, unsigned party, unsigned target,
+                        unsigned* started, unsigned* answers, unsigned blocks, stream_t stream);
+
 void zero_on_device(void* data, std::size_t size, stream_t stream);
 /// Copies @p size bytes device to host and waits.
 void copy_to_host(void* host, const void* device, std::size_t size, stream_t stream);
