@@ -137,6 +137,23 @@ std::vector<double> daemon_handling(const std::string& metrics, const std::strin
   return {total, bound_holding(0.5), bound_holding(0.99)};
 }
 
+// The daemon's CUDA allocations so far, from its gpumemd_pool_cuda_allocations_total counters
+// of every pool: {given a spare block, made on the request path}. Made on the request path, an
+// allocation pays the driver's allocation and pointer export inside the daemon's handling.
+std::vector<double> daemon_spare_use(const std::string& metrics) {
+  const std::string prefix = "gpumemd_pool_cuda_allocations_total{";
+  std::vector<double> counts{0, 0};
+  for (std::size_t at = metrics.find(prefix); at != std::string::npos;
+       at = metrics.find(prefix, at + 1)) {
+    const std::size_t line_end = std::min(metrics.find('\n', at), metrics.size());
+    const std::string line = metrics.substr(at, line_end - at);
+    const double count = std::stod(line.substr(line.rfind(' ') + 1));
+    if (line.find("from=\"spare\"") != std::string::npos) counts[0] += count;
+    if (line.find("from=\"request\"") != std::string::npos) counts[1] += count;
+  }
+  return counts;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,6 +285,8 @@ int main(int argc, char** argv) {
     auto both = daemon_handling(metrics, "allocate");
     const auto releases = daemon_handling(metrics, "release");
     both.insert(both.end(), releases.begin(), releases.end());
+    const auto spare_use = daemon_spare_use(metrics);
+    both.insert(both.end(), spare_use.begin(), spare_use.end());
     return both;
   });
   const auto legacy = series(1, [&] { return flatten({legacy_share(iterations)}); });
@@ -394,6 +413,10 @@ int main(int argc, char** argv) {
   };
   print_handling("allocate", 0);
   print_handling("release", 3);
+  std::printf(
+      "the daemon's CUDA allocations of the run: %.0f given a spare block, %.0f made on the "
+      "request path\n",
+      handled.at(6), handled.at(7));
   std::printf("ratio allocate / legacy IPC share: %.2f (target <= 0.5)\n",
               median(allocate_after_cuda) / legacy[0].blockwise.median);
   std::printf("ratio allocate / cudaMalloc:       %.2f (target <= 1.0)\n",
