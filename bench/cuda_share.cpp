@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench_daemon.hpp"
@@ -109,21 +110,32 @@ std::vector<double> legacy_share(int iterations) {
   return rounds;
 }
 
+// The samples of @p metrics (the daemon's Prometheus text) whose line starts with @p prefix:
+// each the rest of its line after the prefix, and the sample's value.
+std::vector<std::pair<std::string, double>> samples_after(const std::string& metrics,
+                                                          const std::string& prefix) {
+  std::vector<std::pair<std::string, double>> samples;
+  for (std::size_t at = metrics.find(prefix); at != std::string::npos;
+       at = metrics.find(prefix, at + 1)) {
+    const std::size_t from = at + prefix.size();
+    const std::size_t line_end = std::min(metrics.find('\n', from), metrics.size());
+    std::string rest = metrics.substr(from, line_end - from);
+    const double value = std::stod(rest.substr(rest.rfind(' ') + 1));
+    samples.emplace_back(std::move(rest), value);
+  }
+  return samples;
+}
+
 // The daemon's own time for its requests of @p type (from arrival to the reply queued), from
 // its gpumemd_request_duration_seconds histogram: {requests, upper bound of the bucket holding
 // the median, the same for the 99th percentile}, bounds in us. Set against the client's round
 // trip, it says whether a tail is the daemon's handling or the way there and back.
 std::vector<double> daemon_handling(const std::string& metrics, const std::string& type) {
-  const std::string prefix = "gpumemd_request_duration_seconds_bucket{type=\"" + type + "\",le=\"";
   constexpr double kBeyond = std::numeric_limits<double>::infinity();
   std::vector<std::pair<double, double>> buckets;  // (bound in us, requests at or below it)
-  for (std::size_t at = metrics.find(prefix); at != std::string::npos;
-       at = metrics.find(prefix, at + 1)) {
-    const std::size_t bound_at = at + prefix.size();
-    const std::size_t line_end = std::min(metrics.find('\n', bound_at), metrics.size());
-    const std::string bound = metrics.substr(bound_at, metrics.find('"', bound_at) - bound_at);
-    const std::size_t count_at = metrics.rfind(' ', line_end) + 1;
-    const double count = std::stod(metrics.substr(count_at, line_end - count_at));
+  for (const auto& [rest, count] : samples_after(
+           metrics, "gpumemd_request_duration_seconds_bucket{type=\"" + type + "\",le=\"")) {
+    const std::string bound = rest.substr(0, rest.find('"'));
     buckets.emplace_back(bound == "+Inf" ? kBeyond : std::stod(bound) * 1e6, count);
   }
   if (buckets.empty()) return {0, 0, 0};
@@ -142,16 +154,11 @@ std::vector<double> daemon_handling(const std::string& metrics, const std::strin
 // request path, an allocation pays the driver's allocation and pointer export inside the
 // daemon's handling.
 std::vector<double> daemon_spare_use(const std::string& metrics) {
-  const std::string prefix = "gpumemd_pool_cuda_allocations_total{";
-  std::vector<double> counts{0, 0, 0};
-  for (std::size_t at = metrics.find(prefix); at != std::string::npos;
-       at = metrics.find(prefix, at + 1)) {
-    const std::size_t line_end = std::min(metrics.find('\n', at), metrics.size());
-    const std::string line = metrics.substr(at, line_end - at);
-    const double count = std::stod(line.substr(line.rfind(' ') + 1));
-    ++counts[0];
-    if (line.find("from=\"spare\"") != std::string::npos) counts[1] += count;
-    if (line.find("from=\"request\"") != std::string::npos) counts[2] += count;
+  const auto samples = samples_after(metrics, "gpumemd_pool_cuda_allocations_total{");
+  std::vector<double> counts{static_cast<double>(samples.size()), 0, 0};
+  for (const auto& [labels, count] : samples) {
+    if (labels.find("from=\"spare\"") != std::string::npos) counts[1] += count;
+    if (labels.find("from=\"request\"") != std::string::npos) counts[2] += count;
   }
   return counts;
 }
