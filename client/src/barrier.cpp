@@ -1,5 +1,6 @@
 #include <cstddef>
 
+#include "barrier_status.hpp"
 #include "connection.hpp"
 #include "cuda_sync.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
@@ -9,22 +10,6 @@
 namespace gpumem {
 
 using detail::cuda_sync::wait_kind;
-
-namespace {
-
-BarrierStatus to_status(sync::wait_status status) noexcept {
-  switch (status) {
-    case sync::wait_status::ok:
-      return BarrierStatus::ok;
-    case sync::wait_status::timeout:
-      return BarrierStatus::timeout;
-    case sync::wait_status::broken:
-      break;
-  }
-  return BarrierStatus::broken;
-}
-
-}  // namespace
 
 struct Barrier::state {
   state(std::shared_ptr<detail::connection> link, std::string_view name, std::uint32_t parties,
@@ -68,7 +53,7 @@ BarrierStatus Barrier::wait(Token token) {
   detail::check_open(state_.get(), "Barrier");
   state_->object.enter(sync::domain::host);
   if (token.epoch != state_->counters.epoch()) return BarrierStatus::broken;
-  return to_status(state_->counters.wait_all(token.round));
+  return detail::barrier_status_of(state_->counters.wait_all(token.round));
 }
 
 BarrierStatus Barrier::wait_for(Token token, std::chrono::nanoseconds timeout) {
@@ -76,7 +61,7 @@ BarrierStatus Barrier::wait_for(Token token, std::chrono::nanoseconds timeout) {
   state_->object.enter(sync::domain::host);
   if (token.epoch != state_->counters.epoch()) return BarrierStatus::broken;
   const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(timeout);
-  return to_status(state_->counters.wait_all(token.round, deadline));
+  return detail::barrier_status_of(state_->counters.wait_all(token.round, deadline));
 }
 
 BarrierStatus Barrier::arrive_and_wait() {

@@ -1,5 +1,6 @@
 #include <cstddef>
 
+#include "barrier_status.hpp"
 #include "connection.hpp"
 #include "cuda_sync.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
@@ -92,9 +93,9 @@ Channel::Slot Channel::acquire_slot() {
   state_->check_turn(false, "acquire_slot");
   state_->object.enter(sync::domain::host);
   for (std::uint32_t consumer = 1; consumer < state_->counters.parties(); ++consumer) {
-    if (state_->counters.wait_for(consumer, state_->reuse_target(1)) != sync::wait_status::ok) {
-      return {nullptr, state_->next, BarrierStatus::broken};
-    }
+    const BarrierStatus waited =
+        detail::barrier_status_of(state_->counters.wait_for(consumer, state_->reuse_target(1)));
+    if (waited != BarrierStatus::ok) return {nullptr, state_->next, waited};
   }
   state_->held = 1;
   return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
@@ -114,9 +115,9 @@ Channel::Slot Channel::acquire() {
   state_->check_turn(false, "acquire");
   state_->object.enter(sync::domain::host);
   const auto published = static_cast<std::uint32_t>(state_->next + 1);
-  if (state_->counters.wait_for(kProducer, published) != sync::wait_status::ok) {
-    return {nullptr, state_->next, BarrierStatus::broken};
-  }
+  const BarrierStatus waited =
+      detail::barrier_status_of(state_->counters.wait_for(kProducer, published));
+  if (waited != BarrierStatus::ok) return {nullptr, state_->next, waited};
   state_->held = 1;
   return {state_->slot_data(state_->next), state_->next, BarrierStatus::ok};
 }

@@ -114,7 +114,10 @@ LockStatus Lock::acquire() {
   auto* const self = detail::lock_state::of(*this);
   detail::check_open(self, "Lock");
   self->enter_host();
-  const auto result = self->algorithm.acquire();
+  auto result = self->algorithm.acquire();
+  // A signal ends a wait only within sync::signals_end_waits, whose callers (Python's module)
+  // wait with try_acquire_for; this form cannot say it ended early, so it waits on.
+  while (result.status == sync::acquire_status::interrupted) result = self->algorithm.acquire();
   if (result.status == sync::acquire_status::not_recoverable) {
     throw not_recoverable(name());
   }
@@ -133,6 +136,7 @@ LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
   const auto result = self->algorithm.acquire(deadline);
   switch (result.status) {
     case sync::acquire_status::timeout:
+    case sync::acquire_status::interrupted:  // before the deadline: see sync::signals_end_waits
       return LockStatus::timeout;
     case sync::acquire_status::not_recoverable:
       throw not_recoverable(name());

@@ -9,6 +9,7 @@
 #include "gpumem/shared/os/mapping.hpp"
 #include "gpumem/shared/reservation_notice.hpp"
 #include "gpumem/shared/sync/futex.hpp"
+#include "gpumem/shared/sync/signals_end_waits.hpp"
 #include "range_mapper.hpp"
 #include "reservation_state.hpp"
 
@@ -340,7 +341,12 @@ bool Reservation::wait_version(std::uint64_t wanted, milliseconds timeout) {
     }
     const auto now = clock::now();
     if (now >= give_up) return false;
-    sync::futex_wait(&notice.generation, seen, give_up - now);
+    // Early, as at the limit, within sync::signals_end_waits (Python's module): its caller
+    // runs the signal handlers and waits again for the time left.
+    if (sync::futex_wait(&notice.generation, seen, give_up - now) &&
+        sync::signals_end_waits::here()) {
+      return false;
+    }
   }
 }
 

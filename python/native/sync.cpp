@@ -5,6 +5,7 @@
 
 #include "buffer.hpp"
 #include "durations.hpp"
+#include "signal_waits.hpp"
 #include "streams.hpp"
 
 namespace py = pybind11;
@@ -43,6 +44,40 @@ Result host_or_stream(py::handle stream, HostForm host_form, StreamForm stream_f
   return stream_form(on);
 }
 
+LockStatus acquire_through_signals(Lock& lock, timeout_t timeout) {
+  return wait_through_signals(
+      timeout,
+      [&](std::chrono::nanoseconds left) {
+        py::gil_scoped_release released;
+        return lock.try_acquire_for(left);
+      },
+      [](LockStatus status) { return status == LockStatus::timeout; });
+}
+
+BarrierStatus round_through_signals(Barrier& barrier, Barrier::Token token, timeout_t timeout) {
+  return wait_through_signals(
+      timeout,
+      [&](std::chrono::nanoseconds left) {
+        py::gil_scoped_release released;
+        return barrier.wait_for(token, left);
+      },
+      [](BarrierStatus status) { return status == BarrierStatus::timeout; });
+}
+
+// A channel's host waits have no limit; one that a signal ended says timeout.
+template <class HostWait>
+channel_slot slot_through_signals(Channel& channel, HostWait host_wait) {
+  return slot_of(channel, wait_through_signals(
+                              std::nullopt,
+                              [&](std::chrono::nanoseconds) {
+                                py::gil_scoped_release released;
+                                return host_wait();
+                              },
+                              [](const Channel::Slot& slot) {
+                                return slot.status == BarrierStatus::timeout;
+                              }));
+}
+
 void bind_lock(py::module_& module) {
   py::enum_<LockStatus>(module, "Acquired", "What Lock.acquire() got; false only for timeout.")
       .value("acquired", LockStatus::acquired)
@@ -59,10 +94,7 @@ void bind_lock(py::module_& module) {
       .def(
           "acquire",
           [](Lock& lock, py::handle timeout_seconds) {
-            const timeout_t timeout = duration_from(timeout_seconds);
-            py::gil_scoped_release released;
-            if (!timeout) return lock.acquire();
-            return lock.try_acquire_for(*timeout);
+            return acquire_through_signals(lock, duration_from(timeout_seconds));
           },
           "timeout"_a = py::none(),
           "Waits for the lock on the host (seconds or a timedelta; None: for ever).")
@@ -70,8 +102,13 @@ void bind_lock(py::module_& module) {
       .def(
           "lock",
           [](Lock& lock, py::handle stream) {
-            host_or_stream<void>(
-                stream, [&] { lock.lock(); }, [&](Stream on) { lock.lock(on); });
+            if (stream.is_none()) {
+              acquire_through_signals(lock, std::nullopt);
+              return;
+            }
+            const Stream on = stream_from(stream);
+            py::gil_scoped_release released;
+            lock.lock(on);
           },
           "stream"_a = py::none())
       .def(
@@ -84,11 +121,7 @@ void bind_lock(py::module_& module) {
       .def("mark_consistent", &Lock::mark_consistent)
       .def("__enter__",
            [](py::object self) {
-             auto& lock = self.cast<Lock&>();
-             {
-               py::gil_scoped_release released;
-               lock.acquire();
-             }
+             acquire_through_signals(self.cast<Lock&>(), std::nullopt);
              return self;
            })
       .def("__exit__", [](Lock& lock, py::args) { lock.unlock(); })
@@ -134,16 +167,21 @@ void bind_barrier(py::module_& module) {
               barrier.wait(token, on);
               return py::none();
             }
-            BarrierStatus status;
-            {
-              py::gil_scoped_release released;
-              status = timeout ? barrier.wait_for(token, *timeout) : barrier.wait(token);
-            }
-            return py::cast(status);
+            return py::cast(round_through_signals(barrier, token, timeout));
           },
           "token"_a, "stream"_a = py::none(), "timeout"_a = py::none(),
           "Host: waits for the round and returns a BarrierStatus. Stream: queues the wait.")
-      .def("arrive_and_wait", &Barrier::arrive_and_wait, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "arrive_and_wait",
+          [](Barrier& barrier) {
+            const Barrier::Token token = [&] {
+              py::gil_scoped_release released;
+              return barrier.arrive();
+            }();
+            return round_through_signals(barrier, token, std::nullopt);
+          },
+          "Arrives and waits for the round. Interrupted (KeyboardInterrupt), the arrival "
+          "stands: the round goes on without this wait.")
       .def("__repr__", [](const Barrier& barrier) {
         return "<gpumem.Barrier '" + barrier.name() + "' party " + std::to_string(barrier.party()) +
                " of " + std::to_string(barrier.parties()) + ">";
@@ -182,9 +220,12 @@ void bind_channel(py::module_& module) {
       .def(
           "acquire_slot",
           [](Channel& channel, py::handle stream) {
-            return slot_of(channel, host_or_stream<Channel::Slot>(
-                                        stream, [&] { return channel.acquire_slot(); },
-                                        [&](Stream on) { return channel.acquire_slot(on); }));
+            if (stream.is_none()) {
+              return slot_through_signals(channel, [&] { return channel.acquire_slot(); });
+            }
+            const Stream on = stream_from(stream);
+            py::gil_scoped_release released;
+            return slot_of(channel, channel.acquire_slot(on));
           },
           "stream"_a = py::none(), "Producer: waits for a free slot.")
       .def(
@@ -197,9 +238,12 @@ void bind_channel(py::module_& module) {
       .def(
           "acquire",
           [](Channel& channel, py::handle stream) {
-            return slot_of(channel, host_or_stream<Channel::Slot>(
-                                        stream, [&] { return channel.acquire(); },
-                                        [&](Stream on) { return channel.acquire(on); }));
+            if (stream.is_none()) {
+              return slot_through_signals(channel, [&] { return channel.acquire(); });
+            }
+            const Stream on = stream_from(stream);
+            py::gil_scoped_release released;
+            return slot_of(channel, channel.acquire(on));
           },
           "stream"_a = py::none(), "Consumer: waits for the next item.")
       .def(

@@ -7,6 +7,14 @@
   lock-count LOCK BUFFER N     N times: with the lock, read, yield, write the counter + 1; "done"
   channel-produce NAME ITEMS CONSUMERS SLOTS BYTES
                                publish ITEMS patterned items, print "done"
+  wait-through-signals KIND NAME
+                               on the host, KIND lock: acquire NAME; barrier: wait for the
+                               first round of NAME (2 parties); channel: take the first item of
+                               NAME (a consumer of 2 slots of 64 bytes); reservation: wait for
+                               the version after the current one of NAME. Prints "waiting" at
+                               each start, "interrupted" for each KeyboardInterrupt, after which
+                               it waits again; counts SIGUSR1 without raising; at the end prints
+                               "done RESULT, N SIGUSR1 handled"
   reservation-follow NAME SIZE LAST
                                open a host reservation read-only, view it once, print "ready
                                VERSION PTR"; then for each version up to LAST, wait for it
@@ -199,6 +207,47 @@ def stream_lock_count(
     return 0
 
 
+def wait_through_signals(client: gpumem.Client, kind: str, name: str) -> None:
+    if kind == "lock":
+        lock = client.lock(name)
+        wait = lock.acquire
+    elif kind == "barrier":
+        barrier = client.barrier(name, 2)
+        token = barrier.arrive()
+        wait = lambda: barrier.wait(token)  # noqa: E731
+    elif kind == "channel":
+        channel = client.channel(name, gpumem.ChannelRole.consumer, slots=2, slot_bytes=64)
+        wait = channel.acquire
+    else:
+        reservation = client.open_reservation(name, read_only=True)
+        wait = lambda: reservation.wait_version(reservation.version + 1)  # noqa: E731
+    handled = 0
+
+    def count(*_: object) -> None:
+        nonlocal handled
+        handled += 1
+
+    signal.signal(signal.SIGUSR1, count)
+    while True:
+        try:
+            say("waiting")
+            result = wait()
+            break
+        except KeyboardInterrupt:
+            say("interrupted")
+    if kind == "lock":
+        lock.unlock()
+        result = result.name
+    elif kind == "channel":
+        result = f"item {result.sequence} {result.status.name}"
+        channel.release()
+    elif kind == "reservation":
+        result = f"version {reservation.version}" if result else "no new version"
+    else:
+        result = result.name
+    say(f"done {result}, {handled} SIGUSR1 handled")
+
+
 COMMANDS = {
     "hold-new": hold_new,
     "verify": verify,
@@ -211,6 +260,7 @@ COMMANDS = {
     "torch-hold": torch_hold,
     "jax-verify": jax_verify,
     "stream-lock-count": stream_lock_count,
+    "wait-through-signals": wait_through_signals,
 }
 
 

@@ -6,11 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 
 namespace gpumem::sync {
 
-void futex_wait(const std::uint32_t* word, std::uint32_t expected,
+bool futex_wait(const std::uint32_t* word, std::uint32_t expected,
                 std::optional<std::chrono::nanoseconds> timeout) noexcept {
   timespec relative{};
   if (timeout) {
@@ -19,7 +20,9 @@ void futex_wait(const std::uint32_t* word, std::uint32_t expected,
     relative.tv_nsec = static_cast<long>(ns % 1'000'000'000);
   }
   // Not FUTEX_PRIVATE_FLAG: the word is in memory other processes map.
-  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, timeout ? &relative : nullptr, nullptr, 0);
+  return ::syscall(SYS_futex, word, FUTEX_WAIT, expected, timeout ? &relative : nullptr, nullptr,
+                   0) != 0 &&
+         errno == EINTR;
 }
 
 void futex_wake(const std::uint32_t* word, int count) noexcept {

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "gpumem/shared/sync/futex.hpp"
+#include "gpumem/shared/sync/signals_end_waits.hpp"
 
 namespace gpumem::sync {
 
@@ -86,7 +87,9 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
     std::chrono::nanoseconds nap = kLongestSleep;
     if (deadline) nap = std::min(nap, std::chrono::nanoseconds(*deadline - now));
     slept = true;
-    futex_wait(&word, seen, nap);
+    if (futex_wait(&word, seen, nap) && signals_end_waits::here()) {
+      return wait_status::interrupted;
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "gpumem/shared/sync/backoff.hpp"
 #include "gpumem/shared/sync/futex.hpp"
+#include "gpumem/shared/sync/signals_end_waits.hpp"
 
 namespace gpumem::sync {
 
@@ -125,13 +126,14 @@ acquire_result host_lock::wait_turn(queue_entry mine,
   const auto started = clock::now();
   const auto spin_until = started + spin_.now();
   bool slept = false;
+  bool interrupted = false;
   while (entry.load(std::memory_order_acquire) == waiting) {
     const auto now = clock::now();
-    if (deadline && now >= *deadline) {
+    if (interrupted || (deadline && now >= *deadline)) {
       std::uint32_t expected = waiting;
       if (entry.compare_exchange_strong(expected, mine.with(queue_entry::abandoned).encode(),
                                         std::memory_order_acq_rel)) {
-        return {acquire_status::timeout, {}};
+        return {interrupted ? acquire_status::interrupted : acquire_status::timeout, {}};
       }
       break;  // granted in the meantime: take it
     }
@@ -139,9 +141,10 @@ acquire_result host_lock::wait_turn(queue_entry mine,
       cpu_relax();
     } else {
       slept = true;
-      futex_wait(
-          &entry_of(cell_, mine.ticket), waiting,
-          deadline ? std::optional<std::chrono::nanoseconds>(*deadline - now) : std::nullopt);
+      interrupted = futex_wait(&entry_of(cell_, mine.ticket), waiting,
+                               deadline ? std::optional<std::chrono::nanoseconds>(*deadline - now)
+                                        : std::nullopt) &&
+                    signals_end_waits::here();
     }
   }
   if (queue_entry::decode(entry.load(std::memory_order_acquire)).state != queue_entry::granted) {

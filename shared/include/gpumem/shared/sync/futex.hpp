@@ -13,7 +13,8 @@ namespace gpumem::sync {
 
 /// @brief Sleeps while *word == expected, at most @p timeout (none: until woken). Returns early
 /// on a wake-up, a signal or a changed value; callers re-check what they wait for.
-void futex_wait(const std::uint32_t* word, std::uint32_t expected,
+/// @return true when a signal handler ended the sleep (signals_end_waits uses it).
+bool futex_wait(const std::uint32_t* word, std::uint32_t expected,
                 std::optional<std::chrono::nanoseconds> timeout = std::nullopt) noexcept;
 
 /// @brief Wakes up to @p count sleepers on @p word (all when count is negative).

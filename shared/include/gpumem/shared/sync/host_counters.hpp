@@ -13,7 +13,8 @@
 
 namespace gpumem::sync {
 
-enum class wait_status { ok, timeout, broken };
+/// interrupted: a signal ended the wait's sleep while a signals_end_waits scope lived.
+enum class wait_status { ok, timeout, broken, interrupted };
 
 /// Counters compare cyclically, as cuStreamWaitValue32's GEQ does: they may wrap.
 constexpr bool reached(std::uint32_t count, std::uint32_t target) noexcept {

@@ -20,7 +20,9 @@
 
 namespace gpumem::sync {
 
-enum class acquire_status { acquired, acquired_owner_died, timeout, not_recoverable };
+/// interrupted: a signal ended the wait's sleep while a signals_end_waits scope lived; the
+/// waiter gave up its place as at a timeout.
+enum class acquire_status { acquired, acquired_owner_died, timeout, not_recoverable, interrupted };
 enum class release_status { released, not_owner };
 /// normal: by the holder. owner_died: by the daemon for a holder that died (the next holder is
 /// told). reset: by an operator; clears the flags and bumps the epoch.

@@ -1,0 +1,159 @@
+// A signal ends a host wait only within sync::signals_end_waits (what Python's module sets so
+// that Ctrl-C reaches a blocked thread), and what the wait gives up leaves the object working
+// for everyone else. Threads stand in for clients, as in host_lock_test.
+#include "gpumem/shared/sync/signals_end_waits.hpp"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "gpumem/shared/sync/host_counters.hpp"
+#include "gpumem/shared/sync/host_lock.hpp"
+#include "support/eventually.hpp"
+#include "support/thread_state.hpp"
+
+namespace gpumem::sync {
+namespace {
+
+using namespace std::chrono_literals;
+using gpumem::testing::eventually;
+using gpumem::testing::thread_state;
+
+/// SIGUSR1 handled by a handler that does nothing, installed without SA_RESTART as Python
+/// installs its own, for as long as it lives.
+class quiet_signal {
+ public:
+  quiet_signal() {
+    struct sigaction action {};
+    action.sa_handler = [](int) {};
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGUSR1, &action, &before_);
+  }
+  ~quiet_signal() { ::sigaction(SIGUSR1, &before_, nullptr); }
+  quiet_signal(const quiet_signal&) = delete;
+  quiet_signal& operator=(const quiet_signal&) = delete;
+
+ private:
+  struct sigaction before_ {};
+};
+
+/// Long enough for any test to end first; a wait that never ends would hang the test instead of
+/// failing it.
+host_counters::clock::time_point in_ten_seconds() {
+  return host_counters::clock::now() + 10s;
+}
+
+/// A thread that waits, with what its wait returned once it did.
+template <class Result>
+class waiter {
+ public:
+  template <class Wait>
+  waiter(bool within_scope, Wait wait)
+      : thread_([this, within_scope, wait] {
+          tid_ = static_cast<pid_t>(::syscall(SYS_gettid));
+          std::optional<signals_end_waits> scope;
+          if (within_scope) scope.emplace();
+          result_ = wait();
+          done_ = true;
+        }) {}
+  ~waiter() { thread_.join(); }
+  waiter(const waiter&) = delete;
+  waiter& operator=(const waiter&) = delete;
+
+  bool asleep() const { return tid_ != 0 && thread_state(tid_) == 'S'; }
+  bool done() const { return done_; }
+  Result result() const { return result_; }
+  /// Sends SIGUSR1 once the thread sleeps (a signal in its spin would end nothing).
+  bool signal_when_asleep() {
+    if (!eventually([&] { return asleep() || done(); })) return false;
+    return done() || ::pthread_kill(thread_.native_handle(), SIGUSR1) == 0;
+  }
+
+ private:
+  std::atomic<pid_t> tid_{0};
+  std::atomic<bool> done_{false};
+  Result result_{};
+  std::thread thread_;
+};
+
+TEST(SignalsEndWaits, OnlyWhileAScopeLivesOnTheThread) {
+  EXPECT_FALSE(signals_end_waits::here());
+  {
+    signals_end_waits outer;
+    {
+      signals_end_waits inner;
+      EXPECT_TRUE(signals_end_waits::here());
+    }
+    EXPECT_TRUE(signals_end_waits::here()) << "an inner scope's end leaves the outer one";
+    bool on_another_thread = true;
+    std::thread([&] { on_another_thread = signals_end_waits::here(); }).join();
+    EXPECT_FALSE(on_another_thread);
+  }
+  EXPECT_FALSE(signals_end_waits::here());
+}
+
+TEST(SignalsEndWaits, ALockWaiterGivesUpItsPlaceAndTheOneBehindItIsServed) {
+  const quiet_signal handled;
+  auto cell = std::make_unique<lock_cell>();
+  host_lock holder(*cell, 1);
+  const acquire_result held = holder.acquire();
+  ASSERT_EQ(held.status, acquire_status::acquired);
+
+  host_lock first_lock(*cell, 2);
+  waiter<acquire_status> first(true, [&] { return first_lock.acquire(in_ten_seconds()).status; });
+  ASSERT_TRUE(eventually([&] { return first.asleep(); }));
+  host_lock second_lock(*cell, 3);
+  std::optional<acquire_result> second_held;
+  waiter<acquire_status> second(false, [&] {
+    second_held = second_lock.acquire(in_ten_seconds());
+    return second_held->status;
+  });
+  ASSERT_TRUE(eventually([&] { return second.asleep(); }));
+
+  ASSERT_TRUE(eventually([&] { return first.signal_when_asleep() && first.done(); }, 5000ms, 5ms))
+      << "the waiter within the scope still waits after the signals";
+  EXPECT_EQ(first.result(), acquire_status::interrupted);
+  for (int signals = 0; signals < 5; ++signals) ASSERT_TRUE(second.signal_when_asleep());
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(second.done()) << "a signal ended a wait with no scope on its thread";
+
+  ASSERT_EQ(holder.release(held.hold), release_status::released);
+  ASSERT_TRUE(eventually([&] { return second.done(); }))
+      << "the release went to the place given up, and the waiter behind it waits on";
+  EXPECT_EQ(second.result(), acquire_status::acquired);
+  ASSERT_EQ(second_lock.release(second_held->hold), release_status::released);
+  EXPECT_EQ(first_lock.acquire().status, acquire_status::acquired) << "and queues again later";
+}
+
+TEST(SignalsEndWaits, ACounterWaitEndsInterruptedAndWaitsAgainForWhatIsPublished) {
+  const quiet_signal handled;
+  auto cell = std::make_unique<counter_cell>();
+  cell->parties = 2;
+  host_counters counters(*cell);
+  waiter<wait_status> within(true, [&] { return counters.wait_for(0, 1, in_ten_seconds()); });
+  waiter<wait_status> without(false, [&] { return counters.wait_for(0, 1, in_ten_seconds()); });
+
+  ASSERT_TRUE(
+      eventually([&] { return within.signal_when_asleep() && within.done(); }, 5000ms, 5ms));
+  EXPECT_EQ(within.result(), wait_status::interrupted);
+  for (int signals = 0; signals < 5; ++signals) ASSERT_TRUE(without.signal_when_asleep());
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(without.done()) << "a signal ended a wait with no scope on its thread";
+
+  counters.publish(0, 1);
+  ASSERT_TRUE(eventually([&] { return without.done(); }));
+  EXPECT_EQ(without.result(), wait_status::ok);
+  EXPECT_FALSE(counters.broken()) << "an interrupted wait breaks nothing";
+  EXPECT_EQ(counters.wait_for(0, 1), wait_status::ok) << "the interrupted party waits again";
+}
+
+}  // namespace
+}  // namespace gpumem::sync
