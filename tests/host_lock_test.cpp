@@ -14,12 +14,14 @@
 
 #include "gpumem/lock_fast_path.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
+#include "support/eventually.hpp"
 #include "support/thread_state.hpp"
 
 namespace gpumem::sync {
 namespace {
 
 using namespace std::chrono_literals;
+using gpumem::testing::eventually;
 using gpumem::testing::thread_state;
 
 std::unique_ptr<lock_cell> fresh_lock() {
@@ -242,6 +244,32 @@ TEST(HostLock, AWaiterBehindAHoldTakenAloneQueuesAndTheFastReleaseStepsAside) {
   ASSERT_TRUE(again && again->alone);
   EXPECT_EQ(again->hold.ticket, static_cast<std::uint16_t>(ticket + 2));
   for (const auto entry : cell->queue) EXPECT_EQ(entry, 0u) << "a queue entry was left behind";
+}
+
+TEST(HostLock, ATimedAcquireEndsAtItsDeadlineWhenPlacesGivenUpFillTheQueue) {
+  // A waiter that times out leaves its place marked given up until the holder's release clears
+  // it, however long the holder holds: a queue full of such places must not keep a timed
+  // acquire past its deadline.
+  auto cell = fresh_lock();
+  host_lock holder(*cell, 1);
+  const auto held = holder.acquire();
+  ASSERT_EQ(held.status, acquire_status::acquired);
+  for (std::uint32_t late = 0; late < kLockQueueLength; ++late) {
+    host_lock timing_out(*cell, static_cast<std::uint16_t>(2 + late));
+    ASSERT_EQ(timing_out.acquire(host_lock::clock::now() + 100us).status, acquire_status::timeout);
+  }
+  std::atomic<bool> ended{false};
+  std::thread last([&] {
+    host_lock(*cell, 2).acquire(host_lock::clock::now() + 20ms);
+    ended = true;
+  });
+  const bool in_time = eventually([&] { return ended.load(); }, 2000ms);
+  ASSERT_EQ(holder.release(held.hold), release_status::released);  // frees it if it spins on
+  last.join();
+  EXPECT_TRUE(in_time) << "a timed acquire waited past its deadline for the holder's release";
+  EXPECT_EQ(host_lock(*cell, 3).acquire(host_lock::clock::now() + 1s).status,
+            acquire_status::acquired)
+      << "the release cleared the places given up";
 }
 
 TEST(HostLock, ReclaimHandsADeadHoldersLockToTheNextWaiter) {

@@ -1,6 +1,7 @@
 // A signal ends a host wait only within sync::signals_end_waits (what Python's module sets so
-// that Ctrl-C reaches a blocked thread), and what the wait gives up leaves the object working
-// for everyone else. Threads stand in for clients, as in host_lock_test.
+// that Ctrl-C reaches a blocked thread) and only when the scope's check says a handler raised;
+// otherwise the wait keeps its place. What a wait gives up leaves the object working for
+// everyone else. Threads stand in for clients, as in host_lock_test.
 #include "gpumem/shared/sync/signals_end_waits.hpp"
 
 #include <gtest/gtest.h>
@@ -51,6 +52,15 @@ host_counters::clock::time_point in_ten_seconds() {
   return host_counters::clock::now() + 10s;
 }
 
+/// What the scope's check answers in these tests (a handler that raised, or not), and how often
+/// it was asked.
+std::atomic<bool> handler_raises{false};
+std::atomic<int> checks_asked{0};
+bool test_check() noexcept {
+  ++checks_asked;
+  return handler_raises;
+}
+
 /// A thread that waits, with what its wait returned once it did.
 template <class Result>
 class waiter {
@@ -60,7 +70,7 @@ class waiter {
       : thread_([this, within_scope, wait] {
           tid_ = static_cast<pid_t>(::syscall(SYS_gettid));
           std::optional<signals_end_waits> scope;
-          if (within_scope) scope.emplace();
+          if (within_scope) scope.emplace(test_check);
           result_ = wait();
           done_ = true;
         }) {}
@@ -84,24 +94,80 @@ class waiter {
   std::thread thread_;
 };
 
-TEST(SignalsEndWaits, OnlyWhileAScopeLivesOnTheThread) {
-  EXPECT_FALSE(signals_end_waits::here());
-  {
-    signals_end_waits outer;
-    {
-      signals_end_waits inner;
-      EXPECT_TRUE(signals_end_waits::here());
-    }
-    EXPECT_TRUE(signals_end_waits::here()) << "an inner scope's end leaves the outer one";
-    bool on_another_thread = true;
-    std::thread([&] { on_another_thread = signals_end_waits::here(); }).join();
-    EXPECT_FALSE(on_another_thread);
+/// Signals @p waiting @p times, each once it sleeps, and whether it still waits after them.
+template <class Result>
+bool waits_through_signals(waiter<Result>& waiting, int times) {
+  for (int sent = 0; sent < times; ++sent) {
+    if (!waiting.signal_when_asleep()) return false;
+    std::this_thread::sleep_for(2ms);
   }
-  EXPECT_FALSE(signals_end_waits::here());
+  std::this_thread::sleep_for(20ms);
+  return !waiting.done();
 }
 
-TEST(SignalsEndWaits, ALockWaiterGivesUpItsPlaceAndTheOneBehindItIsServed) {
+bool never() noexcept {
+  return false;
+}
+bool always() noexcept {
+  return true;
+}
+
+TEST(SignalsEndWaits, TheInnermostScopeOnTheThreadDecides) {
+  EXPECT_FALSE(signals_end_waits::signal_ends_wait()) << "no scope";
+  {
+    const signals_end_waits outer(always);
+    {
+      const signals_end_waits inner(never);
+      EXPECT_FALSE(signals_end_waits::signal_ends_wait());
+    }
+    EXPECT_TRUE(signals_end_waits::signal_ends_wait()) << "an inner scope's end leaves the outer";
+    bool on_another_thread = true;
+    std::thread([&] { on_another_thread = signals_end_waits::signal_ends_wait(); }).join();
+    EXPECT_FALSE(on_another_thread);
+  }
+  EXPECT_FALSE(signals_end_waits::signal_ends_wait());
+}
+
+TEST(SignalsEndWaits, ALockWaiterWhoseHandlersRaiseNothingKeepsItsPlace) {
   const quiet_signal handled;
+  handler_raises = false;
+  checks_asked = 0;
+  auto cell = std::make_unique<lock_cell>();
+  host_lock holder(*cell, 1);
+  const acquire_result held = holder.acquire();
+  ASSERT_EQ(held.status, acquire_status::acquired);
+
+  host_lock first_lock(*cell, 2);
+  std::optional<acquire_result> first_held;
+  waiter<acquire_status> first(true, [&] {
+    first_held = first_lock.acquire(in_ten_seconds());
+    return first_held->status;
+  });
+  ASSERT_TRUE(eventually([&] { return first.asleep(); }));
+  host_lock second_lock(*cell, 3);
+  std::optional<acquire_result> second_held;
+  waiter<acquire_status> second(false, [&] {
+    second_held = second_lock.acquire(in_ten_seconds());
+    return second_held->status;
+  });
+  ASSERT_TRUE(eventually([&] { return second.asleep(); }));
+
+  EXPECT_TRUE(waits_through_signals(first, 5));
+  EXPECT_GE(checks_asked, 1) << "no signal cut the sleep short, so none was tested";
+
+  ASSERT_EQ(holder.release(held.hold), release_status::released);
+  ASSERT_TRUE(eventually([&] { return first.done(); })) << "its place was given away";
+  EXPECT_EQ(first.result(), acquire_status::acquired);
+  EXPECT_FALSE(second.done()) << "the waiter behind it went first";
+  ASSERT_EQ(first_lock.release(first_held->hold), release_status::released);
+  ASSERT_TRUE(eventually([&] { return second.done(); }));
+  EXPECT_EQ(second.result(), acquire_status::acquired);
+  ASSERT_EQ(second_lock.release(second_held->hold), release_status::released);
+}
+
+TEST(SignalsEndWaits, ALockWaiterWhoseHandlerRaisedGivesUpItsPlaceAndTheOneBehindIsServed) {
+  const quiet_signal handled;
+  handler_raises = true;
   auto cell = std::make_unique<lock_cell>();
   host_lock holder(*cell, 1);
   const acquire_result held = holder.acquire();
@@ -121,9 +187,7 @@ TEST(SignalsEndWaits, ALockWaiterGivesUpItsPlaceAndTheOneBehindItIsServed) {
   ASSERT_TRUE(eventually([&] { return first.signal_when_asleep() && first.done(); }, 5000ms, 5ms))
       << "the waiter within the scope still waits after the signals";
   EXPECT_EQ(first.result(), acquire_status::interrupted);
-  for (int signals = 0; signals < 5; ++signals) ASSERT_TRUE(second.signal_when_asleep());
-  std::this_thread::sleep_for(20ms);
-  EXPECT_FALSE(second.done()) << "a signal ended a wait with no scope on its thread";
+  EXPECT_TRUE(waits_through_signals(second, 5)) << "a signal ended a wait with no scope";
 
   ASSERT_EQ(holder.release(held.hold), release_status::released);
   ASSERT_TRUE(eventually([&] { return second.done(); }))
@@ -133,26 +197,29 @@ TEST(SignalsEndWaits, ALockWaiterGivesUpItsPlaceAndTheOneBehindItIsServed) {
   EXPECT_EQ(first_lock.acquire().status, acquire_status::acquired) << "and queues again later";
 }
 
-TEST(SignalsEndWaits, ACounterWaitEndsInterruptedAndWaitsAgainForWhatIsPublished) {
+TEST(SignalsEndWaits, ACounterWaitEndsOnlyWhenAHandlerRaisedAndBreaksNothing) {
   const quiet_signal handled;
+  handler_raises = false;
+  checks_asked = 0;
   auto cell = std::make_unique<counter_cell>();
   cell->parties = 2;
   host_counters counters(*cell);
   waiter<wait_status> within(true, [&] { return counters.wait_for(0, 1, in_ten_seconds()); });
   waiter<wait_status> without(false, [&] { return counters.wait_for(0, 1, in_ten_seconds()); });
 
+  EXPECT_TRUE(waits_through_signals(within, 5)) << "handlers that raised nothing ended it";
+  EXPECT_GE(checks_asked, 1);
+  handler_raises = true;
   ASSERT_TRUE(
       eventually([&] { return within.signal_when_asleep() && within.done(); }, 5000ms, 5ms));
   EXPECT_EQ(within.result(), wait_status::interrupted);
-  for (int signals = 0; signals < 5; ++signals) ASSERT_TRUE(without.signal_when_asleep());
-  std::this_thread::sleep_for(20ms);
-  EXPECT_FALSE(without.done()) << "a signal ended a wait with no scope on its thread";
+  EXPECT_TRUE(waits_through_signals(without, 5)) << "a signal ended a wait with no scope";
 
   counters.publish(0, 1);
   ASSERT_TRUE(eventually([&] { return without.done(); }));
   EXPECT_EQ(without.result(), wait_status::ok);
   EXPECT_FALSE(counters.broken()) << "an interrupted wait breaks nothing";
-  EXPECT_EQ(counters.wait_for(0, 1), wait_status::ok) << "the interrupted party waits again";
+  EXPECT_EQ(counters.wait_for(0, 1), wait_status::ok) << "and a wait again gets the count";
 }
 
 }  // namespace

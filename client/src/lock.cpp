@@ -114,10 +114,10 @@ LockStatus Lock::acquire() {
   auto* const self = detail::lock_state::of(*this);
   detail::check_open(self, "Lock");
   self->enter_host();
-  auto result = self->algorithm.acquire();
-  // A signal ends a wait only within sync::signals_end_waits, whose callers (Python's module)
-  // wait with try_acquire_for; this form cannot say it ended early, so it waits on.
-  while (result.status == sync::acquire_status::interrupted) result = self->algorithm.acquire();
+  const auto result = self->algorithm.acquire();
+  // Only within sync::signals_end_waits (Python's module), whose check found that a signal
+  // handler raised: the caller has that exception to give, and this its only "not acquired".
+  if (result.status == sync::acquire_status::interrupted) return LockStatus::timeout;
   if (result.status == sync::acquire_status::not_recoverable) {
     throw not_recoverable(name());
   }
@@ -136,7 +136,7 @@ LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
   const auto result = self->algorithm.acquire(deadline);
   switch (result.status) {
     case sync::acquire_status::timeout:
-    case sync::acquire_status::interrupted:  // before the deadline: see sync::signals_end_waits
+    case sync::acquire_status::interrupted:  // a signal handler raised: sync::signals_end_waits
       return LockStatus::timeout;
     case sync::acquire_status::not_recoverable:
       throw not_recoverable(name());

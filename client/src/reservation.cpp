@@ -341,10 +341,10 @@ bool Reservation::wait_version(std::uint64_t wanted, milliseconds timeout) {
     }
     const auto now = clock::now();
     if (now >= give_up) return false;
-    // Early, as at the limit, within sync::signals_end_waits (Python's module): its caller
-    // runs the signal handlers and waits again for the time left.
+    // Early, as at the limit, within sync::signals_end_waits (Python's module) once a signal
+    // handler raised: the caller has that exception to give.
     if (sync::futex_wait(&notice.generation, seen, give_up - now) &&
-        sync::signals_end_waits::here()) {
+        sync::signals_end_waits::signal_ends_wait()) {
       return false;
     }
   }

@@ -334,16 +334,12 @@ void bind_reservation_type(py::module_& module) {
       .def(
           "wait_version",
           [](const shared_reservation& self, std::uint64_t version, py::handle timeout) {
-            return wait_through_signals(
-                duration_from(timeout),
-                [&](std::chrono::nanoseconds left) {
-                  // Rounded up: a limit left below a millisecond still waits for it.
-                  const auto limit = std::chrono::ceil<std::chrono::milliseconds>(left);
-                  return call(self, [version, limit](Reservation& reservation) {
-                    return reservation.wait_version(version, limit);
-                  });
-                },
-                [](bool reached) { return !reached; });
+            const auto limit = milliseconds_from(timeout, "timeout");
+            return wait_through_signals([&] {
+              return call(self, [version, limit](Reservation& reservation) {
+                return reservation.wait_version(version, limit);
+              });
+            });
           },
           "version"_a, "timeout"_a = py::none(),
           "Waits (seconds or a timedelta; None: for ever) until the current version is at least "

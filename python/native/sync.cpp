@@ -45,37 +45,37 @@ Result host_or_stream(py::handle stream, HostForm host_form, StreamForm stream_f
 }
 
 LockStatus acquire_through_signals(Lock& lock, timeout_t timeout) {
-  return wait_through_signals(
-      timeout,
-      [&](std::chrono::nanoseconds left) {
-        py::gil_scoped_release released;
-        return lock.try_acquire_for(left);
-      },
-      [](LockStatus status) { return status == LockStatus::timeout; });
+  const LockStatus status = [&] {
+    const sync::signals_end_waits ended_by(python_handler_raised);
+    py::gil_scoped_release released;
+    return timeout ? lock.try_acquire_for(*timeout) : lock.acquire();
+  }();
+  if (PyErr_Occurred() != nullptr) {
+    // The turn came as a handler raised: the caller gets the exception, so not the lock (one
+    // found with its holder dead is then passed on not recoverable, as any release without
+    // mark_consistent() passes it).
+    if (status != LockStatus::timeout) {
+      py::gil_scoped_release released;
+      lock.unlock();
+    }
+    throw py::error_already_set();
+  }
+  return status;
 }
 
 BarrierStatus round_through_signals(Barrier& barrier, Barrier::Token token, timeout_t timeout) {
-  return wait_through_signals(
-      timeout,
-      [&](std::chrono::nanoseconds left) {
-        py::gil_scoped_release released;
-        return barrier.wait_for(token, left);
-      },
-      [](BarrierStatus status) { return status == BarrierStatus::timeout; });
+  return wait_through_signals([&] {
+    py::gil_scoped_release released;
+    return timeout ? barrier.wait_for(token, *timeout) : barrier.wait(token);
+  });
 }
 
-// A channel's host waits have no limit; one that a signal ended says timeout.
 template <class HostWait>
 channel_slot slot_through_signals(Channel& channel, HostWait host_wait) {
-  return slot_of(channel, wait_through_signals(
-                              std::nullopt,
-                              [&](std::chrono::nanoseconds) {
-                                py::gil_scoped_release released;
-                                return host_wait();
-                              },
-                              [](const Channel::Slot& slot) {
-                                return slot.status == BarrierStatus::timeout;
-                              }));
+  return slot_of(channel, wait_through_signals([&] {
+                   py::gil_scoped_release released;
+                   return host_wait();
+                 }));
 }
 
 void bind_lock(py::module_& module) {

@@ -1,6 +1,7 @@
 """Ctrl-C reaches a thread that waits on the host for a lock, a barrier's round, a channel's
-item or a reservation's version, as it reaches one in threading.Lock.acquire: the wait ends with KeyboardInterrupt, the
-object works on for everyone, and a signal whose handler raises nothing lets the wait go on."""
+item or a reservation's version, as it reaches one in threading.Lock.acquire: the wait ends with
+KeyboardInterrupt and the object works on for everyone; a handler that raises nothing runs
+while the wait goes on, in its place and to its deadline."""
 
 from __future__ import annotations
 
@@ -15,73 +16,93 @@ import support
 from test_reservations import commit_version, reserve
 
 
-def interrupt(waiter: support.Process) -> None:
-    """SIGINT until the waiter says it was interrupted: a signal that comes while its wait still
-    spins, before it sleeps, ends nothing (the next one does)."""
+def asleep(process: support.Process) -> bool:
+    """Whether the process's main thread sleeps: in its wait, once past the wait's first spin."""
+    with open(f"/proc/{process.pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
+def signal_until(process: support.Process, number: int, answer: str) -> None:
+    """Sends the signal once the process sleeps, until it gives the answer: a signal that comes
+    while the wait is between two sleeps is handled only at the next one."""
     for _ in range(5):
-        waiter.popen.send_signal(signal.SIGINT)
+        assert support.wait_until(lambda: asleep(process), 10), "the peer never went to sleep"
+        time.sleep(0.05)  # asleep in the wait, not in writing its last line
+        process.popen.send_signal(number)
         try:
-            assert waiter.line(timeout=1) == "interrupted"
-            return
-        except AssertionError:
-            if waiter.popen.poll() is not None:
+            line = process.line(timeout=3)
+        except AssertionError:  # silent, or ended
+            if process.popen.poll() is not None:
                 raise
-    raise AssertionError("five SIGINTs did not interrupt the wait")
+            continue
+        assert line == answer
+        return
+    raise AssertionError(f"five signals {number} had no answer")
 
 
-def still_waiting(waiter: support.Process, seconds: float) -> bool:
-    time.sleep(seconds)
-    return waiter.popen.poll() is None and waiter._lines.empty()
+def make_other_side(client: gpumem.Client, kind: str, name: str):
+    if kind == "lock":
+        lock = client.lock(name)
+        assert lock.acquire() == gpumem.Acquired.acquired
+        return lock
+    if kind == "barrier":
+        return client.barrier(name, 2)
+    if kind == "channel":
+        return client.channel(name, gpumem.ChannelRole.producer, slots=2, slot_bytes=64)
+    return reserve(client, name)
+
+
+def let_the_wait_end(kind: str, other) -> str:
+    """Does what the peer waits for; what the peer then reports."""
+    if kind == "lock":
+        other.unlock()
+        return "acquired"
+    if kind == "barrier":
+        assert other.arrive_and_wait() == gpumem.BarrierStatus.ok
+        return "ok"
+    if kind == "channel":
+        assert other.acquire_slot().sequence == 0
+        other.publish()
+        return "item 0 ok"
+    commit_version(other, seed=2)
+    return "version 2"
 
 
 @pytest.mark.parametrize("kind", ["lock", "barrier", "channel", "reservation"])
 def test_ctrl_c_ends_a_host_wait_and_the_object_works_on(daemon, client, kind):
     name = f"interrupted-{kind}"
-    if kind == "lock":
-        other = client.lock(name)
-        assert other.acquire() == gpumem.Acquired.acquired
-    elif kind == "barrier":
-        other = client.barrier(name, 2)
-    elif kind == "channel":
-        other = client.channel(name, gpumem.ChannelRole.producer, slots=2, slot_bytes=64)
-    else:
-        other = reserve(client, name)
+    other = make_other_side(client, kind, name)
     with support.python_peer("wait-through-signals", kind, name) as waiter:
         assert waiter.line() == "waiting"
-        interrupt(waiter)
+        signal_until(waiter, signal.SIGINT, "interrupted")
         assert waiter.line() == "waiting", "after KeyboardInterrupt the peer waits again"
         for _ in range(3):
-            time.sleep(0.05)
-            waiter.popen.send_signal(signal.SIGUSR1)
-        assert still_waiting(waiter, 0.3), "a handler that raises nothing ended the wait"
-        if kind == "lock":
-            other.unlock()
-            expected = "acquired"
-        elif kind == "barrier":
-            assert other.arrive_and_wait() == gpumem.BarrierStatus.ok
-            expected = "ok"
-        elif kind == "channel":
-            slot = other.acquire_slot()
-            assert slot.sequence == 0
-            other.publish()
-            expected = "item 0 ok"
-        else:
-            commit_version(other, seed=2)
-            expected = "version 2"
-        done = waiter.line()
-        assert done.startswith(f"done {expected}, "), done
-        assert int(done.split(", ")[1].split()[0]) >= 1, "the SIGUSR1 handler never ran"
+            signal_until(waiter, signal.SIGUSR1, "handled")
+        assert waiter.popen.poll() is None
+        expected = let_the_wait_end(kind, other)
+        assert waiter.line() == f"done {expected}", "a handler that raised nothing ended the wait"
         assert waiter.wait() == 0
 
 
-def test_a_timed_wait_that_a_signal_interrupts_keeps_its_limit(daemon, client):
-    """A handler that raises nothing has the wait go on for the time left, not start over."""
+def test_a_handler_that_raises_nothing_runs_at_the_signal_and_the_wait_keeps_its_limit(
+    daemon, client
+):
     barrier = client.barrier("alone", 2)
     token = barrier.arrive()
-    previous = signal.signal(signal.SIGUSR1, lambda *_: None)
+    handled_at = []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: handled_at.append(time.monotonic()))
+    main = threading.main_thread().ident
+
+    def send_until_handled() -> None:
+        # Again every 50 ms: one that comes while the wait is between two sleeps is handled
+        # only at the next.
+        time.sleep(0.5)
+        while not handled_at and time.monotonic() - started < 0.85:
+            signal.pthread_kill(main, signal.SIGUSR1)
+            time.sleep(0.05)
+
     try:
-        main = threading.main_thread().ident
-        sender = threading.Timer(0.5, lambda: signal.pthread_kill(main, signal.SIGUSR1))
+        sender = threading.Thread(target=send_until_handled)
         started = time.monotonic()
         sender.start()
         status = barrier.wait(token, timeout=1.0)
@@ -90,4 +111,6 @@ def test_a_timed_wait_that_a_signal_interrupts_keeps_its_limit(daemon, client):
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert status == gpumem.BarrierStatus.timeout
-    assert 0.95 <= took < 1.4, f"{took:.2f} s: started over at the signal (1.5 s)?"
+    assert handled_at, "the handler never ran"
+    assert handled_at[0] - started < 0.9, "the handler ran only once the wait was over"
+    assert 0.95 <= took < 1.4, f"{took:.2f} s: the wait started over at the signal (1.5 s)?"

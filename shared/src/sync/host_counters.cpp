@@ -87,7 +87,7 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
     std::chrono::nanoseconds nap = kLongestSleep;
     if (deadline) nap = std::min(nap, std::chrono::nanoseconds(*deadline - now));
     slept = true;
-    if (futex_wait(&word, seen, nap) && signals_end_waits::here()) {
+    if (futex_wait(&word, seen, nap) && signals_end_waits::signal_ends_wait()) {
       return wait_status::interrupted;
     }
   }

@@ -79,7 +79,10 @@ acquire_result host_lock::acquire(std::optional<clock::time_point> deadline) noe
     std::uint32_t empty = 0;
     auto entry = entry_ref(cell_, mine.ticket);
     if (!entry.compare_exchange_strong(empty, mine.encode(), std::memory_order_acq_rel)) {
-      contention.pause();  // another claimer races for this ticket, or the queue is full
+      // Another claimer races for this ticket, or the queue is full: of waiters, or of places
+      // given up (timeouts), which only the holder's release clears, however long it holds.
+      if (deadline && clock::now() >= *deadline) return {acquire_status::timeout, {}};
+      contention.pause();
       continue;
     }
     lock_word queued = current;
@@ -144,7 +147,7 @@ acquire_result host_lock::wait_turn(queue_entry mine,
       interrupted = futex_wait(&entry_of(cell_, mine.ticket), waiting,
                                deadline ? std::optional<std::chrono::nanoseconds>(*deadline - now)
                                         : std::nullopt) &&
-                    signals_end_waits::here();
+                    signals_end_waits::signal_ends_wait();
     }
   }
   if (queue_entry::decode(entry.load(std::memory_order_acquire)).state != queue_entry::granted) {

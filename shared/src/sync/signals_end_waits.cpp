@@ -4,20 +4,20 @@ namespace gpumem::sync {
 
 namespace {
 
-thread_local bool signals_end_waits_here = false;
+thread_local signals_end_waits::check check_here = nullptr;
 
 }  // namespace
 
-signals_end_waits::signals_end_waits() noexcept : outer_(signals_end_waits_here) {
-  signals_end_waits_here = true;
+signals_end_waits::signals_end_waits(check handler_raised) noexcept : outer_(check_here) {
+  check_here = handler_raised;
 }
 
 signals_end_waits::~signals_end_waits() {
-  signals_end_waits_here = outer_;
+  check_here = outer_;
 }
 
-bool signals_end_waits::here() noexcept {
-  return signals_end_waits_here;
+bool signals_end_waits::signal_ends_wait() noexcept {
+  return check_here != nullptr && check_here();
 }
 
 }  // namespace gpumem::sync

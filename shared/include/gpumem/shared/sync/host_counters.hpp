@@ -13,7 +13,7 @@
 
 namespace gpumem::sync {
 
-/// interrupted: a signal ended the wait's sleep while a signals_end_waits scope lived.
+/// interrupted: a signal handler raised while the wait slept (signals_end_waits).
 enum class wait_status { ok, timeout, broken, interrupted };
 
 /// Counters compare cyclically, as cuStreamWaitValue32's GEQ does: they may wrap.

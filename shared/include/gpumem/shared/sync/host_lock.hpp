@@ -20,8 +20,8 @@
 
 namespace gpumem::sync {
 
-/// interrupted: a signal ended the wait's sleep while a signals_end_waits scope lived; the
-/// waiter gave up its place as at a timeout.
+/// interrupted: a signal handler raised while the wait slept (signals_end_waits); the waiter
+/// gave up its place as at a timeout.
 enum class acquire_status { acquired, acquired_owner_died, timeout, not_recoverable, interrupted };
 enum class release_status { released, not_owner };
 /// normal: by the holder. owner_died: by the daemon for a holder that died (the next holder is

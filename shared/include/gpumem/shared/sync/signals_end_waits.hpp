@@ -4,29 +4,40 @@
 /// the wait returns.
 ///
 /// Python runs its signal handlers between bytecodes, so while a thread waits in C++ for a
-/// lock, a barrier's round or a channel's item, Ctrl-C only sets a flag that nobody reads until
-/// the wait is over: for ever, if the other process never comes. Python's module sets this
-/// scope around each host wait. A signal whose handler interrupts the wait's sleep (the handler
-/// was installed without SA_RESTART, as Python's are) then ends the wait: a counter's wait
-/// returns wait_status::interrupted, a lock's gives up its place in the queue as a timeout does
-/// and returns acquire_status::interrupted. The caller runs the handlers and, unless one of them
-/// raised, waits again. A signal that comes while the wait spins, before it sleeps, ends
-/// nothing; the next one does. Without the scope, signals never end a wait.
+/// lock, a barrier's round, a channel's item or a reservation's version, Ctrl-C only sets a
+/// flag that nobody reads until the wait is over: for ever, if the other process never comes.
+/// Python's module sets this scope around each such wait, with a check that runs Python's
+/// handlers. When a signal cuts the wait's sleep short (a timed sleep always; an untimed one
+/// when the handler was installed without SA_RESTART, as Python's are), the wait asks the check
+/// and ends only if a handler raised: a counter's wait returns wait_status::interrupted, a
+/// lock's gives up its place in the queue as a timeout does and returns
+/// acquire_status::interrupted (unless its turn came meanwhile: then it holds the lock), and
+/// Reservation::wait_version returns false. A handler that raises nothing leaves the wait as it
+/// was, its place and its deadline kept. A signal that comes while the wait is not asleep (its
+/// first spin, or between the 10 ms sleeps of a counter's wait, which re-checks the broken flag)
+/// cuts no sleep short: it is handled at the next signal, or once the wait returns. Without
+/// the scope, signals never end a wait.
 
 namespace gpumem::sync {
 
 class signals_end_waits {
  public:
-  signals_end_waits() noexcept;
+  /// Asked on the waiting thread, which may hold locks of the object it waits for (a
+  /// reservation's turn in Python's module): whether the wait ends. It must not wait for anyone
+  /// who could be waiting for those.
+  using check = bool (*)() noexcept;
+
+  explicit signals_end_waits(check handler_raised) noexcept;
   ~signals_end_waits();
   signals_end_waits(const signals_end_waits&) = delete;
   signals_end_waits& operator=(const signals_end_waits&) = delete;
 
-  /// @brief Whether a scope lives on this thread.
-  static bool here() noexcept;
+  /// @brief Whether a signal that cut this thread's sleep short ends its wait: the check of the
+  /// innermost scope on this thread; false without one.
+  static bool signal_ends_wait() noexcept;
 
  private:
-  bool outer_;  ///< whether a scope lived here before this one
+  check outer_;  ///< the scope's check that lived here before this one, if any
 };
 
 }  // namespace gpumem::sync
