@@ -105,6 +105,19 @@ bool waits_through_signals(waiter<Result>& waiting, int times) {
   return !waiting.done();
 }
 
+/// A thread of its own slot queued for the lock of @p cell behind the holder, then asleep.
+struct lock_waiter {
+  lock_waiter(lock_cell& cell, std::uint16_t slot, bool within_scope)
+      : lock(cell, slot), waiting(within_scope, [this] {
+          held = lock.acquire(in_ten_seconds());
+          return held->status;
+        }) {}
+
+  host_lock lock;
+  std::optional<acquire_result> held;
+  waiter<acquire_status> waiting;
+};
+
 bool never() noexcept {
   return false;
 }
@@ -128,73 +141,56 @@ TEST(SignalsEndWaits, TheInnermostScopeOnTheThreadDecides) {
   EXPECT_FALSE(signals_end_waits::signal_ends_wait());
 }
 
-TEST(SignalsEndWaits, ALockWaiterWhoseHandlersRaiseNothingKeepsItsPlace) {
+/// A holder of a lock; queued behind it and asleep, a waiter within the scope (first), and
+/// behind that one a waiter without (second).
+class LockWaitersAndSignals : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(held.status, acquire_status::acquired);
+    first.emplace(*cell, 2, true);
+    ASSERT_TRUE(eventually([&] { return first->waiting.asleep(); }));
+    second.emplace(*cell, 3, false);
+    ASSERT_TRUE(eventually([&] { return second->waiting.asleep(); }));
+  }
+
   const quiet_signal handled;
+  std::unique_ptr<lock_cell> cell = std::make_unique<lock_cell>();
+  host_lock holder{*cell, 1};
+  const acquire_result held = holder.acquire();
+  std::optional<lock_waiter> first;
+  std::optional<lock_waiter> second;
+};
+
+TEST_F(LockWaitersAndSignals, OneWhoseHandlersRaiseNothingKeepsItsPlace) {
   handler_raises = false;
   checks_asked = 0;
-  auto cell = std::make_unique<lock_cell>();
-  host_lock holder(*cell, 1);
-  const acquire_result held = holder.acquire();
-  ASSERT_EQ(held.status, acquire_status::acquired);
-
-  host_lock first_lock(*cell, 2);
-  std::optional<acquire_result> first_held;
-  waiter<acquire_status> first(true, [&] {
-    first_held = first_lock.acquire(in_ten_seconds());
-    return first_held->status;
-  });
-  ASSERT_TRUE(eventually([&] { return first.asleep(); }));
-  host_lock second_lock(*cell, 3);
-  std::optional<acquire_result> second_held;
-  waiter<acquire_status> second(false, [&] {
-    second_held = second_lock.acquire(in_ten_seconds());
-    return second_held->status;
-  });
-  ASSERT_TRUE(eventually([&] { return second.asleep(); }));
-
-  EXPECT_TRUE(waits_through_signals(first, 5));
+  EXPECT_TRUE(waits_through_signals(first->waiting, 5));
   EXPECT_GE(checks_asked, 1) << "no signal cut the sleep short, so none was tested";
 
   ASSERT_EQ(holder.release(held.hold), release_status::released);
-  ASSERT_TRUE(eventually([&] { return first.done(); })) << "its place was given away";
-  EXPECT_EQ(first.result(), acquire_status::acquired);
-  EXPECT_FALSE(second.done()) << "the waiter behind it went first";
-  ASSERT_EQ(first_lock.release(first_held->hold), release_status::released);
-  ASSERT_TRUE(eventually([&] { return second.done(); }));
-  EXPECT_EQ(second.result(), acquire_status::acquired);
-  ASSERT_EQ(second_lock.release(second_held->hold), release_status::released);
+  ASSERT_TRUE(eventually([&] { return first->waiting.done(); })) << "its place was given away";
+  EXPECT_EQ(first->waiting.result(), acquire_status::acquired);
+  EXPECT_FALSE(second->waiting.done()) << "the waiter behind it went first";
+  ASSERT_EQ(first->lock.release(first->held->hold), release_status::released);
+  ASSERT_TRUE(eventually([&] { return second->waiting.done(); }));
+  EXPECT_EQ(second->waiting.result(), acquire_status::acquired);
+  ASSERT_EQ(second->lock.release(second->held->hold), release_status::released);
 }
 
-TEST(SignalsEndWaits, ALockWaiterWhoseHandlerRaisedGivesUpItsPlaceAndTheOneBehindIsServed) {
-  const quiet_signal handled;
+TEST_F(LockWaitersAndSignals, OneWhoseHandlerRaisedGivesUpItsPlaceAndTheOneBehindIsServed) {
   handler_raises = true;
-  auto cell = std::make_unique<lock_cell>();
-  host_lock holder(*cell, 1);
-  const acquire_result held = holder.acquire();
-  ASSERT_EQ(held.status, acquire_status::acquired);
-
-  host_lock first_lock(*cell, 2);
-  waiter<acquire_status> first(true, [&] { return first_lock.acquire(in_ten_seconds()).status; });
-  ASSERT_TRUE(eventually([&] { return first.asleep(); }));
-  host_lock second_lock(*cell, 3);
-  std::optional<acquire_result> second_held;
-  waiter<acquire_status> second(false, [&] {
-    second_held = second_lock.acquire(in_ten_seconds());
-    return second_held->status;
-  });
-  ASSERT_TRUE(eventually([&] { return second.asleep(); }));
-
-  ASSERT_TRUE(eventually([&] { return first.signal_when_asleep() && first.done(); }, 5000ms, 5ms))
+  ASSERT_TRUE(eventually(
+      [&] { return first->waiting.signal_when_asleep() && first->waiting.done(); }, 5000ms, 5ms))
       << "the waiter within the scope still waits after the signals";
-  EXPECT_EQ(first.result(), acquire_status::interrupted);
-  EXPECT_TRUE(waits_through_signals(second, 5)) << "a signal ended a wait with no scope";
+  EXPECT_EQ(first->waiting.result(), acquire_status::interrupted);
+  EXPECT_TRUE(waits_through_signals(second->waiting, 5)) << "a signal ended a wait with no scope";
 
   ASSERT_EQ(holder.release(held.hold), release_status::released);
-  ASSERT_TRUE(eventually([&] { return second.done(); }))
+  ASSERT_TRUE(eventually([&] { return second->waiting.done(); }))
       << "the release went to the place given up, and the waiter behind it waits on";
-  EXPECT_EQ(second.result(), acquire_status::acquired);
-  ASSERT_EQ(second_lock.release(second_held->hold), release_status::released);
-  EXPECT_EQ(first_lock.acquire().status, acquire_status::acquired) << "and queues again later";
+  EXPECT_EQ(second->waiting.result(), acquire_status::acquired);
+  ASSERT_EQ(second->lock.release(second->held->hold), release_status::released);
+  EXPECT_EQ(first->lock.acquire().status, acquire_status::acquired) << "and queues again later";
 }
 
 TEST(SignalsEndWaits, ACounterWaitEndsOnlyWhenAHandlerRaisedAndBreaksNothing) {
