@@ -52,12 +52,23 @@ host_counters::clock::time_point in_ten_seconds() {
   return host_counters::clock::now() + 10s;
 }
 
+lock_word word_of(const lock_cell& cell) {
+  return lock_word::decode(
+      std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(cell.word)).load());
+}
+
 /// What the scope's check answers in these tests (a handler that raised, or not), and how often
 /// it was asked.
 std::atomic<bool> handler_raises{false};
 std::atomic<int> checks_asked{0};
+/// A holder that the check releases first, so that the turn comes as the handler raises.
+std::atomic<host_lock*> released_by_the_check{nullptr};
+lock_hold hold_released_by_the_check;
 bool test_check() noexcept {
   ++checks_asked;
+  if (host_lock* holder = released_by_the_check.exchange(nullptr)) {
+    holder->release(hold_released_by_the_check);
+  }
   return handler_raises;
 }
 
@@ -191,6 +202,21 @@ TEST_F(LockWaitersAndSignals, OneWhoseHandlerRaisedGivesUpItsPlaceAndTheOneBehin
   EXPECT_EQ(second->waiting.result(), acquire_status::acquired);
   ASSERT_EQ(second->lock.release(second->held->hold), release_status::released);
   EXPECT_EQ(first->lock.acquire().status, acquire_status::acquired) << "and queues again later";
+}
+
+TEST_F(LockWaitersAndSignals, OneGrantedAsItsHandlerRaisedPassesTheTurnOnAtOnce) {
+  handler_raises = true;
+  hold_released_by_the_check = held.hold;
+  released_by_the_check = &holder;
+  ASSERT_TRUE(eventually(
+      [&] { return first->waiting.signal_when_asleep() && first->waiting.done(); }, 5000ms, 5ms));
+  EXPECT_EQ(first->waiting.result(), acquire_status::interrupted)
+      << "the caller gets the handler's exception, so not the lock";
+  ASSERT_TRUE(eventually([&] { return second->waiting.done(); }))
+      << "the turn the interrupted waiter was granted stayed with it";
+  EXPECT_EQ(second->waiting.result(), acquire_status::acquired);
+  ASSERT_EQ(second->lock.release(second->held->hold), release_status::released);
+  EXPECT_TRUE(word_of(*cell).free());
 }
 
 TEST(SignalsEndWaits, ACounterWaitEndsOnlyWhenAHandlerRaisedAndBreaksNothing) {

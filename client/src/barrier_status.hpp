@@ -8,9 +8,8 @@
 
 namespace gpumem::detail {
 
-/// A wait that a signal ended (only within sync::signals_end_waits, which Python's module
-/// sets) reads as a timeout: the caller runs the signal handlers and waits again for the time
-/// left.
+/// A wait that a signal's handler ended (only within sync::signals_end_waits, which Python's
+/// module sets) reads as a timeout: the caller has the handler's exception to give.
 inline BarrierStatus barrier_status_of(sync::wait_status status) noexcept {
   switch (status) {
     case sync::wait_status::ok:

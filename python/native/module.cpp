@@ -6,6 +6,7 @@
 #include "errors.hpp"
 #include "gpumem/gpumem.hpp"
 #include "reservation.hpp"
+#include "signal_waits.hpp"
 #include "sync.hpp"
 
 PYBIND11_MODULE(_gpumem, module) {
@@ -17,4 +18,5 @@ PYBIND11_MODULE(_gpumem, module) {
   gpumem::python::bind_sync(module);
   gpumem::python::bind_reservation(module);
   gpumem::python::bind_client(module);
+  gpumem::python::remember_the_main_thread();
 }

@@ -11,8 +11,8 @@
 #include "dlpack_export.hpp"
 #include "durations.hpp"
 #include "gil.hpp"
+#include "gpumem/shared/sync/signals_end_waits.hpp"
 #include "host_views.hpp"
-#include "signal_waits.hpp"
 #include "streams.hpp"
 
 namespace py = pybind11;
@@ -151,6 +151,28 @@ decltype(auto) call(const shared_reservation& self, Work&& work) {
   std::shared_ptr<reservation_core> core = self.core();
   py::gil_scoped_release released;
   return core->run(std::forward<Work>(work));
+}
+
+// The wait holds the reservation's turn, and Python code that runs in it (a handler, a
+// finalizer) could want that turn too: so any signal ends it, and Python's handlers run here,
+// the turn let go; one that raises nothing has the wait go on for the time left.
+bool version_through_signals(const shared_reservation& self, std::uint64_t version,
+                             std::chrono::milliseconds limit) {
+  using clock = std::chrono::steady_clock;
+  const auto give_up = clock::now() + limit;
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        std::max<clock::duration>(give_up - clock::now(), {}));
+    const bool reached = [&] {
+      const sync::signals_end_waits ended_by([]() noexcept { return true; });
+      return call(self, [version, left](Reservation& reservation) {
+        return reservation.wait_version(version, left);
+      });
+    }();
+    if (reached) return true;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (clock::now() >= give_up) return false;
+  }
 }
 
 SleepOptions sleep_options(bool discard, py::handle deadline) {
@@ -334,12 +356,7 @@ void bind_reservation_type(py::module_& module) {
       .def(
           "wait_version",
           [](const shared_reservation& self, std::uint64_t version, py::handle timeout) {
-            const auto limit = milliseconds_from(timeout, "timeout");
-            return wait_through_signals([&] {
-              return call(self, [version, limit](Reservation& reservation) {
-                return reservation.wait_version(version, limit);
-              });
-            });
+            return version_through_signals(self, version, milliseconds_from(timeout, "timeout"));
           },
           "version"_a, "timeout"_a = py::none(),
           "Waits (seconds or a timedelta; None: for ever) until the current version is at least "

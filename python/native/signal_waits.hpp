@@ -17,10 +17,14 @@
 
 namespace gpumem::python {
 
-/// @brief Runs Python's handlers of the signals that came, taking the GIL for them: whether one
-/// raised. Its exception stays set, for the caller of the wait to raise. Asked by a wait that
-/// may hold the turn of the object it waits for (a reservation's), so no binding takes such a
-/// turn while it holds the GIL.
+/// @brief Notes which thread is Python's main thread, the only one that runs signal handlers.
+/// Called once, by the module's initialisation.
+void remember_the_main_thread();
+
+/// @brief On the main thread, runs Python's handlers of the signals that came, taking the GIL
+/// for them: whether one raised (or had raised already). Its exception stays set, for the
+/// caller of the wait to raise. Python code runs in it, so the wait that asks must hold nothing
+/// that code could want (a reservation's turn: see `wait_version`).
 bool python_handler_raised() noexcept;
 
 /// @brief Runs @p wait, which lets go of the GIL itself, where a signal whose handler raises

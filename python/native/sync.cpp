@@ -45,22 +45,11 @@ Result host_or_stream(py::handle stream, HostForm host_form, StreamForm stream_f
 }
 
 LockStatus acquire_through_signals(Lock& lock, timeout_t timeout) {
-  const LockStatus status = [&] {
-    const sync::signals_end_waits ended_by(python_handler_raised);
+  // A turn that comes as a handler raises is passed on by the wait (sync::signals_end_waits).
+  return wait_through_signals([&] {
     py::gil_scoped_release released;
     return timeout ? lock.try_acquire_for(*timeout) : lock.acquire();
-  }();
-  if (PyErr_Occurred() != nullptr) {
-    // The turn came as a handler raised: the caller gets the exception, so not the lock (one
-    // found with its holder dead is then passed on not recoverable, as any release without
-    // mark_consistent() passes it).
-    if (status != LockStatus::timeout) {
-      py::gil_scoped_release released;
-      lock.unlock();
-    }
-    throw py::error_already_set();
-  }
-  return status;
+  });
 }
 
 BarrierStatus round_through_signals(Barrier& barrier, Barrier::Token token, timeout_t timeout) {

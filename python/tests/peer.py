@@ -14,7 +14,7 @@
                                the version after the current one of NAME. Prints "waiting" at
                                each start, "interrupted" for each KeyboardInterrupt, after which
                                it waits again, "handled" for each SIGUSR1 (whose handler raises
-                               nothing), and at the end "done RESULT"
+                               nothing; SIGUSR2's does nothing), and at the end "done RESULT"
   reservation-follow NAME SIZE LAST
                                open a host reservation read-only, view it once, print "ready
                                VERSION PTR"; then for each version up to LAST, wait for it
@@ -222,6 +222,7 @@ def wait_through_signals(client: gpumem.Client, kind: str, name: str) -> None:
         reservation = client.open_reservation(name, read_only=True)
         wait = lambda: reservation.wait_version(reservation.version + 1)  # noqa: E731
     signal.signal(signal.SIGUSR1, lambda *_: say("handled"))
+    signal.signal(signal.SIGUSR2, lambda *_: None)
     while True:
         try:
             say("waiting")

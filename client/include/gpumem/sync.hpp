@@ -73,6 +73,8 @@ class GPUMEM_API Lock {
   void unlock();
 
   /// @throws Error(not_recoverable)
+  /// @return never timeout, except within the scope that Python's module sets so that a signal
+  /// whose handler raised ends the wait (sync::signals_end_waits); lock() is not used there.
   LockStatus acquire();
   LockStatus try_acquire_for(std::chrono::nanoseconds timeout);
   /// True from an acquire that found the previous holder dead until mark_consistent().

@@ -150,8 +150,12 @@ acquire_result host_lock::wait_turn(queue_entry mine,
                     signals_end_waits::signal_ends_wait();
     }
   }
+  // Not granted: abandoned for us (the daemon took us for dead, or a reset rewrote the cell). A
+  // wait that a signal ended says so, or the caller would queue again.
+  const acquire_status gave_up =
+      interrupted ? acquire_status::interrupted : acquire_status::timeout;
   if (queue_entry::decode(entry.load(std::memory_order_acquire)).state != queue_entry::granted) {
-    return {acquire_status::timeout, {}};  // abandoned for us: the daemon took us for dead
+    return {gave_up, {}};
   }
   spin_.learn(clock::now() - started, slept);
   // Granted: the releaser moves the word to our ticket next (or the daemon, if it died).
@@ -163,9 +167,16 @@ acquire_result host_lock::wait_turn(queue_entry mine,
     const lock_word current = lock_word::decode(raw);
     if (current.serving == mine.ticket && current.owner == slot_) {
       entry.store(0, std::memory_order_release);
-      return held_result(raw);
+      const acquire_result held = held_result(raw);
+      if (!interrupted || held.status == acquire_status::not_recoverable) return held;
+      // Granted as a signal's handler raised: the caller gets its exception, not the lock, so
+      // the turn goes on at once, with the news of a dead holder if that is how it came.
+      release(held.hold, held.status == acquire_status::acquired_owner_died
+                             ? release_mode::owner_died
+                             : release_mode::normal);
+      return {acquire_status::interrupted, {}};
     }
-    if (entry.load(std::memory_order_acquire) != granted) return {acquire_status::timeout, {}};
+    if (entry.load(std::memory_order_acquire) != granted) return {gave_up, {}};
     handing_over.pause();
   }
 }
