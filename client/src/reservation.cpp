@@ -341,8 +341,8 @@ bool Reservation::wait_version(std::uint64_t wanted, milliseconds timeout) {
     }
     const auto now = clock::now();
     if (now >= give_up) return false;
-    // Early, as at the limit, within sync::signals_end_waits (Python's module) once a signal
-    // handler raised: the caller has that exception to give.
+    // Early, as at the limit, when a signal woke it and the scope's check says so
+    // (sync::signals_end_waits, Python's module): the caller deals with the signal.
     if (sync::futex_wait(&notice.generation, seen, give_up - now) &&
         sync::signals_end_waits::signal_ends_wait()) {
       return false;
