@@ -12,6 +12,7 @@
 
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/temporary_folder.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -22,7 +23,7 @@ using namespace std::chrono_literals;
 /// a shell that first sets $JOURNAL_STREAM to @p journal_stream (a shell expression).
 struct logged_daemon {
   explicit logged_daemon(const std::string& journal_stream)
-      : folder(make_folder()),
+      : folder(make_temporary_folder("log")),
         socket(folder + "/gpumemd.sock"),
         process({"/bin/sh", "-c",
                  "JOURNAL_STREAM=" + journal_stream + " exec '" + daemon_binary() + "' --socket " +
@@ -33,11 +34,6 @@ struct logged_daemon {
     process.wait(20s);
     std::error_code ignored;
     std::filesystem::remove_all(folder, ignored);
-  }
-  static std::string make_folder() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gpumemd-log-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    return pattern;
   }
   /// Lines until one contains @p text (that one included); empty when none comes in time.
   std::vector<std::string> lines_until(const std::string& text) {

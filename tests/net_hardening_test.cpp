@@ -25,6 +25,7 @@
 #include "support/sanitizer.hpp"
 #include "support/scoped_env.hpp"
 #include "support/temporary_file.hpp"
+#include "support/temporary_folder.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -81,12 +82,6 @@ bool closed_within(int fd, std::chrono::milliseconds within) {
   return false;
 }
 
-std::string temp_folder() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "gpumemd-net-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
-
 gpumem::testing::temporary_file write_config(const std::string& text) {
   return gpumem::testing::temporary_file("gpumemd-net", text);
 }
@@ -126,7 +121,7 @@ long cpu_ticks(pid_t pid) {
 /// gpumemd started through a shell that first runs @p setup, its log (at info) in a file.
 struct shell_daemon {
   shell_daemon(const std::string& setup, const std::string& args = "")
-      : folder(temp_folder()),
+      : folder(make_temporary_folder("net")),
         socket(folder + "/gpumemd.sock"),
         log(folder + "/gpumemd.log"),
         process({"/bin/sh", "-c",
@@ -455,7 +450,7 @@ std::pair<std::string, int> start_refused(const std::string& socket) {
 }
 
 TEST(NetHardening, TheDaemonRefusesASocketFolderOthersMayWriteTo) {
-  const std::string folder = temp_folder();
+  const std::string folder = make_temporary_folder("net");
   ::chmod(folder.c_str(), 0777);
   const auto [line, status] = start_refused(folder + "/gpumemd.sock");
   EXPECT_EQ(status, 1);
@@ -467,7 +462,7 @@ TEST(NetHardening, TheDaemonRefusesASocketFolderOthersMayWriteTo) {
 
 TEST(NetHardening, TheDaemonRefusesASocketFolderOfAnotherUser) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a folder to another uid";
-  const std::string folder = temp_folder();
+  const std::string folder = make_temporary_folder("net");
   ASSERT_EQ(::chown(folder.c_str(), kNobody, kNobody), 0);
   const auto [line, status] = start_refused(folder + "/gpumemd.sock");
   EXPECT_EQ(status, 1);
@@ -524,7 +519,7 @@ TEST(NetHardening, AClientRefusesASocketOfAnUnexpectedOwner) {
 
 /// A socket that accepts connections (into its backlog) and never answers.
 struct silent_server {
-  silent_server() : folder(temp_folder()), path(folder + "/silent.sock") {
+  silent_server() : folder(make_temporary_folder("net")), path(folder + "/silent.sock") {
     listener.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un address{};
     address.sun_family = AF_UNIX;

@@ -16,18 +16,13 @@
 
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/temporary_folder.hpp"
 
 namespace gpumem::testing {
 namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-
-std::string make_folder() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "gpumemd-pidns-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
 
 /// Why this machine cannot make a PID namespace here; empty when it can.
 std::string why_no_pid_namespace() {
@@ -43,7 +38,7 @@ std::string why_no_pid_namespace() {
 /// gpumemd as pid 1 of a new PID namespace; this test and its children are outside it.
 struct namespaced_daemon {
   namespaced_daemon()
-      : folder(make_folder()),
+      : folder(make_temporary_folder("pidns")),
         socket(folder + "/gpumemd.sock"),
         // --kill-child: the daemon goes with unshare when the test ends.
         process({"/usr/bin/unshare", "--pid", "--fork", "--kill-child", daemon_binary(), "--socket",

@@ -7,14 +7,11 @@
 #include <stdexcept>
 #include <thread>
 
+#include "temporary_folder.hpp"
+
 namespace gpumem::testing {
 
 namespace {
-std::string make_folder() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "gpumemd-test-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
 
 std::vector<std::string> daemon_argv(const std::string& socket,
                                      const std::vector<std::string>& extra, bool readable_log) {
@@ -49,7 +46,7 @@ std::string peer_binary() {
 }
 
 daemon_process::daemon_process(const std::vector<std::string>& extra_args, bool readable_log)
-    : folder_(make_folder()),
+    : folder_(make_temporary_folder("test")),
       socket_path_(folder_ + "/gpumemd.sock"),
       process_(daemon_argv(socket_path_, extra_args, readable_log), {},
                {.stderr_to_stdout = readable_log, .user = std::nullopt}) {

@@ -21,6 +21,7 @@
 
 #include "daemon_process.hpp"
 #include "notification.hpp"
+#include "temporary_folder.hpp"
 
 extern char** environ;
 
@@ -34,13 +35,6 @@ constexpr auto kReadyTimeout = std::chrono::seconds(10);
 constexpr auto kStopTimeout = std::chrono::seconds(20);
 /// Room in "LISTEN_PID=" and "WATCHDOG_PID=" entries for the child to write its pid into.
 constexpr std::size_t kPidDigits = 24;
-
-std::string make_folder() {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / "gpumemd-systemd-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
 
 [[noreturn]] void fail(const std::string& what) {
   throw std::runtime_error("systemd_supervisor: " + what + ": " + std::strerror(errno));
@@ -149,7 +143,7 @@ void write_pid(char* digits, pid_t pid) {
 
 systemd_supervisor::systemd_supervisor(options settings)
     : options_(std::move(settings)),
-      folder_(make_folder()),
+      folder_(make_temporary_folder("systemd")),
       socket_path_(folder_ + "/gpumemd.sock"),
       notify_path_(folder_ + "/notify.sock") {
   // Each stored fd is held here and, for a moment in each start, twice in the child: room for
