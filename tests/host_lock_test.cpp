@@ -3,18 +3,25 @@
 #include "gpumem/shared/sync/host_lock.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "gpumem/lock_fast_path.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
 #include "support/eventually.hpp"
+#include "support/refused_syscall.hpp"
 #include "support/thread_state.hpp"
 
 namespace gpumem::sync {
@@ -495,6 +502,77 @@ TEST(HostCounters, BreakWakesSleepersAndResetStartsOver) {
   EXPECT_EQ(counters.wait_for(1, 1, host_counters::clock::now() + 10ms), wait_status::timeout);
   counters.publish(1, 1);
   EXPECT_EQ(counters.wait_for(1, 1), wait_status::ok);
+}
+
+/// Whether this kernel and this process's seccomp filter let futex_waitv run (Linux 5.16).
+bool futex_waitv_allowed() {
+  // Asked with no words, a kernel that has the call answers EINVAL.
+  return ::syscall(SYS_futex_waitv, nullptr, 0u, 0u, nullptr, CLOCK_MONOTONIC) == -1 &&
+         errno == EINVAL;
+}
+
+/// How often the calling thread went to sleep (voluntary context switches) while @p wait ran.
+template <typename Wait>
+long sleeps_during(const Wait& wait) {
+  rusage before{};
+  rusage after{};
+  ::getrusage(RUSAGE_THREAD, &before);
+  wait();
+  ::getrusage(RUSAGE_THREAD, &after);
+  return after.ru_nvcsw - before.ru_nvcsw;
+}
+
+TEST(HostCounters, ASleepingWaitWakesForNothingButWhatEndsIt) {
+  // A waiter sleeps on its word, the broken flag and the epoch at once (futex_waitv), so a
+  // break or a reset cannot slip in between its checks and its sleep, and it need not wake to
+  // look: hundreds of processes waiting at barriers cost nothing while they wait.
+  if (!futex_waitv_allowed()) {
+    GTEST_SKIP() << "futex_waitv is refused here (Linux before 5.16, or a seccomp filter): "
+                    "waits sleep 10 ms at a time; the next test covers that";
+  }
+  auto cell = std::make_unique<counter_cell>();
+  cell->parties = 2;
+  host_counters counters(*cell);
+  wait_status seen = wait_status::ok;
+  const long sleeps =
+      sleeps_during([&] { seen = counters.wait_for(1, 1, host_counters::clock::now() + 500ms); });
+  EXPECT_EQ(seen, wait_status::timeout);
+  EXPECT_LE(sleeps, 5) << "a wait that nothing ended woke up to look (10 ms naps: 50)";
+
+  std::thread breaker([&] {
+    std::this_thread::sleep_for(100ms);
+    break_counters(*cell);
+  });
+  const auto started = host_counters::clock::now();
+  EXPECT_EQ(counters.wait_for(1, 1, started + 10s), wait_status::broken);
+  EXPECT_LT(host_counters::clock::now() - started, 5s);
+  breaker.join();
+}
+
+TEST(HostCounters, WhereFutexWaitvIsRefusedWaitsSleepBrieflyAndStillEnd) {
+  // In a container whose seccomp filter predates futex_waitv (ENOSYS or EPERM), or on an older
+  // kernel, a waiter sleeps on its word alone, 10 ms at a time, re-checking the broken flag.
+  for (const int error : {ENOSYS, EPERM}) {
+    const std::string failure = gpumem::testing::run_where_syscall_fails(
+        SYS_futex_waitv, error,
+        [] {
+          auto cell = std::make_unique<counter_cell>();
+          cell->parties = 2;
+          host_counters counters(*cell);
+          wait_status timed = wait_status::ok;
+          const long sleeps = sleeps_during(
+              [&] { timed = counters.wait_for(1, 1, host_counters::clock::now() + 200ms); });
+          wait_status untimed = wait_status::ok;
+          std::thread sleeper([&] { untimed = counters.wait_for(1, 1); });
+          std::this_thread::sleep_for(50ms);
+          break_counters(*cell);
+          sleeper.join();
+          return !futex_waitv_allowed() && timed == wait_status::timeout && sleeps >= 5 &&
+                 untimed == wait_status::broken;
+        },
+        20s);
+    EXPECT_EQ(failure, "") << "futex_waitv failing with " << std::strerror(error);
+  }
 }
 
 TEST(HostCounters, AWaitGetsWhatAPartyPublishedJustBeforeTheCellBroke) {

@@ -11,8 +11,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// A sleeper re-checks the broken flag this often: the daemon's wake-up can come between a
-/// waiter's check and its sleep.
+/// Where futex_waitv is refused, a sleeper sleeps on its word alone and re-checks the broken
+/// flag and the epoch this often: the daemon's wake-up can come between those checks and the
+/// sleep.
 constexpr auto kLongestSleep = 10ms;
 
 std::atomic_ref<std::uint32_t> ref(std::uint32_t& word) noexcept {
@@ -70,7 +71,8 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
     // publishes and then leaves is broken by the daemon after it left, so a count read after
     // the flag holds all it published. Read the other way round, a count read before its last
     // publishes, then the flag set since, would lose items it did publish.
-    const bool broken_before = broken();
+    const std::uint32_t state = ref(cell_.state).load(std::memory_order_acquire);
+    const bool broken_before = (state & counter_cell::kBroken) != 0;
     const std::uint32_t seen = ref(word).load(std::memory_order_acquire);
     if (epoch() != started_in) return wait_status::broken;
     if (reached(seen, target)) {
@@ -84,12 +86,26 @@ wait_status host_counters::wait_word(std::uint32_t& word, std::uint32_t target,
       spin_turn(spins);
       continue;
     }
-    std::chrono::nanoseconds nap = kLongestSleep;
-    if (deadline) nap = std::min(nap, std::chrono::nanoseconds(*deadline - now));
     slept = true;
-    if (futex_wait(&word, seen, nap) && signals_end_waits::signal_ends_wait()) {
-      return wait_status::interrupted;
+    // The word, the state and the epoch in one sleep: a break or a reset since they were read
+    // above changed one of them, and the sleep does not begin. Those wake the word's sleepers.
+    const futex_expectation ends[] = {
+        {&word, seen}, {&cell_.state, state}, {&cell_.epoch, started_in}};
+    bool signalled = false;
+    switch (futex_wait_any(ends, deadline)) {
+      case futex_sleep::ended:
+        break;
+      case futex_sleep::signal:
+        signalled = true;
+        break;
+      case futex_sleep::unavailable: {
+        std::chrono::nanoseconds nap = kLongestSleep;
+        if (deadline) nap = std::min(nap, std::chrono::nanoseconds(*deadline - now));
+        signalled = futex_wait(&word, seen, nap);
+        break;
+      }
     }
+    if (signalled && signals_end_waits::signal_ends_wait()) return wait_status::interrupted;
   }
 }
 

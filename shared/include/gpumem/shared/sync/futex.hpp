@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 
 namespace gpumem::sync {
 
@@ -19,6 +20,28 @@ bool futex_wait(const std::uint32_t* word, std::uint32_t expected,
 
 /// @brief Wakes up to @p count sleepers on @p word (all when count is negative).
 void futex_wake(const std::uint32_t* word, int count = -1) noexcept;
+
+/// A word futex_wait_any sleeps on, while it holds @p expected.
+struct futex_expectation {
+  const std::uint32_t* word;
+  std::uint32_t expected;
+};
+
+/// How futex_wait_any's sleep ended.
+enum class futex_sleep {
+  ended,       ///< woken, a word had changed, or the deadline passed: callers re-check
+  signal,      ///< a signal handler ended it (signals_end_waits uses it)
+  unavailable  ///< the kernel (before Linux 5.16) or a seccomp filter refuses futex_waitv
+};
+
+/// @brief Sleeps while every word holds its expected value, until @p deadline (none: until
+/// woken); a wake-up on any of the words (futex_wake) ends it. For a wait that any of several
+/// words can end: sleeping on one of them after reading the others would miss a change to
+/// those made in between, and the kernel compares them all as the sleep begins (futex_waitv).
+/// At most 8 words. Once futex_waitv was refused, every call returns unavailable at once; the
+/// caller then sleeps on one word, briefly, and re-checks the others.
+futex_sleep futex_wait_any(std::span<const futex_expectation> words,
+                           std::optional<std::chrono::steady_clock::time_point> deadline) noexcept;
 
 /// @brief A short pause for spin loops that keeps a sibling hyper-thread running.
 inline void cpu_relax() noexcept {

@@ -15,9 +15,10 @@
 /// turn that came meanwhile it passes on at once, a dead holder's news with it) and returns
 /// acquire_status::interrupted, and Reservation::wait_version returns false. A handler that raises
 /// nothing leaves the wait as it was, its place and its deadline kept. A signal that comes while
-/// the wait is not asleep (its first spin, or between the 10 ms sleeps of a counter's wait, which
-/// re-checks the broken flag) cuts no sleep short: it is handled at the next signal, or once the
-/// wait returns. Without the scope, signals never end a wait.
+/// the wait is not asleep (its first spin; or, where futex_waitv is refused, between the 10 ms
+/// sleeps of a counter's wait, which re-checks the broken flag) cuts no sleep short: it is
+/// handled at the next signal, or once the wait returns. Without the scope, signals never end a
+/// wait.
 
 namespace gpumem::sync {
 
