@@ -22,12 +22,13 @@ fail() {
 }
 
 make_packages() {
+  # Emptied first: the install part installs what it finds here, never an earlier run's.
+  rm -rf "$work"
+  mkdir -p "$work"
   for tool in cpack dpkg-deb dpkg-shlibdeps lintian; do
     command -v "$tool" >/dev/null ||
       skip "$tool is not installed (scripts/install-deps installs it)"
   done
-  rm -rf "$work"
-  mkdir -p "$work"
 
   # The library's ABI against the last release's (abi/libgpumem.abi): abidiff, a few seconds.
   if command -v abidiff >/dev/null; then
@@ -96,15 +97,15 @@ make_packages() {
 }
 
 install_packages() {
+  if [ "$(id -u)" -ne 0 ]; then skip "installing the packages needs root"; fi
+  if [ ! -r /etc/debian_version ] || ! command -v dpkg >/dev/null; then
+    skip "installing the packages needs Debian's dpkg"
+  fi
   debs=("$work"/packages/*.deb)
   [ -e "${debs[0]}" ] ||
     skip "no packages in $work/packages: the make part did not run, or skipped"
   packages=()
   for deb in "${debs[@]}"; do packages+=("$(dpkg-deb -f "$deb" Package)"); done
-  if [ "$(id -u)" -ne 0 ]; then skip "installing the packages needs root"; fi
-  if [ ! -r /etc/debian_version ] || ! command -v dpkg >/dev/null; then
-    skip "installing the packages needs Debian's dpkg"
-  fi
   for tool in setpriv flock pkg-config cc; do
     command -v "$tool" >/dev/null || skip "installing the packages: $tool is missing"
   done

@@ -1,7 +1,6 @@
 #include "gpumem/shared/sync/futex.hpp"
 
 #include <linux/futex.h>
-#include <linux/time_types.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,6 +12,30 @@
 #include <climits>
 
 namespace gpumem::sync {
+
+namespace {
+
+// futex_waitv's arguments as the kernel lays them out (Linux 5.16), spelled here so that the
+// library also builds against older kernel headers; such kernels answer ENOSYS.
+#ifdef SYS_futex_waitv
+constexpr long kFutexWaitv = SYS_futex_waitv;
+#else
+constexpr long kFutexWaitv = 449;  // one number on every architecture
+#endif
+struct waitv_entry {
+  std::uint64_t expected;
+  std::uint64_t address;
+  std::uint32_t flags;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(waitv_entry) == 24);
+constexpr std::uint32_t kFutexSize32 = 2;  // FUTEX2_SIZE_U32: a 32-bit word
+struct kernel_timespec {
+  std::int64_t seconds;
+  std::int64_t nanoseconds;
+};
+
+}  // namespace
 
 bool futex_wait(const std::uint32_t* word, std::uint32_t expected,
                 std::optional<std::chrono::nanoseconds> timeout) noexcept {
@@ -36,26 +59,26 @@ futex_sleep futex_wait_any(std::span<const futex_expectation> words,
                            std::optional<std::chrono::steady_clock::time_point> deadline) noexcept {
   // The kernel and the process's seccomp filter do not change their answer: ask once.
   static std::atomic<bool> refused{false};
-  std::array<futex_waitv, 8> waiters{};
+  std::array<waitv_entry, 8> waiters{};
   if (refused.load(std::memory_order_relaxed) || words.size() > waiters.size()) {
     return futex_sleep::unavailable;
   }
   for (std::size_t i = 0; i < words.size(); ++i) {
-    waiters[i].val = words[i].expected;
-    waiters[i].uaddr = reinterpret_cast<std::uintptr_t>(words[i].word);
+    waiters[i].expected = words[i].expected;
+    waiters[i].address = reinterpret_cast<std::uintptr_t>(words[i].word);
     // Not FUTEX_PRIVATE_FLAG: the words are in memory other processes map.
-    waiters[i].flags = FUTEX_32;
+    waiters[i].flags = kFutexSize32;
   }
   // An absolute time on CLOCK_MONOTONIC, which is steady_clock's.
-  __kernel_timespec until{};
+  kernel_timespec until{};
   if (deadline) {
     const auto ns = std::max<std::int64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count(),
         0);
-    until.tv_sec = ns / 1'000'000'000;
-    until.tv_nsec = ns % 1'000'000'000;
+    until.seconds = ns / 1'000'000'000;
+    until.nanoseconds = ns % 1'000'000'000;
   }
-  if (::syscall(SYS_futex_waitv, waiters.data(), static_cast<unsigned>(words.size()), 0u,
+  if (::syscall(kFutexWaitv, waiters.data(), static_cast<unsigned>(words.size()), 0u,
                 deadline ? &until : nullptr, CLOCK_MONOTONIC) >= 0) {
     return futex_sleep::ended;
   }
@@ -65,9 +88,11 @@ futex_sleep futex_wait_any(std::span<const futex_expectation> words,
       return futex_sleep::ended;
     case EINTR:
       return futex_sleep::signal;
-    default:
-      // ENOSYS from an older kernel, EPERM or ENOSYS from a seccomp filter (a container's).
+    case ENOSYS:  // an older kernel, or a seccomp filter (a container's)
+    case EPERM:   // a seccomp filter
       refused.store(true, std::memory_order_relaxed);
+      return futex_sleep::unavailable;
+    default:  // a fault or a refused argument: this call only
       return futex_sleep::unavailable;
   }
 }

@@ -148,10 +148,11 @@ const char* check_counter_cell(const counter_cell& cell, const counter_facts& fa
 
 void break_counters(counter_cell& cell) noexcept {
   ref(cell.state).fetch_or(counter_cell::kBroken, std::memory_order_acq_rel);
-  const std::uint32_t parties = ref(cell.parties).load(std::memory_order_acquire);
-  for (std::uint32_t party = 0; party < parties && party < kMaxParties; ++party) {
-    futex_wake(&cell.counts[party]);
-  }
+  // Every sleeper sleeps on the state word too, unless futex_waitv is refused to it; every
+  // count is woken for those, not just the parties' the cell claims: the daemon breaks cells
+  // whose party count a client may have rewritten.
+  futex_wake(&cell.state);
+  for (auto& count : cell.counts) futex_wake(&count);
   futex_wake(&cell.arrivals);
 }
 
