@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <thread>
 
 #include "chunk_mapping.hpp"
 #include "connection.hpp"
@@ -84,7 +83,8 @@ milliseconds sleep_wait_limit(const SleepOptions& options) {
 /// where the caller maps it and asking the daemon again and again otherwise.
 /// @return the status it ended with.
 /// @throws Error with the daemon's code and reason when it failed; Error(timed_out) when it
-/// is still under way after @p limit.
+/// is still under way after @p limit, or when a signal cut a sleep of the wait short and
+/// sync::signals_end_waits says that ends it (Python's Ctrl-C): the sleep or wake goes on.
 proto::reservation_status await_outcome(detail::connection& session,
                                         const proto::reservation_target& target,
                                         proto::reservation_status status,
@@ -102,12 +102,21 @@ proto::reservation_status await_outcome(detail::connection& session,
                                        " ms");
     }
     const auto remaining = std::chrono::duration_cast<milliseconds>(give_up - now);
+    bool signalled = false;
     if (notice != nullptr) {
-      sync::futex_wait(&notice->generation, seen, std::min(kNoticeRecheck, remaining));
+      signalled = sync::futex_wait(&notice->generation, seen, std::min(kNoticeRecheck, remaining));
       seen = notice_generation(*notice);
     } else {
-      std::this_thread::sleep_for(std::min(pause, remaining));
+      // A timed sleep on a word nobody wakes, not std::this_thread::sleep_for: a signal's
+      // handler ends it (EINTR), which sleep_for hides by sleeping on.
+      const std::uint32_t never_woken = 0;
+      signalled = sync::futex_wait(&never_woken, never_woken, std::min(pause, remaining));
       pause = std::min(pause * 2, kLastPoll);
+    }
+    if (signalled && sync::signals_end_waits::signal_ends_wait()) {
+      throw Error(errc::timed_out, std::string(what) + " of " + describe(target) +
+                                       ": a signal ended the wait; the " + what +
+                                       " goes on in gpumemd");
     }
     status = session.call<proto::reservation_status>(message_type::get_reservation_status, target);
   }
@@ -380,7 +389,9 @@ void Reservation::sleep(const SleepOptions& options) {
                                      sleep_wait_limit(options), "sleep");
     self.state = detail::to_state(ended.state);
   } catch (const Error&) {
-    self.refresh();  // it stays awake: map it here again, as the holders that kept theirs
+    // Failed, it stays awake: map it here again, as the holders that kept theirs. Still under
+    // way (the wait ran out or a signal ended it), a refresh lets go as every holder's does.
+    self.refresh();
     throw;
   }
 }

@@ -13,6 +13,7 @@
 #include "gil.hpp"
 #include "gpumem/shared/sync/signals_end_waits.hpp"
 #include "host_views.hpp"
+#include "signal_waits.hpp"
 #include "streams.hpp"
 
 namespace py = pybind11;
@@ -31,8 +32,23 @@ reservation_core::reservation_core(Reservation reservation)
   take_snapshot();
 }
 
+reservation_core::turn::turn(reservation_core& core) : core_(core) {
+  if (core_.turn_holder_.load() == std::this_thread::get_id()) {
+    throw Error(errc::busy, "reservation " + std::to_string(core_.id_) +
+                                ": called by a signal handler while this thread's own sleep or "
+                                "wake of it waits; call it once that returns");
+  }
+  core_.mutex_.lock();
+  core_.turn_holder_ = std::this_thread::get_id();
+}
+
+reservation_core::turn::~turn() {
+  core_.turn_holder_ = std::thread::id{};
+  core_.mutex_.unlock();
+}
+
 void reservation_core::release() {
-  const std::lock_guard turn(mutex_);
+  const turn taken(*this);
   reservation_.release();
 }
 
@@ -382,22 +398,29 @@ void bind_reservation_type(py::module_& module) {
           "sleep",
           [](const shared_reservation& self, bool discard, py::handle deadline) {
             const SleepOptions options = sleep_options(discard, deadline);
-            call(self, [&options](Reservation& reservation) { reservation.sleep(options); });
+            wait_through_signals([&] {
+              call(self, [&options](Reservation& reservation) { reservation.sleep(options); });
+            });
           },
           py::kw_only(), "discard"_a = false, "deadline"_a = py::none(),
           "Owner: puts it to sleep (its bytes to host memory of the daemon; discard: dropped, "
           "to wake zeroed) and waits. Holders get `deadline` seconds to let go (None: the "
           "daemon's default); gpumem.Error(errc.busy) names those that did not, and it stays "
-          "awake.")
+          "awake. Ctrl-C (a handler that raises) ends the wait, not the sleep, which goes on: "
+          "status() shows how it ends. A handler that runs meanwhile may not call this "
+          "reservation (gpumem.Error(errc.busy)).")
       .def(
           "wake",
           [](const shared_reservation& self, py::handle timeout) {
             const auto limit = milliseconds_from(timeout, "timeout");
-            call(self, [limit](Reservation& reservation) { reservation.wake(limit); });
+            wait_through_signals([&] {
+              call(self, [limit](Reservation& reservation) { reservation.wake(limit); });
+            });
           },
           "timeout"_a = 60.0,
           "Wakes it (the bytes copied back), waits up to `timeout` seconds and maps it here "
-          "again, at the same address.")
+          "again, at the same address. Ctrl-C ends the wait, not the wake, as for sleep(); "
+          "refresh() maps it once it is awake.")
       .def(
           "status",
           [](const shared_reservation& self) {
@@ -461,8 +484,10 @@ void bind_reservation_calls(py::class_<Client>& client_type) {
           "sleep_reservation",
           [](Client& client, const std::string& name, bool discard, py::handle deadline) {
             const SleepOptions options = sleep_options(discard, deadline);
-            py::gil_scoped_release released;
-            gpumem::sleep_reservation(client, name, options);
+            wait_through_signals([&] {
+              py::gil_scoped_release released;
+              gpumem::sleep_reservation(client, name, options);
+            });
           },
           "name"_a, py::kw_only(), "discard"_a = false, "deadline"_a = py::none(),
           "An operator's sleep, as `gpumemctl sleep NAME`: as Reservation.sleep.")
@@ -470,8 +495,10 @@ void bind_reservation_calls(py::class_<Client>& client_type) {
           "wake_reservation",
           [](Client& client, const std::string& name, py::handle timeout) {
             const auto limit = milliseconds_from(timeout, "timeout");
-            py::gil_scoped_release released;
-            gpumem::wake_reservation(client, name, limit);
+            wait_through_signals([&] {
+              py::gil_scoped_release released;
+              gpumem::wake_reservation(client, name, limit);
+            });
           },
           "name"_a, py::kw_only(), "timeout"_a = 60.0,
           "An operator's wake, as `gpumemctl wake NAME`: as Reservation.wake.");

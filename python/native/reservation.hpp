@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "exported_range.hpp"
 #include "gpumem/gpumem.hpp"
@@ -34,9 +35,11 @@ class reservation_core {
 
   /// @brief Runs @p work on the reservation when no other call does; the caller has let go of
   /// the GIL. The snapshot is taken again afterwards, whether @p work threw or not.
+  /// @throws Error(busy) when this thread has the turn already: a signal's handler that runs
+  /// while its own sleep or wake waits (signal_waits.hpp) and calls the same reservation.
   template <class Work>
   decltype(auto) run(Work&& work) {
-    const std::lock_guard turn(mutex_);
+    const turn taken(*this);
     const snapshot_after_call snapshot{*this};
     return work(reservation_);
   }
@@ -59,6 +62,18 @@ class reservation_core {
   bool read_only() const noexcept;
 
  private:
+  /// The reservation's turn, taken for a call; which thread has it, so that the same thread
+  /// asking again is refused instead of waiting for itself.
+  class turn {
+   public:
+    explicit turn(reservation_core& core);
+    ~turn();
+    turn(const turn&) = delete;
+    turn& operator=(const turn&) = delete;
+
+   private:
+    reservation_core& core_;
+  };
   struct snapshot_after_call {
     reservation_core& core;
     ~snapshot_after_call() { core.take_snapshot(); }
@@ -67,6 +82,7 @@ class reservation_core {
 
   Reservation reservation_;
   std::mutex mutex_;
+  std::atomic<std::thread::id> turn_holder_{};
   void* const data_;
   const std::size_t max_size_;
   const std::size_t chunk_size_;

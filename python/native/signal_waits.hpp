@@ -13,6 +13,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <type_traits>
+
+#include "gpumem/gpumem.hpp"
 #include "gpumem/shared/sync/signals_end_waits.hpp"
 
 namespace gpumem::python {
@@ -27,16 +30,30 @@ void remember_the_main_thread();
 /// that code could want (a reservation's turn: see `wait_version`).
 bool python_handler_raised() noexcept;
 
+/// @brief Raises the exception a handler raised, if one did; the caller holds the GIL.
+inline void raise_what_a_handler_raised() {
+  if (PyErr_Occurred() != nullptr) throw pybind11::error_already_set();
+}
+
 /// @brief Runs @p wait, which lets go of the GIL itself, where a signal whose handler raises
-/// ends it; then raises what the handler raised.
+/// ends it; then raises what the handler raised, also where the wait ended by throwing (a
+/// reservation's sleep or wake, which throws Error(timed_out) then).
 template <class Wait>
 auto wait_through_signals(Wait&& wait) {
-  auto result = [&] {
+  try {
     const sync::signals_end_waits ended_by(python_handler_raised);
-    return wait();
-  }();
-  if (PyErr_Occurred() != nullptr) throw pybind11::error_already_set();
-  return result;
+    if constexpr (std::is_void_v<std::invoke_result_t<Wait&>>) {
+      wait();
+      raise_what_a_handler_raised();
+    } else {
+      auto result = wait();
+      raise_what_a_handler_raised();
+      return result;
+    }
+  } catch (const Error&) {
+    raise_what_a_handler_raised();
+    throw;
+  }
 }
 
 }  // namespace gpumem::python

@@ -15,6 +15,16 @@
                                each start, "interrupted" for each KeyboardInterrupt, after which
                                it waits again, "handled" for each SIGUSR1 (whose handler raises
                                nothing; SIGUSR2's does nothing), and at the end "done RESULT"
+  sleep-through-signals HOW NAME
+                               put reservation NAME to sleep (60 s for holders to let go), HOW
+                               reservation: through Reservation.sleep of a holder opened here;
+                               operator: through Client.sleep_reservation; calling-back: as
+                               reservation, with a SIGUSR1 handler that calls that holder.
+                               Prints "waiting", "handled" for each SIGUSR1 (but calling-back),
+                               then, once the wait ends, "interrupted STATE" for
+                               KeyboardInterrupt or "error CODE STATE" and the error's text for
+                               gpumem.Error (STATE: the daemon's state of it then); once the
+                               sleep has ended, "done STATE ERROR"
   reservation-follow NAME SIZE LAST
                                open a host reservation read-only, view it once, print "ready
                                VERSION PTR"; then for each version up to LAST, wait for it
@@ -243,6 +253,34 @@ def wait_through_signals(client: gpumem.Client, kind: str, name: str) -> None:
     say(f"done {result}")
 
 
+def sleep_through_signals(client: gpumem.Client, how: str, name: str) -> None:
+    if how == "operator":
+        sleep = lambda: client.sleep_reservation(name, deadline=60)  # noqa: E731
+        status = lambda: client.reservation_status(name)  # noqa: E731
+    else:
+        reservation = client.open_reservation(name)
+        sleep = lambda: reservation.sleep(deadline=60)  # noqa: E731
+        status = reservation.status
+    if how == "calling-back":
+        signal.signal(signal.SIGUSR1, lambda *_: reservation.status())
+    else:
+        signal.signal(signal.SIGUSR1, lambda *_: say("handled"))
+    signal.signal(signal.SIGUSR2, lambda *_: None)
+    say("waiting")
+    try:
+        sleep()
+        say("slept")
+    except KeyboardInterrupt:
+        say(f"interrupted {status().state.name}")
+    except gpumem.Error as error:
+        say(f"error {error.code.name} {status().state.name}")
+        say(str(error))
+    while status().busy:
+        time.sleep(0.01)
+    ended = status()
+    say(f"done {ended.state.name} {ended.error.name}")
+
+
 COMMANDS = {
     "hold-new": hold_new,
     "verify": verify,
@@ -256,6 +294,7 @@ COMMANDS = {
     "jax-verify": jax_verify,
     "stream-lock-count": stream_lock_count,
     "wait-through-signals": wait_through_signals,
+    "sleep-through-signals": sleep_through_signals,
 }
 
 

@@ -1,7 +1,8 @@
 """Ctrl-C reaches a thread that waits on the host for a lock, a barrier's round, a channel's
-item or a reservation's version, as it reaches one in threading.Lock.acquire: the wait ends with
-KeyboardInterrupt and the object works on for everyone; a handler that raises nothing runs
-while the wait goes on, in its place and to its deadline."""
+item, a reservation's version or the end of its sleep, as it reaches one in
+threading.Lock.acquire: the wait ends with KeyboardInterrupt and the object works on for
+everyone (a sleep goes on); a handler that raises nothing runs while the wait goes on, in its
+place and to its deadline."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 import gpumem
 import support
-from test_reservations import commit_version, reserve
+from test_reservations import commit_version, holds_pattern, reserve
 
 
 def asleep(process: support.Process) -> bool:
@@ -116,3 +117,34 @@ def test_a_handler_that_raises_nothing_runs_at_the_signal_and_the_wait_keeps_its
     assert handled_at, "the handler never ran"
     assert handled_at[0] - started < 2.5, "the handler ran only once the wait was over"
     assert 2.95 <= took < 3.7, f"{took:.2f} s: the wait started over at the signal (4 s)?"
+
+
+@pytest.mark.parametrize("how", ["reservation", "operator"])
+def test_ctrl_c_ends_the_wait_for_a_sleep_and_the_sleep_goes_on(daemon, client, how):
+    name = f"sleeping-{how}"
+    holder = reserve(client, name)  # mapped here: the sleep waits for it to let go
+    with support.python_peer("sleep-through-signals", how, name) as sleeper:
+        assert sleeper.line() == "waiting"
+        for _ in range(3):
+            signal_and_answer(sleeper, signal.SIGUSR1, "handled")
+        signal_and_answer(sleeper, signal.SIGINT, "interrupted draining")
+        holder.quiesce()
+        assert sleeper.line() == "done asleep ok"
+        assert sleeper.wait() == 0
+    holder.wake()
+    assert holds_pattern(holder, seed=1)
+
+
+def test_a_handler_that_calls_the_reservation_whose_sleep_it_interrupts_is_refused(
+    daemon, client
+):
+    holder = reserve(client, "called-back")
+    with support.python_peer("sleep-through-signals", "calling-back", "called-back") as sleeper:
+        assert sleeper.line() == "waiting"
+        # The handler's call raises, which ends the wait as KeyboardInterrupt would.
+        signal_and_answer(sleeper, signal.SIGUSR1, "error busy draining")
+        refusal = sleeper.line()
+        assert "signal handler" in refusal and "reservation" in refusal, refusal
+        holder.quiesce()
+        assert sleeper.line() == "done asleep ok"
+        assert sleeper.wait() == 0

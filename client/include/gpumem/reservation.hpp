@@ -157,10 +157,14 @@ class GPUMEM_API Reservation {
   /// @brief Owner (or an operator, see sleep_reservation): puts it to sleep and waits until it
   /// sleeps. This holder lets go first; every other holder gets the deadline to let go.
   /// @throws Error(busy) naming each holder that did not let go in time; it stays awake then,
-  /// and nothing was freed.
+  /// and nothing was freed. Error(timed_out) when it is still under way after the deadline and
+  /// the copy's margin, or a signal ended the wait (only within sync::signals_end_waits, as in
+  /// Python): the sleep goes on.
   void sleep(const SleepOptions& = {});
   /// @brief Wakes it (new chunks, the bytes copied back), waits, and maps it here again.
   /// @throws Error(out_of_memory) when the device has no room; it stays asleep then.
+  /// Error(timed_out) when it is still under way after @p timeout, or a signal ended the wait
+  /// (as for sleep()): the wake goes on, and refresh() maps it once it is awake.
   void wake(std::chrono::milliseconds timeout = std::chrono::seconds(60));
   ReservationStatus status();
 
