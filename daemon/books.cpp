@@ -129,9 +129,14 @@ void books::depart(client_id client, bool process_exited) noexcept {
 void books::tell_owner_death(const sync_book::owner_death& death) noexcept {
   ++activity.owner_deaths;
   proto::event_record event{};
+  const auto live = rows.clients().find(death.dead_client);
   if (departing_ && departing_->id == death.dead_client) {
     event = event_hub::about(proto::event_kind::owner_died, departing_->id, departing_->who,
                              departing_->label);
+  } else if (death.dead_client != 0 && live != rows.clients().end()) {
+    // A live client that closed the last Lock of the name it held (sync_book::close).
+    event = event_hub::about(proto::event_kind::owner_died, live->first, live->second.who,
+                             live->second.label);
   } else {
     // A clean-up that was pending: the holder's client is gone from the ledger; the lock's
     // owner is whom it concerns.

@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "gpumem/events.hpp"
 #include "gpumem/gpumem.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
@@ -176,6 +177,64 @@ TEST(Lock, AKilledHolderHandsTheLockOnWithOwnerDied) {
   client.reset("robust");
   EXPECT_EQ(lock.acquire(), LockStatus::acquired);
   lock.unlock();
+}
+
+TEST(Lock, ALockClosedWhileHeldGoesToTheNextWaiterWithOwnerDied) {
+  // A process that drops its last Lock of a name while holding it (a destructor, Python's
+  // collector, an exit without unlock) can never release it: as at its death, the next holder
+  // is told the owner died, and the process lives on with its slot.
+  daemon_process daemon;
+  auto stream = EventStream::open({.socket_path = daemon.socket_path()});
+  auto waiting_client = daemon.connect();
+  auto dropping_client = daemon.connect("dropper");
+  auto held = std::make_unique<Lock>(dropping_client.lock("dropped"));
+  ASSERT_EQ(held->acquire(), LockStatus::acquired);
+  auto lock = waiting_client.lock("dropped");
+  auto waiter = std::async(std::launch::async, [&] {
+    const auto status = lock.acquire();
+    return std::pair(status, clock_type::now());
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(waiter.wait_for(0ms), std::future_status::timeout);
+  const auto closed_at = clock_type::now();
+  held.reset();
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready) << "the dropped hold stays held";
+  const auto [status, acquired_at] = waiter.get();
+  EXPECT_EQ(status, LockStatus::acquired_owner_died);
+  EXPECT_LT(acquired_at - closed_at, kDeathNoticeBound);
+  std::optional<Event> told;
+  while (!told) {
+    const auto event = stream.next(2s);
+    if (!event) break;
+    if (event->kind == EventKind::owner_died) told = event;
+  }
+  ASSERT_TRUE(told.has_value()) << "no owner_died event";
+  EXPECT_EQ(told->object, "dropped");
+  EXPECT_EQ(told->label, "dropper");
+  EXPECT_EQ(told->pid, static_cast<std::uint32_t>(::getpid()));
+
+  // Closed by its holder unrepaired, it goes on with the owner-died flag, as after a death.
+  auto third_client = daemon.connect("third");
+  auto third = third_client.lock("dropped");
+  auto third_waits = std::async(std::launch::async, [&] { return third.acquire(); });
+  std::this_thread::sleep_for(50ms);
+  lock = Lock();
+  ASSERT_EQ(third_waits.wait_for(5s), std::future_status::ready) << "the second dropped hold stays";
+  EXPECT_EQ(third_waits.get(), LockStatus::acquired_owner_died);
+  third.mark_consistent();
+  third.unlock();
+
+  // The clients that dropped their holds work on, each with a slot of its own.
+  auto again = dropping_client.lock("dropped");
+  auto other = waiting_client.lock("dropped");
+  EXPECT_EQ(again.acquire(), LockStatus::acquired);
+  auto other_waits = std::async(std::launch::async, [&] { return other.acquire(); });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(other_waits.wait_for(0ms), std::future_status::timeout) << "two holders at once";
+  again.unlock();
+  ASSERT_EQ(other_waits.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(other_waits.get(), LockStatus::acquired);
+  other.unlock();
 }
 
 TEST(Lock, RepairedLockStaysUsable) {

@@ -340,8 +340,21 @@ void sync_book::close(client_id client, const proto::sync_close_request& request
       opens.erase(on_page);
     }
   }
-  rows_.drop_reference(id, client);
+  const bool last_of_client = rows_.drop_reference(id, client);
+  if (last_of_client && row->kind == object_kind::lock && used_on_the_host(*row, entry)) {
+    // With its last Lock of this name the client let go of any way to release a host hold or to
+    // take a host turn it queued for: they go as at its death, the next holder learning that
+    // the owner died. (Its streams' turns and its kernels' hold may still be on their way on
+    // the GPU: those stay until it exits.)
+    let_go(id, *row, client);
+    return;
+  }
   forget_if_unused(id);
+}
+
+bool sync_book::used_on_the_host(const object_row& row, const cell_entry& entry) const noexcept {
+  const sync::domain where = sync::domain_of(domain_word(row, entry));
+  return where != sync::domain::stream && where != sync::domain::device;
 }
 
 void sync_book::forget_if_unused(object_id id) noexcept {
@@ -486,7 +499,8 @@ bool sync_book::settle() noexcept {
   for (const pending_reclaim& each : pending_) {
     const bool waiting = std::any_of(still.begin(), still.end(),
                                      [&](const pending_reclaim& s) { return s.slot == each.slot; });
-    if (!waiting) freed.push_back(each.slot);
+    // A clean-up after a close (see close()) is under a live client's slot, which stays its own.
+    if (!waiting && client_of_slot(each.slot) == 0) freed.push_back(each.slot);
   }
   pending_ = std::move(still);
   for (const object_id id : finished) forget_if_unused(id);

@@ -78,6 +78,9 @@ class sync_book {
   /// that differs from the existing object's, no_party_left, wrong_state for a broken barrier
   /// or channel, out_of_memory.
   opened open(client_id client, const proto::sync_open_request& request);
+  /// @brief Closes one of @p client's objects: a barrier's or channel's party leaves, which
+  /// breaks it; a host lock that the client no longer has open at all is let go of as at its
+  /// death (its hold released with owner_died, its places in the queue given up).
   void close(client_id client, const proto::sync_close_request& request);
   /// @throws request_error(not_found), not_supported for a stream-ordered lock,
   /// permission_denied unless @p client's uid owns it or is an administrator.
@@ -222,6 +225,8 @@ class sync_book {
   signal_page* signal_page_for(const cell_entry& entry, std::uint32_t domain_word) noexcept;
   signal_page* gpu_page_of(const object_row& row, const cell_entry& entry) noexcept;
   std::uint32_t domain_word(const object_row& row, const cell_entry& entry) const noexcept;
+  /// Whether a lock is used on the host, or not used yet: not in stream order nor in kernels.
+  bool used_on_the_host(const object_row& row, const cell_entry& entry) const noexcept;
   /// Frees the object once nobody holds it and nothing of it is pending, unless it is a lock
   /// whose state is kept (see the file comment).
   void forget_if_unused(object_id id) noexcept;
