@@ -21,6 +21,7 @@
 #include "gpumem/lock_fast_path.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
 #include "support/eventually.hpp"
+#include "support/full_lock_queue.hpp"
 #include "support/refused_syscall.hpp"
 #include "support/thread_state.hpp"
 
@@ -29,6 +30,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using gpumem::testing::eventually;
+using gpumem::testing::fill_queue_with_places_given_up;
 using gpumem::testing::thread_state;
 
 std::unique_ptr<lock_cell> fresh_lock() {
@@ -47,6 +49,17 @@ struct daemon_side {
 lock_word word_of(const lock_cell& cell) {
   return lock_word::decode(
       std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(cell.word)).load());
+}
+
+/// How often the calling thread went to sleep (voluntary context switches) while @p wait ran.
+template <typename Wait>
+long sleeps_during(const Wait& wait) {
+  rusage before{};
+  rusage after{};
+  ::getrusage(RUSAGE_THREAD, &before);
+  wait();
+  ::getrusage(RUSAGE_THREAD, &after);
+  return after.ru_nvcsw - before.ru_nvcsw;
 }
 
 TEST(HostLock, ThreadsCountExactly) {
@@ -261,10 +274,7 @@ TEST(HostLock, ATimedAcquireEndsAtItsDeadlineWhenPlacesGivenUpFillTheQueue) {
   host_lock holder(*cell, 1);
   const auto held = holder.acquire();
   ASSERT_EQ(held.status, acquire_status::acquired);
-  for (std::uint32_t late = 0; late < kLockQueueLength; ++late) {
-    host_lock timing_out(*cell, static_cast<std::uint16_t>(2 + late));
-    ASSERT_EQ(timing_out.acquire(host_lock::clock::now() + 100us).status, acquire_status::timeout);
-  }
+  fill_queue_with_places_given_up(*cell);
   std::atomic<bool> ended{false};
   std::thread last([&] {
     host_lock(*cell, 2).acquire(host_lock::clock::now() + 20ms);
@@ -277,6 +287,32 @@ TEST(HostLock, ATimedAcquireEndsAtItsDeadlineWhenPlacesGivenUpFillTheQueue) {
   EXPECT_EQ(host_lock(*cell, 3).acquire(host_lock::clock::now() + 1s).status,
             acquire_status::acquired)
       << "the release cleared the places given up";
+}
+
+TEST(HostLock, AnAcquireAtAFullQueueNapsUntilTheReleaseAndThenTakesTheLock) {
+  // Nothing wakes a waiter that finds no place in the queue: it looks again after naps, which
+  // must not turn into a spin for as long as the holder holds.
+  auto cell = fresh_lock();
+  host_lock holder(*cell, 1);
+  const auto held = holder.acquire();
+  ASSERT_EQ(held.status, acquire_status::acquired);
+  fill_queue_with_places_given_up(*cell);
+  acquire_result timed{};
+  const auto started = host_lock::clock::now();
+  const long sleeps = sleeps_during([&] { timed = host_lock(*cell, 2).acquire(started + 300ms); });
+  EXPECT_EQ(timed.status, acquire_status::timeout);
+  EXPECT_LT(host_lock::clock::now() - started, 1s);
+  EXPECT_LE(sleeps, 400) << "a waiter at a full queue spun (50 us sleeps: about 6,000)";
+
+  acquire_result untimed{};
+  std::thread waiter([&] { untimed = host_lock(*cell, 3).acquire(); });
+  std::this_thread::sleep_for(100ms);
+  const auto released_at = host_lock::clock::now();
+  ASSERT_EQ(holder.release(held.hold), release_status::released);
+  waiter.join();
+  EXPECT_EQ(untimed.status, acquire_status::acquired);
+  EXPECT_LT(host_lock::clock::now() - released_at, 1s);
+  EXPECT_EQ(host_lock(*cell, 3).release(untimed.hold), release_status::released);
 }
 
 TEST(HostLock, ReclaimHandsADeadHoldersLockToTheNextWaiter) {
@@ -514,17 +550,6 @@ bool futex_waitv_allowed() {
   // Asked with no words, a kernel that has the call answers EINVAL.
   return ::syscall(SYS_futex_waitv, nullptr, 0u, 0u, nullptr, CLOCK_MONOTONIC) == -1 &&
          errno == EINVAL;
-}
-
-/// How often the calling thread went to sleep (voluntary context switches) while @p wait ran.
-template <typename Wait>
-long sleeps_during(const Wait& wait) {
-  rusage before{};
-  rusage after{};
-  ::getrusage(RUSAGE_THREAD, &before);
-  wait();
-  ::getrusage(RUSAGE_THREAD, &after);
-  return after.ru_nvcsw - before.ru_nvcsw;
 }
 
 TEST(HostCounters, ASleepingWaitWakesForNothingButWhatEndsIt) {

@@ -349,6 +349,43 @@ TEST(HostReservation, AHolderThatNeverLetsGoFailsTheSleepByNameAndKeepsItsBytes)
   EXPECT_EQ(next_line(holder), "ok") << "the holder's mapping and bytes are intact";
 }
 
+TEST(HostReservation, ASleepOrWakeOutOfTurnIsRefusedNamingTheReservationAndWhereItStands) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto owner =
+      Reservation::create(client, kChunk, {.device = kHost, .name = "turns", .initial = kChunk});
+  const std::string named = "reservation " + std::to_string(owner.id());
+  auto operator_client = daemon.connect();
+  try {
+    wake_reservation(operator_client, "turns");
+    ADD_FAILURE() << "an awake reservation was woken";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::wrong_state);
+    EXPECT_NE(std::string(error.what()).find(named + " cannot wake: it is awake"),
+              std::string::npos)
+        << error.what();
+  }
+  fill_pattern(owner.data(), kChunk, 43);
+  auto holder = peer(daemon, {"hold", "turns", "43"});
+  ASSERT_TRUE(next_line(holder).starts_with("ready ")) << "the holder did not map it";
+  std::thread sleeping([&] { EXPECT_THROW(owner.sleep({.deadline = 1s}), Error); });
+  EXPECT_TRUE(eventually([&] {
+    return reservation_status(operator_client, "turns").state == ReservationState::draining;
+  }));
+  try {
+    sleep_reservation(operator_client, "turns");
+    ADD_FAILURE() << "a second sleep began during the first";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::wrong_state);
+    EXPECT_NE(
+        std::string(error.what())
+            .find(named + " cannot go to sleep: a sleep is under way (its holders letting go)"),
+        std::string::npos)
+        << error.what();
+  }
+  sleeping.join();
+}
+
 TEST(HostReservation, ASleepingReservationWhoseOwnerDiesIsFreedWithItsHostCopy) {
   daemon_process daemon;
   auto client = daemon.connect();

@@ -19,6 +19,7 @@
 #include "gpumem/shared/sync/host_counters.hpp"
 #include "gpumem/shared/sync/host_lock.hpp"
 #include "support/eventually.hpp"
+#include "support/full_lock_queue.hpp"
 #include "support/thread_state.hpp"
 
 namespace gpumem::sync {
@@ -217,6 +218,32 @@ TEST_F(LockWaitersAndSignals, OneGrantedAsItsHandlerRaisedPassesTheTurnOnAtOnce)
   EXPECT_EQ(second->waiting.result(), acquire_status::acquired);
   ASSERT_EQ(second->lock.release(second->held->hold), release_status::released);
   EXPECT_TRUE(word_of(*cell).free());
+}
+
+TEST(SignalsEndWaits, ALockWaitThatFindsTheQueueFullEndsOnlyWhenAHandlerRaised) {
+  // Nothing wakes a waiter that finds no place in the queue: it naps and looks again, and a
+  // signal cuts its nap short as it cuts a sleep in the queue.
+  const quiet_signal handled;
+  handler_raises = false;
+  checks_asked = 0;
+  auto cell = std::make_unique<lock_cell>();
+  host_lock holder(*cell, 1);
+  const auto held = holder.acquire();
+  ASSERT_EQ(held.status, acquire_status::acquired);
+  gpumem::testing::fill_queue_with_places_given_up(*cell);
+  host_lock late(*cell, 600);  // a slot the queue's places do not have
+  waiter<acquire_status> within(true, [&] { return late.acquire(in_ten_seconds()).status; });
+
+  EXPECT_TRUE(waits_through_signals(within, 5)) << "handlers that raised nothing ended it";
+  EXPECT_GE(checks_asked, 1);
+  handler_raises = true;
+  ASSERT_TRUE(
+      eventually([&] { return within.signal_when_asleep() && within.done(); }, 5000ms, 5ms));
+  EXPECT_EQ(within.result(), acquire_status::interrupted);
+  handler_raises = false;
+  EXPECT_EQ(holder.release(held.hold), release_status::released);
+  EXPECT_EQ(late.acquire(in_ten_seconds()).status, acquire_status::acquired)
+      << "the release cleared the places given up";
 }
 
 TEST(SignalsEndWaits, ACounterWaitEndsOnlyWhenAHandlerRaisedAndBreaksNothing) {

@@ -1,4 +1,5 @@
 #include <cstddef>
+#include <string>
 
 #include "barrier_status.hpp"
 #include "connection.hpp"
@@ -105,6 +106,11 @@ std::uint32_t Barrier::party() const noexcept {
 }
 
 Barrier Client::barrier(std::string_view name, std::uint32_t parties, const SyncOptions& options) {
+  if (parties == 0 || parties > sync::kMaxParties) {
+    throw Error(errc::invalid_argument,
+                "barrier '" + std::string(name) + "' of " + std::to_string(parties) +
+                    " parties: a barrier has 1 to " + std::to_string(sync::kMaxParties));
+  }
   return Barrier(std::make_unique<Barrier::state>(connection_, name, parties, options.mode));
 }
 

@@ -5,20 +5,13 @@
 #include "gpumem/shared/sync/layout.hpp"
 #include "gpumem/slab.hpp"
 #include "reservation_state.hpp"
+#include "wire_names.hpp"
 
 namespace gpumem {
 
 using proto::message_type;
 
 namespace {
-proto::wire_name checked_name(std::string_view text, const char* what) {
-  proto::wire_name name{};
-  if (proto::make_wire_name(text, name)) {
-    throw Error(errc::invalid_name, std::string(what) + " '" + std::string(text) +
-                                        "' is not 1-63 characters of [A-Za-z0-9._:/@+-]");
-  }
-  return name;
-}
 
 std::string domain_text(std::uint32_t word) {
   const auto device = std::to_string(sync::device_of(word));
@@ -241,15 +234,15 @@ Buffer Client::allocate(std::size_t bytes, const AllocateOptions& options) {
   request.size = bytes;
   request.device = options.device;
   request.flags = detail::creation_flags(options.mode);
-  if (!options.name.empty()) request.name = checked_name(options.name, "allocation name");
-  if (!options.pool.empty()) request.pool = checked_name(options.pool, "pool name");
+  request.name = detail::checked_name_or_none(options.name, "allocation name");
+  request.pool = detail::checked_name_or_none(options.pool, "pool name");
   return connection_->adopt(
       connection_->call<proto::allocation_reply>(message_type::allocate, request), options.stream);
 }
 
 Buffer Client::open(std::string_view name, const OpenOptions& options) {
   proto::open_request request{};
-  request.name = checked_name(name, "allocation name");
+  request.name = detail::checked_name(name, "allocation name");
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
   return connection_->adopt(connection_->call<proto::allocation_reply>(message_type::open, request),
@@ -311,7 +304,7 @@ std::vector<SyncInfo> Client::sync_objects() {
 void Client::reset(std::string_view name, std::uint32_t parties) {
   connection_->call<proto::empty_payload>(
       message_type::reset_sync,
-      proto::sync_reset_request{checked_name(name, "object"), parties, 0});
+      proto::sync_reset_request{detail::checked_name(name, "object name"), parties, 0});
 }
 
 std::uint64_t Client::id() const noexcept {

@@ -8,9 +8,11 @@
 #include "gpumem/shared/os/mapping.hpp"
 #include "gpumem/shared/reservation_notice.hpp"
 #include "gpumem/shared/sync/futex.hpp"
+#include "gpumem/shared/sync/nap.hpp"
 #include "gpumem/shared/sync/signals_end_waits.hpp"
 #include "range_mapper.hpp"
 #include "reservation_state.hpp"
+#include "wire_names.hpp"
 
 namespace gpumem {
 
@@ -48,12 +50,7 @@ proto::reservation_target target_of(std::uint64_t reservation_id) {
 }
 
 proto::reservation_target target_named(std::string_view name) {
-  proto::reservation_target target{};
-  if (name.empty() || proto::make_wire_name(name, target.name)) {
-    throw Error(errc::invalid_name, "reservation name '" + std::string(name) +
-                                        "' is not 1-63 characters of [A-Za-z0-9._:/@+-]");
-  }
-  return target;
+  return {0, detail::checked_name(name, "reservation name")};
 }
 
 /// How errors name a target.
@@ -99,7 +96,7 @@ proto::reservation_status await_outcome(detail::connection& session,
     if (now >= give_up) {
       throw Error(errc::timed_out, std::string(what) + " of " + describe(target) +
                                        " did not end within " + std::to_string(limit.count()) +
-                                       " ms");
+                                       " ms; it goes on in gpumemd");
     }
     const auto remaining = std::chrono::duration_cast<milliseconds>(give_up - now);
     bool signalled = false;
@@ -107,10 +104,7 @@ proto::reservation_status await_outcome(detail::connection& session,
       signalled = sync::futex_wait(&notice->generation, seen, std::min(kNoticeRecheck, remaining));
       seen = notice_generation(*notice);
     } else {
-      // A timed sleep on a word nobody wakes, not std::this_thread::sleep_for: a signal's
-      // handler ends it (EINTR), which sleep_for hides by sleeping on.
-      const std::uint32_t never_woken = 0;
-      signalled = sync::futex_wait(&never_woken, never_woken, std::min(pause, remaining));
+      signalled = sync::nap(std::min(pause, remaining));
       pause = std::min(pause * 2, kLastPoll);
     }
     if (signalled && sync::signals_end_waits::signal_ends_wait()) {
@@ -266,12 +260,9 @@ Reservation Reservation::create(Client& client, std::size_t max_bytes,
     throw Error(errc::invalid_argument, "a reservation needs 0 < initial <= max_bytes");
   }
   detail::require_backend(options.device);  // before asking the daemon for anything
-  proto::reserve_request request{
-      max_bytes, options.initial, options.device, detail::creation_flags(options.mode), {}};
-  if (proto::make_wire_name(options.name, request.name)) {
-    throw Error(errc::invalid_name, "reservation name '" + std::string(options.name) +
-                                        "' is not 0-63 characters of [A-Za-z0-9._:/@+-]");
-  }
+  const proto::reserve_request request{
+      max_bytes, options.initial, options.device, detail::creation_flags(options.mode),
+      detail::checked_name_or_none(options.name, "reservation name")};
   auto session = client.connection_;
   std::vector<unique_fd> fds;
   const auto grant = session->call<proto::reservation_reply>(message_type::reserve, request, &fds);
@@ -281,10 +272,7 @@ Reservation Reservation::create(Client& client, std::size_t max_bytes,
 Reservation Reservation::open(Client& client, std::string_view name,
                               const OpenReservationOptions& options) {
   proto::open_request request{};
-  if (name.empty() || proto::make_wire_name(name, request.name)) {
-    throw Error(errc::invalid_name, "reservation name '" + std::string(name) +
-                                        "' is not 1-63 characters of [A-Za-z0-9._:/@+-]");
-  }
+  request.name = detail::checked_name(name, "reservation name");
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
   auto session = client.connection_;

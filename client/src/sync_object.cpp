@@ -5,6 +5,7 @@
 
 #include "connection.hpp"
 #include "gpumem/shared/sync/host_counters.hpp"
+#include "wire_names.hpp"
 
 namespace gpumem::detail {
 
@@ -15,6 +16,19 @@ static_assert(sync::kBrokenLead == device::kBrokenLead,
 using proto::message_type;
 
 namespace {
+
+/// How a refused name is named: "lock name".
+const char* name_kind(proto::sync_kind kind) noexcept {
+  switch (kind) {
+    case proto::sync_kind::lock:
+      return "lock name";
+    case proto::sync_kind::barrier:
+      return "barrier name";
+    case proto::sync_kind::channel:
+      return "channel name";
+  }
+  return "name";
+}
 
 std::string domain_text(std::uint32_t word) {
   switch (sync::domain_of(word)) {
@@ -36,9 +50,7 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
                          proto::sync_kind kind, std::uint32_t parties, proto::sync_role role)
     : link_(std::move(link)), slot_(link_->sync().slot()), name_(name), kind_(kind) {
   proto::sync_open_request request{};
-  if (proto::make_wire_name(name, request.name)) {
-    throw Error(errc::invalid_name, "'" + name_ + "' is not a valid name");
-  }
+  request.name = checked_name(name, name_kind(kind));
   request.kind = kind;
   request.parties = parties;
   request.role = role;

@@ -280,7 +280,7 @@ proto::reservation_status reservation_book::sleep(client_id client,
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
-  entry->begin_sleep((request.flags & proto::kSleepDiscard) != 0);
+  entry->begin_sleep(id, (request.flags & proto::kSleepDiscard) != 0);
   rows_.touch(id);
   spdlog::info("reservation {}: going to sleep ({}), {} holder(s) to let go within {} ms", id,
                entry->discards() ? "discarding" : "copying", entry->holders_mapping().size(),
@@ -385,7 +385,7 @@ proto::reservation_status reservation_book::wake(client_id client,
                                                  const proto::reservation_target& target) {
   const auto [id, entry] = targeted(client, target);
   access_.check_operate(rows_.client(client).who, id, *rows_.find(id), "wake");
-  entry->check_may_wake();
+  entry->check_may_wake(id);
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }

@@ -189,15 +189,34 @@ void versioned_reservation::abandon_draft(client_id writer, std::uint64_t draft_
   draft_writer_ = 0;
 }
 
-void versioned_reservation::begin_sleep(bool discard) {
+const char* versioned_reservation::where_it_stands() const noexcept {
+  switch (phase_) {
+    case phase::awake:
+      return "it is awake";
+    case phase::draining:
+      return "a sleep is under way (its holders letting go)";
+    case phase::copying_out:
+      return "a sleep is under way (its bytes being copied out)";
+    case phase::asleep:
+      return "it is asleep";
+    case phase::copying_in:
+      return "a wake is under way";
+    case phase::lost:
+      break;
+  }
+  return "it is lost";
+}
+
+void versioned_reservation::begin_sleep(object_id id, bool discard) {
   if (phase_ != phase::awake) {
-    throw request_error(errc::wrong_state,
-                        fmt::format("it is {}, not awake", proto::to_string(state())));
+    throw request_error(errc::wrong_state, fmt::format("reservation {} cannot go to sleep: {}", id,
+                                                       where_it_stands()));
   }
   if (draft_) {
-    throw request_error(
-        errc::wrong_state,
-        fmt::format("version {} is being written: commit or abandon it first", version_ + 1));
+    throw request_error(errc::wrong_state,
+                        fmt::format("reservation {} cannot go to sleep: version {} is being "
+                                    "written: commit or abandon it first",
+                                    id, version_ + 1));
   }
   ++attempt_;
   discard_ = discard;
@@ -224,10 +243,10 @@ void versioned_reservation::finish_sleep(std::optional<sleep_copy> copy) {
   publish();
 }
 
-void versioned_reservation::check_may_wake() const {
+void versioned_reservation::check_may_wake(object_id id) const {
   if (phase_ != phase::asleep) {
     throw request_error(errc::wrong_state,
-                        fmt::format("it is {}, not asleep", proto::to_string(state())));
+                        fmt::format("reservation {} cannot wake: {}", id, where_it_stands()));
   }
 }
 

@@ -100,7 +100,7 @@ def connect(
     label: what `gpumemctl clients` shows; None for the script's name.
     reconnect_for: seconds a call whose connection broke (gpumemd restarted) keeps trying to
     connect again, resume the session and complete; 0 never; None for $GPUMEM_RECONNECT_MS,
-    else 30. A daemon that stays away is errc.io_error; one that restarted without this
+    else 10. A daemon that stays away is errc.io_error; one that restarted without this
     session's state is errc.session_lost, for every later call too.
     Raises gpumem.Error (errc.io_error) when no daemon answers, with the path in its text.
     """

@@ -12,6 +12,7 @@
 #include "buffer.hpp"
 #include "daemon_reports.hpp"
 #include "gpumem/gpumem.hpp"
+#include "optional_names.hpp"
 #include "reservation.hpp"
 #include "streams.hpp"
 #include "sync.hpp"
@@ -25,16 +26,11 @@ namespace {
 
 using optional_name = std::optional<std::string>;
 
-/// A view of the argument itself (which outlives the call), empty for None.
-std::string_view view_of(const optional_name& name) {
-  return name ? std::string_view(*name) : std::string_view{};
-}
-
 shared_buffer allocate(Client& client, std::size_t bytes, int device, const optional_name& name,
                        const optional_name& pool, py::handle stream, Mode mode) {
   const AllocateOptions options{.device = device,
-                                .name = view_of(name),
-                                .pool = view_of(pool),
+                                .name = name_or_none(name, "name"),
+                                .pool = name_or_none(pool, "pool"),
                                 .stream = stream_from(stream),
                                 .mode = mode};
   py::gil_scoped_release released;
@@ -125,7 +121,7 @@ void bind_client(py::module_& module) {
       py::call_guard<py::gil_scoped_release>(),
       "Connects to gpumemd (empty socket_path: $GPUMEM_SOCKET, then the default locations). "
       "reconnect_for: seconds a call whose connection broke tries to reconnect and resume "
-      "(0: never; None: $GPUMEM_RECONNECT_MS, else 30).");
+      "(0: never; None: $GPUMEM_RECONNECT_MS, else 10).");
 }
 
 }  // namespace gpumem::python

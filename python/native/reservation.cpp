@@ -13,6 +13,7 @@
 #include "gil.hpp"
 #include "gpumem/shared/sync/signals_end_waits.hpp"
 #include "host_views.hpp"
+#include "optional_names.hpp"
 #include "signal_waits.hpp"
 #include "streams.hpp"
 
@@ -450,11 +451,10 @@ void bind_reservation_calls(py::class_<Client>& client_type) {
           "reserve",
           [](Client& client, std::size_t max_bytes, int device,
              const std::optional<std::string>& name, std::size_t initial, Mode mode) {
-            const ReserveOptions options{
-                .device = device,
-                .name = name ? std::string_view(*name) : std::string_view{},
-                .initial = initial,
-                .mode = mode};
+            const ReserveOptions options{.device = device,
+                                         .name = name_or_none(name, "name"),
+                                         .initial = initial,
+                                         .mode = mode};
             py::gil_scoped_release released;
             return shared_reservation(Reservation::create(client, max_bytes, options));
           },
@@ -479,7 +479,7 @@ void bind_reservation_calls(py::class_<Client>& client_type) {
             return gpumem::reservation_status(client, name);
           },
           "name"_a, py::call_guard<py::gil_scoped_release>(),
-          "An operator's view of a reservation by name, as `gpumemctl status`.")
+          "An operator's view of a reservation by name, as `gpumemctl reservation-status`.")
       .def(
           "sleep_reservation",
           [](Client& client, const std::string& name, bool discard, py::handle deadline) {

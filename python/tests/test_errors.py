@@ -74,6 +74,27 @@ def test_bad_arguments_are_python_errors(client):
         client.allocate("many")
     with pytest.raises(ValueError):
         client.lock("l").acquire(timeout=-1)
+    # An empty name is not None: it would make the memory anonymous.
+    with pytest.raises(ValueError, match="name must not be empty"):
+        client.allocate(4096, name="")
+    with pytest.raises(ValueError, match="name must not be empty"):
+        client.reserve(1 << 21, device=gpumem.HOST, name="")
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda client: client.open(""), "allocation name '' is not 1-63 characters"),
+        (lambda client: client.lock(""), "lock name '' is not 1-63 characters"),
+        (lambda client: client.barrier("b0", 0), "barrier 'b0' of 0 parties: a barrier has 1 to"),
+        (lambda client: client.barrier("b0", 121), "barrier 'b0' of 121 parties"),
+        (lambda client: client.open_reservation(""), "reservation name '' is not 1-63"),
+    ],
+)
+def test_a_refusal_made_before_asking_the_daemon_names_the_object_and_the_rule(
+    client, call, words
+):
+    assert words in str(raised_by(lambda: call(client)))
 
 
 def test_a_daemon_restarted_without_the_session_is_session_lost(tmp_path):

@@ -184,8 +184,8 @@ class GPUMEM_API Reservation {
 };
 
 /// @name An operator's view of a reservation by name (the owner uid or an administrator), as
-/// gpumemctl sleep, wake and status use it. Sleep and wake wait for the outcome and throw as
-/// Reservation::sleep and wake do.
+/// gpumemctl sleep, wake and reservation-status use it. Sleep and wake wait for the outcome and
+/// throw as Reservation::sleep and wake do.
 /// @{
 GPUMEM_API ReservationStatus reservation_status(Client& client, std::string_view name);
 GPUMEM_API void sleep_reservation(Client& client, std::string_view name, const SleepOptions& = {});

@@ -1,10 +1,13 @@
 #include "gpumem/shared/sync/host_lock.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 
 #include "gpumem/shared/sync/backoff.hpp"
 #include "gpumem/shared/sync/futex.hpp"
+#include "gpumem/shared/sync/nap.hpp"
 #include "gpumem/shared/sync/signals_end_waits.hpp"
 
 namespace gpumem::sync {
@@ -32,6 +35,25 @@ bool is_queued(lock_word word, std::uint16_t ticket) noexcept {
   const auto ahead = static_cast<std::uint16_t>(ticket - word.serving);
   return ahead >= 1 && ahead < word.queued();
 }
+
+/// The pauses of a waiter that finds the queue full: of waiters, or of places given up
+/// (timeouts), which only the holder's release clears, however long it holds. Nothing wakes
+/// such a waiter, so it looks again after naps that grow to kLongest: a lock held for an hour
+/// costs it a few hundred wake-ups a second at most, not a spin.
+class full_queue_pauses {
+ public:
+  /// @return true when a signal cut the nap short and signals_end_waits says the wait ends.
+  bool pause(std::optional<host_lock::clock::time_point> deadline) noexcept {
+    std::chrono::nanoseconds length = next_;
+    if (deadline) length = std::min(length, *deadline - host_lock::clock::now());
+    next_ = std::min(next_ * 2, kLongest);
+    return nap(length) && signals_end_waits::signal_ends_wait();
+  }
+
+ private:
+  static constexpr std::chrono::nanoseconds kLongest = std::chrono::milliseconds(2);
+  std::chrono::nanoseconds next_ = std::chrono::microseconds(50);
+};
 
 }  // namespace
 
@@ -69,6 +91,7 @@ std::optional<acquire_result> host_lock::try_acquire() noexcept {
 acquire_result host_lock::acquire(std::optional<clock::time_point> deadline) noexcept {
   auto word = word_of(cell_);
   backoff contention;
+  full_queue_pauses full;
   for (;;) {
     if (auto taken = try_acquire()) return *taken;
     std::uint64_t raw = word.load(std::memory_order_acquire);
@@ -79,10 +102,12 @@ acquire_result host_lock::acquire(std::optional<clock::time_point> deadline) noe
     std::uint32_t empty = 0;
     auto entry = entry_ref(cell_, mine.ticket);
     if (!entry.compare_exchange_strong(empty, mine.encode(), std::memory_order_acq_rel)) {
-      // Another claimer races for this ticket, or the queue is full: of waiters, or of places
-      // given up (timeouts), which only the holder's release clears, however long it holds.
       if (deadline && clock::now() >= *deadline) return {acquire_status::timeout, {}};
-      contention.pause();
+      if (queue_entry::decode(empty).ticket == mine.ticket) {
+        contention.pause();  // another claimer of this ticket: it takes it or lets go at once
+      } else if (full.pause(deadline)) {
+        return {acquire_status::interrupted, {}};
+      }
       continue;
     }
     lock_word queued = current;
