@@ -194,8 +194,13 @@ TEST(Lock, ALockClosedWhileHeldGoesToTheNextWaiterWithOwnerDied) {
     const auto status = lock.acquire();
     return std::pair(status, clock_type::now());
   });
-  std::this_thread::sleep_for(50ms);
-  EXPECT_EQ(waiter.wait_for(0ms), std::future_status::timeout);
+  const auto queued = [&](std::uint32_t count) {
+    return eventually([&] {
+      const auto listed = waiting_client.sync_objects();
+      return listed.size() == 1 && listed[0].queued == count;
+    });
+  };
+  ASSERT_TRUE(queued(1)) << "the waiter never queued";
   const auto closed_at = clock_type::now();
   held.reset();
   ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready) << "the dropped hold stays held";
@@ -217,7 +222,7 @@ TEST(Lock, ALockClosedWhileHeldGoesToTheNextWaiterWithOwnerDied) {
   auto third_client = daemon.connect("third");
   auto third = third_client.lock("dropped");
   auto third_waits = std::async(std::launch::async, [&] { return third.acquire(); });
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(queued(1)) << "the third never queued";
   lock = Lock();
   ASSERT_EQ(third_waits.wait_for(5s), std::future_status::ready) << "the second dropped hold stays";
   EXPECT_EQ(third_waits.get(), LockStatus::acquired_owner_died);
@@ -229,11 +234,27 @@ TEST(Lock, ALockClosedWhileHeldGoesToTheNextWaiterWithOwnerDied) {
   auto other = waiting_client.lock("dropped");
   EXPECT_EQ(again.acquire(), LockStatus::acquired);
   auto other_waits = std::async(std::launch::async, [&] { return other.acquire(); });
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(queued(1)) << "the other never queued";
   EXPECT_EQ(other_waits.wait_for(0ms), std::future_status::timeout) << "two holders at once";
   again.unlock();
   ASSERT_EQ(other_waits.wait_for(5s), std::future_status::ready);
   EXPECT_EQ(other_waits.get(), LockStatus::acquired);
+  other.unlock();
+}
+
+TEST(Lock, ClosingOneOfAClientsTwoLocksOfTheNameKeepsItsHold) {
+  // The holder is the client: while it has the name open, its hold stands.
+  daemon_process daemon;
+  auto holding_client = daemon.connect();
+  auto first = holding_client.lock("twice");
+  auto second = std::make_unique<Lock>(holding_client.lock("twice"));
+  first.lock();
+  second.reset();
+  auto other_client = daemon.connect();
+  auto other = other_client.lock("twice");
+  EXPECT_EQ(other.try_acquire_for(200ms), LockStatus::timeout) << "the hold went with a close";
+  first.unlock();
+  EXPECT_EQ(other.try_acquire_for(5s), LockStatus::acquired);
   other.unlock();
 }
 

@@ -341,13 +341,16 @@ void sync_book::close(client_id client, const proto::sync_close_request& request
     }
   }
   const bool last_of_client = rows_.drop_reference(id, client);
-  if (last_of_client && row->kind == object_kind::lock && used_on_the_host(*row, entry)) {
+  const auto attached = attached_.find(client);
+  if (last_of_client && row->kind == object_kind::lock && used_on_the_host(*row, entry) &&
+      attached != attached_.end()) {
     // With its last Lock of this name the client let go of any way to release a host hold or to
     // take a host turn it queued for: they go as at its death, the next holder learning that
     // the owner died. (Its streams' turns and its kernels' hold may still be on their way on
-    // the GPU: those stay until it exits.)
-    let_go(id, *row, client);
-    return;
+    // the GPU: those stay until it exits.) A hand-off still in flight under its slot (another
+    // of its threads in acquire() on the object it closed) is left for its exit: a clean-up
+    // pending under a live slot would take that slot's next hold of the lock for a dead one's.
+    reclaim(id, *row, attached->second.slot, client);
   }
   forget_if_unused(id);
 }
@@ -499,8 +502,7 @@ bool sync_book::settle() noexcept {
   for (const pending_reclaim& each : pending_) {
     const bool waiting = std::any_of(still.begin(), still.end(),
                                      [&](const pending_reclaim& s) { return s.slot == each.slot; });
-    // A clean-up after a close (see close()) is under a live client's slot, which stays its own.
-    if (!waiting && client_of_slot(each.slot) == 0) freed.push_back(each.slot);
+    if (!waiting) freed.push_back(each.slot);
   }
   pending_ = std::move(still);
   for (const object_id id : finished) forget_if_unused(id);

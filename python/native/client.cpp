@@ -29,8 +29,8 @@ using optional_name = std::optional<std::string>;
 shared_buffer allocate(Client& client, std::size_t bytes, int device, const optional_name& name,
                        const optional_name& pool, py::handle stream, Mode mode) {
   const AllocateOptions options{.device = device,
-                                .name = name_or_none(name, "name"),
-                                .pool = name_or_none(pool, "pool"),
+                                .name = name_or_none(name, "allocation name"),
+                                .pool = name_or_none(pool, "pool name"),
                                 .stream = stream_from(stream),
                                 .mode = mode};
   py::gil_scoped_release released;

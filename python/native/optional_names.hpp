@@ -9,13 +9,16 @@
 #include <string>
 #include <string_view>
 
+#include "gpumem/gpumem.hpp"
+
 namespace gpumem::python {
 
 /// @brief A view of the argument itself (which outlives the call), empty for None.
-/// @throws ValueError for an empty string, which would otherwise make it anonymous.
+/// @throws Error(invalid_name), as for any other name the library refuses, for an empty
+/// string, which would otherwise make it anonymous.
 inline std::string_view name_or_none(const std::optional<std::string>& name, const char* what) {
   if (name && name->empty()) {
-    throw pybind11::value_error(std::string(what) + " must not be empty (None: no name)");
+    throw Error(errc::invalid_name, std::string(what) + " '' is empty: None gives no name");
   }
   return name ? std::string_view(*name) : std::string_view{};
 }

@@ -68,7 +68,13 @@ draft_core::draft_core(std::shared_ptr<reservation_core> owner, ReservationDraft
 
 draft_core::~draft_core() {
   if (!draft) return;
-  reservation->run([this](Reservation&) { draft.reset(); });
+  try {
+    reservation->run([this](Reservation&) { draft.reset(); });
+  } catch (const Error&) {
+    // Refused the turn: a signal's handler freed it while this thread's own sleep or wake of
+    // the reservation waits, when no draft can be open (neither takes one). The draft's own
+    // destructor abandons it, as it goes with this object.
+  }
 }
 
 shared_draft::shared_draft(std::shared_ptr<draft_core> core)
@@ -452,7 +458,7 @@ void bind_reservation_calls(py::class_<Client>& client_type) {
           [](Client& client, std::size_t max_bytes, int device,
              const std::optional<std::string>& name, std::size_t initial, Mode mode) {
             const ReserveOptions options{.device = device,
-                                         .name = name_or_none(name, "name"),
+                                         .name = name_or_none(name, "reservation name"),
                                          .initial = initial,
                                          .mode = mode};
             py::gil_scoped_release released;

@@ -15,7 +15,6 @@
 
 #include <type_traits>
 
-#include "gpumem/gpumem.hpp"
 #include "gpumem/shared/sync/signals_end_waits.hpp"
 
 namespace gpumem::python {
@@ -37,7 +36,8 @@ inline void raise_what_a_handler_raised() {
 
 /// @brief Runs @p wait, which lets go of the GIL itself, where a signal whose handler raises
 /// ends it; then raises what the handler raised, also where the wait ended by throwing (a
-/// reservation's sleep or wake, which throws Error(timed_out) then).
+/// reservation's sleep or wake, which throws Error(timed_out) then): Ctrl-C is what the caller
+/// asked for, whatever the wait had to say.
 template <class Wait>
 auto wait_through_signals(Wait&& wait) {
   try {
@@ -50,7 +50,7 @@ auto wait_through_signals(Wait&& wait) {
       raise_what_a_handler_raised();
       return result;
     }
-  } catch (const Error&) {
+  } catch (...) {
     raise_what_a_handler_raised();
     throw;
   }

@@ -32,6 +32,23 @@ channel_slot slot_of(Channel& channel, const Channel::Slot& slot) {
           slot.sequence, slot.status};
 }
 
+/// Host-held Locks, each kept alive until unlocked, as a threading.Lock dropped while held stays
+/// held: closing a held Lock's last reference tells the daemon the holder died, and it hands
+/// the lock on while this process may still be using what it protects (`client.lock(n).acquire()`
+/// drops it at once). Never freed: at exit, the process's end releases what is still held.
+py::set& held_locks() {
+  static py::set* const held = new py::set();
+  return *held;
+}
+
+void keep_while_held(py::handle lock, bool held) {
+  if (held) held_locks().add(lock);
+}
+
+void let_go_of_hold(py::handle lock) {
+  if (PySet_Discard(held_locks().ptr(), lock.ptr()) < 0) throw py::error_already_set();
+}
+
 // The host form waits, so it runs without the GIL; the stream form only queues work.
 template <class Result, class HostForm, class StreamForm>
 Result host_or_stream(py::handle stream, HostForm host_form, StreamForm stream_form) {
@@ -82,17 +99,32 @@ void bind_lock(py::module_& module) {
       .def_property_readonly("owner_died", &Lock::owner_died)
       .def(
           "acquire",
-          [](Lock& lock, py::handle timeout_seconds) {
-            return acquire_through_signals(lock, duration_from(timeout_seconds));
+          [](py::object self, py::handle timeout_seconds) {
+            const LockStatus got =
+                acquire_through_signals(self.cast<Lock&>(), duration_from(timeout_seconds));
+            keep_while_held(self, got != LockStatus::timeout);
+            return got;
           },
           "timeout"_a = py::none(),
-          "Waits for the lock on the host (seconds or a timedelta; None: for ever).")
-      .def("try_lock", &Lock::try_lock, py::call_guard<py::gil_scoped_release>())
+          "Waits for the lock on the host (seconds or a timedelta; None: for ever). Held, the "
+          "Lock lives until unlocked, its last reference dropped or not.")
+      .def("try_lock",
+           [](py::object self) {
+             Lock& lock = self.cast<Lock&>();
+             const bool got = [&] {
+               py::gil_scoped_release released;
+               return lock.try_lock();
+             }();
+             keep_while_held(self, got);
+             return got;
+           })
       .def(
           "lock",
-          [](Lock& lock, py::handle stream) {
+          [](py::object self, py::handle stream) {
+            Lock& lock = self.cast<Lock&>();
             if (stream.is_none()) {
-              acquire_through_signals(lock, std::nullopt);
+              keep_while_held(self,
+                              acquire_through_signals(lock, std::nullopt) != LockStatus::timeout);
               return;
             }
             const Stream on = stream_from(stream);
@@ -102,7 +134,9 @@ void bind_lock(py::module_& module) {
           "stream"_a = py::none())
       .def(
           "unlock",
-          [](Lock& lock, py::handle stream) {
+          [](py::object self, py::handle stream) {
+            Lock& lock = self.cast<Lock&>();
+            if (stream.is_none()) let_go_of_hold(self);
             host_or_stream<void>(
                 stream, [&] { lock.unlock(); }, [&](Stream on) { lock.unlock(on); });
           },
@@ -110,10 +144,16 @@ void bind_lock(py::module_& module) {
       .def("mark_consistent", &Lock::mark_consistent)
       .def("__enter__",
            [](py::object self) {
-             acquire_through_signals(self.cast<Lock&>(), std::nullopt);
+             keep_while_held(self, acquire_through_signals(self.cast<Lock&>(), std::nullopt) !=
+                                       LockStatus::timeout);
              return self;
            })
-      .def("__exit__", [](Lock& lock, py::args) { lock.unlock(); })
+      .def("__exit__",
+           [](py::object self, py::args) {
+             Lock& lock = self.cast<Lock&>();
+             let_go_of_hold(self);
+             lock.unlock();
+           })
       .def("__repr__", [](const Lock& lock) { return "<gpumem.Lock '" + lock.name() + "'>"; });
 }
 

@@ -15,6 +15,8 @@
                                each start, "interrupted" for each KeyboardInterrupt, after which
                                it waits again, "handled" for each SIGUSR1 (whose handler raises
                                nothing; SIGUSR2's does nothing), and at the end "done RESULT"
+  hold-dropped-lock NAME       acquire lock NAME through a Lock dropped at once, collect garbage,
+                               print "held"; on SIGUSR1, exit normally, without unlocking
   sleep-through-signals HOW NAME
                                put reservation NAME to sleep (60 s for holders to let go), HOW
                                reservation: through Reservation.sleep of a holder opened here;
@@ -44,6 +46,7 @@ GPU (PyTorch on device 0):
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import sys
@@ -253,6 +256,14 @@ def wait_through_signals(client: gpumem.Client, kind: str, name: str) -> None:
     say(f"done {result}")
 
 
+def hold_dropped_lock(client: gpumem.Client, name: str) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+    assert client.lock(name).acquire() == gpumem.Acquired.acquired
+    gc.collect()
+    say("held")
+    signal.sigwait([signal.SIGUSR1])
+
+
 def sleep_through_signals(client: gpumem.Client, how: str, name: str) -> None:
     if how == "operator":
         sleep = lambda: client.sleep_reservation(name, deadline=60)  # noqa: E731
@@ -295,6 +306,7 @@ COMMANDS = {
     "stream-lock-count": stream_lock_count,
     "wait-through-signals": wait_through_signals,
     "sleep-through-signals": sleep_through_signals,
+    "hold-dropped-lock": hold_dropped_lock,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -75,6 +76,20 @@ def blocked_wait_lets_other_threads_run(wait, lasting: float):
         f"{times['ended'] - times['began']:.2f} s: the wait held the GIL"
     )
     return results[0]
+
+
+def test_a_held_lock_whose_last_reference_goes_stays_held_until_its_process_ends(daemon, client):
+    # As a dropped threading.Lock stays held: closing it would tell the daemon its holder died
+    # while the process may still be using what it protects.
+    with support.python_peer("hold-dropped-lock", "dropped") as holder:
+        assert holder.line() == "held"
+        lock = client.lock("dropped")
+        assert lock.acquire(timeout=0.3) == gpumem.Acquired.timeout
+        holder.popen.send_signal(signal.SIGUSR1)
+        assert holder.wait() == 0
+        assert lock.acquire(timeout=5) == gpumem.Acquired.owner_died
+        lock.mark_consistent()
+        lock.unlock()
 
 
 def test_a_thread_blocked_on_a_lock_lets_other_threads_run(daemon, client):

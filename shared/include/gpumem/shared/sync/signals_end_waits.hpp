@@ -18,10 +18,10 @@
 /// reservation's sleep or wake (Reservation::sleep and wake, sleep_reservation,
 /// wake_reservation) throws Error(timed_out), the sleep or wake going on in gpumemd. A handler
 /// that raises nothing leaves the wait as it was, its place and its deadline kept. A signal that
-/// comes while the wait is not asleep (its first spin; or, where futex_waitv is refused, between
-/// the 10 ms sleeps of a counter's wait, which re-checks the broken flag) cuts no sleep short: it
-/// is handled at the next signal, or once the wait returns. Without the scope, signals never end
-/// a wait.
+/// comes while the wait is not asleep (its first spin; a reservation's sleep or wake asking the
+/// daemon, every 50 ms at most; or, where futex_waitv is refused, between the 10 ms sleeps of a
+/// counter's wait, which re-checks the broken flag) cuts no sleep short: it is handled at the
+/// next signal, or once the wait returns. Without the scope, signals never end a wait.
 
 namespace gpumem::sync {
 
