@@ -30,7 +30,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using gpumem::testing::eventually;
-using gpumem::testing::fill_queue_with_places_given_up;
+using gpumem::testing::held_lock_with_full_queue;
 using gpumem::testing::thread_state;
 
 std::unique_ptr<lock_cell> fresh_lock() {
@@ -266,53 +266,28 @@ TEST(HostLock, AWaiterBehindAHoldTakenAloneQueuesAndTheFastReleaseStepsAside) {
   for (const auto entry : cell->queue) EXPECT_EQ(entry, 0u) << "a queue entry was left behind";
 }
 
-TEST(HostLock, ATimedAcquireEndsAtItsDeadlineWhenPlacesGivenUpFillTheQueue) {
-  // A waiter that times out leaves its place marked given up until the holder's release clears
-  // it, however long the holder holds: a queue full of such places must not keep a timed
-  // acquire past its deadline.
-  auto cell = fresh_lock();
-  host_lock holder(*cell, 1);
-  const auto held = holder.acquire();
-  ASSERT_EQ(held.status, acquire_status::acquired);
-  fill_queue_with_places_given_up(*cell);
-  std::atomic<bool> ended{false};
-  std::thread last([&] {
-    host_lock(*cell, 2).acquire(host_lock::clock::now() + 20ms);
-    ended = true;
-  });
-  const bool in_time = eventually([&] { return ended.load(); }, 2000ms);
-  ASSERT_EQ(holder.release(held.hold), release_status::released);  // frees it if it spins on
-  last.join();
-  EXPECT_TRUE(in_time) << "a timed acquire waited past its deadline for the holder's release";
-  EXPECT_EQ(host_lock(*cell, 3).acquire(host_lock::clock::now() + 1s).status,
-            acquire_status::acquired)
-      << "the release cleared the places given up";
-}
-
-TEST(HostLock, AnAcquireAtAFullQueueNapsUntilTheReleaseAndThenTakesTheLock) {
-  // Nothing wakes a waiter that finds no place in the queue: it looks again after naps, which
-  // must not turn into a spin for as long as the holder holds.
-  auto cell = fresh_lock();
-  host_lock holder(*cell, 1);
-  const auto held = holder.acquire();
-  ASSERT_EQ(held.status, acquire_status::acquired);
-  fill_queue_with_places_given_up(*cell);
+TEST(HostLock, AnAcquireAtAFullQueueNapsToItsDeadlineOrUntilTheReleaseClearsIt) {
+  // A waiter that times out leaves its place given up until the holder's release clears it,
+  // however long the holder holds. Nothing wakes a waiter that then finds no place: it looks
+  // again after naps, which must neither turn into a spin nor outlast its deadline.
+  held_lock_with_full_queue lock;
   acquire_result timed{};
   const auto started = host_lock::clock::now();
-  const long sleeps = sleeps_during([&] { timed = host_lock(*cell, 2).acquire(started + 300ms); });
+  const long sleeps =
+      sleeps_during([&] { timed = host_lock(*lock.cell, 2).acquire(started + 300ms); });
   EXPECT_EQ(timed.status, acquire_status::timeout);
-  EXPECT_LT(host_lock::clock::now() - started, 1s);
+  EXPECT_LT(host_lock::clock::now() - started, 1s) << "it waited past its deadline";
   EXPECT_LE(sleeps, 400) << "a waiter at a full queue spun (50 us sleeps: about 6,000)";
 
   acquire_result untimed{};
-  std::thread waiter([&] { untimed = host_lock(*cell, 3).acquire(); });
+  std::thread waiter([&] { untimed = host_lock(*lock.cell, 3).acquire(); });
   std::this_thread::sleep_for(100ms);
   const auto released_at = host_lock::clock::now();
-  ASSERT_EQ(holder.release(held.hold), release_status::released);
+  ASSERT_EQ(lock.release(), release_status::released);
   waiter.join();
-  EXPECT_EQ(untimed.status, acquire_status::acquired);
+  EXPECT_EQ(untimed.status, acquire_status::acquired) << "the release cleared the places";
   EXPECT_LT(host_lock::clock::now() - released_at, 1s);
-  EXPECT_EQ(host_lock(*cell, 3).release(untimed.hold), release_status::released);
+  EXPECT_EQ(host_lock(*lock.cell, 3).release(untimed.hold), release_status::released);
 }
 
 TEST(HostLock, ReclaimHandsADeadHoldersLockToTheNextWaiter) {

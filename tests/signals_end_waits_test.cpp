@@ -226,12 +226,8 @@ TEST(SignalsEndWaits, ALockWaitThatFindsTheQueueFullEndsOnlyWhenAHandlerRaised) 
   const quiet_signal handled;
   handler_raises = false;
   checks_asked = 0;
-  auto cell = std::make_unique<lock_cell>();
-  host_lock holder(*cell, 1);
-  const auto held = holder.acquire();
-  ASSERT_EQ(held.status, acquire_status::acquired);
-  gpumem::testing::fill_queue_with_places_given_up(*cell);
-  host_lock late(*cell, 600);  // a slot the queue's places do not have
+  gpumem::testing::held_lock_with_full_queue lock;
+  host_lock late(*lock.cell, 600);  // a slot the queue's places do not have
   waiter<acquire_status> within(true, [&] { return late.acquire(in_ten_seconds()).status; });
 
   EXPECT_TRUE(waits_through_signals(within, 5)) << "handlers that raised nothing ended it";
@@ -241,7 +237,7 @@ TEST(SignalsEndWaits, ALockWaitThatFindsTheQueueFullEndsOnlyWhenAHandlerRaised) 
       eventually([&] { return within.signal_when_asleep() && within.done(); }, 5000ms, 5ms));
   EXPECT_EQ(within.result(), acquire_status::interrupted);
   handler_raises = false;
-  EXPECT_EQ(holder.release(held.hold), release_status::released);
+  EXPECT_EQ(lock.release(), release_status::released);
   EXPECT_EQ(late.acquire(in_ten_seconds()).status, acquire_status::acquired)
       << "the release cleared the places given up";
 }
