@@ -446,6 +446,14 @@ TEST(GpumemctlCommandLine, UnknownOptionsAndMissingArgumentsAreBadArguments) {
     EXPECT_EQ(code, exit_code_of(ctl::exit_status::bad_arguments))
         << args.front() << ": " << output;
   }
+  for (const char* seconds : {"0", "-1", "abc", "inf"}) {
+    const auto [output, code] = run_gpumemctl({"stats", "--watch", seconds});
+    EXPECT_EQ(code, exit_code_of(ctl::exit_status::bad_arguments)) << seconds;
+    EXPECT_NE(output.find(std::string("--watch takes a number of seconds above 0, not '") +
+                          seconds + "'"),
+              std::string::npos)
+        << output;
+  }
 }
 
 TEST(GpumemctlCommandLine, NoCommandListsTheCommandsAndTheExitStatuses) {

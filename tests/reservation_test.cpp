@@ -259,6 +259,31 @@ TEST(HostReservation, ReadersAndCommittedVersionsAreMappedReadOnly) {
   EXPECT_EQ(killed_by("rw"), kFaulted) << "a read-write holder of version 2";
 }
 
+TEST(HostReservation, AReadOnlyHandleInTheOwnersProcessChangesNothing) {
+  // The daemon knows the owner by its client; the handle's read-only access is the library's
+  // to keep.
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto owner =
+      Reservation::create(client, kChunk, {.device = kHost, .name = "own.ro", .initial = kChunk});
+  auto reader = Reservation::open(client, "own.ro", {.access = Access::read_only});
+  const auto refusal = [](auto&& change) {
+    try {
+      change();
+    } catch (const Error& error) {
+      return std::pair(error.status(), std::string(error.what()));
+    }
+    return std::pair(errc::ok, std::string());
+  };
+  const auto [resized, resize_words] = refusal([&] { reader.resize(2 * kChunk); });
+  EXPECT_EQ(resized, errc::permission_denied);
+  EXPECT_NE(resize_words.find("opened read-only here"), std::string::npos) << resize_words;
+  const auto [drafted, draft_words] = refusal([&] { reader.begin_version(kChunk); });
+  EXPECT_EQ(drafted, errc::permission_denied) << draft_words;
+  EXPECT_EQ(owner.refresh(), kChunk) << "the refused resize changed the reservation";
+  commit_version(owner, kChunk);  // the owner's own handle may
+}
+
 TEST(HostReservation, SleepMovesTheBytesToTheHostAndWakeBringsThemBackForEveryHolder) {
   daemon_process daemon;
   auto client = daemon.connect();

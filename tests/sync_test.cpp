@@ -258,6 +258,26 @@ TEST(Lock, ClosingOneOfAClientsTwoLocksOfTheNameKeepsItsHold) {
   other.unlock();
 }
 
+TEST(Lock, AResetRefusesAPartyCountForALockOrBeyondTheMostParties) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  auto lock = client.lock("plain");
+  auto barrier = client.barrier("met", 2);
+  const auto refusal = [&](const char* name, std::uint32_t parties) {
+    try {
+      client.reset(name, parties);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.status(), errc::invalid_argument) << error.what();
+      return std::string(error.what());
+    }
+    return std::string("(reset)");
+  };
+  EXPECT_NE(refusal("plain", 2).find("'plain' is a lock: a party count is for barriers"),
+            std::string::npos);
+  EXPECT_NE(refusal("met", 1000).find("barrier 'met': 1000 parties: at most 120"),
+            std::string::npos);
+}
+
 TEST(Lock, RepairedLockStaysUsable) {
   daemon_process daemon;
   auto client = daemon.connect();

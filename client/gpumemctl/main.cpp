@@ -8,8 +8,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -202,7 +204,16 @@ void add_tool_options(CLI::App& app, tool_options& options) {
                "print JSON instead of a table (errors too, on stdout, with the exit code)");
   app.add_option("--watch", options.watch_seconds,
                  "print again every SECONDS (listing commands; `top`: its interval, default 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            char* end = nullptr;
+            const double seconds = std::strtod(text.c_str(), &end);
+            if (end == text.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds <= 0) {
+              return "--watch takes a number of seconds above 0, not '" + text + "'";
+            }
+            return {};
+          },
+          "SECONDS"));
   app.add_option("-n,--iterations", options.iterations,
                  "with --watch or `top`: stop after N refreshes (default: until interrupted)");
   app.add_flag("--version", options.version, "print the version and the protocol version");

@@ -121,6 +121,16 @@ proto::reservation_status await_outcome(detail::connection& session,
   return status;
 }
 
+/// @throws Error(permission_denied) when @p handle was opened read-only: the daemon knows the
+/// owner by its client, and a read-only handle in the owner's client is the owner's to it.
+void refuse_if_read_only(const Reservation& handle, const char* change) {
+  if (handle.access() == Access::read_only) {
+    throw Error(errc::permission_denied, "reservation " + std::to_string(handle.id()) +
+                                             " was opened read-only here, so this handle may not " +
+                                             change + " it");
+  }
+}
+
 os::mapping map_notice(const std::vector<unique_fd>& fds) {
   if (fds.size() != 1) {
     throw Error(errc::unexpected_handle, "gpumemd sent a reservation without its notice page");
@@ -317,6 +327,7 @@ ReservationState Reservation::state() const noexcept {
 }
 
 void Reservation::resize(std::size_t bytes) {
+  refuse_if_read_only(*this, "resize");
   self_->session->call<proto::reservation_reply>(message_type::resize_reservation,
                                                  proto::resize_request{id(), bytes});
   self_->must_ask = true;
@@ -352,6 +363,7 @@ void Reservation::quiesce() {
 }
 
 ReservationDraft Reservation::begin_version(std::size_t bytes) {
+  refuse_if_read_only(*this, "write a new version of");
   impl& self = *self_;
   const auto grant = self.session->call<proto::reservation_reply>(
       message_type::begin_version, proto::begin_version_request{id(), bytes});

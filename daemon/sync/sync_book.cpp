@@ -608,6 +608,12 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
   signal_page* page = gpu_page_of(row, entry);
   const char* rewritten_because = entry.corrupt_rule;
   if (row.kind == object_kind::lock) {
+    if (request.parties != 0) {
+      throw request_error(errc::invalid_argument,
+                          fmt::format("'{}' is a lock: a party count is for barriers and "
+                                      "channels",
+                                      name));
+    }
     auto& cell = cell_as<sync::lock_cell>(entry);
     const auto new_epoch = static_cast<std::uint16_t>(entry.epoch + 1);
     if (rewritten_because != nullptr) {
@@ -630,8 +636,12 @@ void sync_book::reset(client_id client, const proto::sync_reset_request& request
       if (entry.party_clients[party] != 0) highest_taken = party + 1;
     }
     if (parties == 0) parties = highest_taken;
-    if (parties < highest_taken || parties > sync::kMaxParties ||
-        (row.kind == object_kind::channel && parties < 2)) {
+    if (parties > sync::kMaxParties) {
+      throw request_error(errc::invalid_argument,
+                          fmt::format("{} '{}': {} parties: at most {}", kind_name(row.kind), name,
+                                      parties, sync::kMaxParties));
+    }
+    if (parties < highest_taken || (row.kind == object_kind::channel && parties < 2)) {
       throw request_error(errc::invalid_argument,
                           fmt::format("{} '{}': {} parties cannot hold the {} attached",
                                       kind_name(row.kind), name, parties, highest_taken));

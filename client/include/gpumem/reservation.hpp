@@ -134,8 +134,9 @@ class GPUMEM_API Reservation {
 
   /// @brief Owner only, version 1 only: commit or decommit at the end so that @p bytes (rounded
   /// up to whole chunks) are backed, then map the change here.
-  /// @throws Error(permission_denied) for a holder that is not the owner; Error(wrong_state)
-  /// once a later version was committed, or while it sleeps.
+  /// @throws Error(permission_denied) for a holder that is not the owner, or one opened
+  /// read-only (also in the owner's process); Error(wrong_state) once a later version was
+  /// committed, or while it sleeps.
   void resize(std::size_t bytes);
   /// @brief Maps what is current: chunks committed since, a newer version, or nothing while the
   /// reservation sleeps (which lets go of the mapping, keeping the range). Asks the daemon only
@@ -151,7 +152,8 @@ class GPUMEM_API Reservation {
   void quiesce();
 
   /// @brief Owner only: starts writing the next version, of @p bytes (at most max_size()).
-  /// @throws Error(wrong_state) while another draft is open or while it sleeps.
+  /// @throws Error(permission_denied) as resize() does; Error(wrong_state) while another draft
+  /// is open or while it sleeps.
   ReservationDraft begin_version(std::size_t bytes);
 
   /// @brief Owner (or an operator, see sleep_reservation): puts it to sleep and waits until it
