@@ -137,6 +137,9 @@ void books::tell_owner_death(const sync_book::owner_death& death) noexcept {
     // A live client that closed the last Lock of the name it held (sync_book::close).
     event = event_hub::about(proto::event_kind::owner_died, live->first, live->second.who,
                              live->second.label);
+    static constexpr char kClosed[] = "closed its last Lock of the name while holding it";
+    static_assert(sizeof kClosed <= sizeof event.reason);
+    std::memcpy(event.reason, kClosed, sizeof kClosed);
   } else {
     // A clean-up that was pending: the holder's client is gone from the ledger; the lock's
     // owner is whom it concerns.
@@ -223,16 +226,19 @@ proto::client_list_reply books::list_clients(client_id asker, client_id after) c
       after, memory_book::kPageSize,
       [&](const client_row& entry) { return access.may_see_client(who, entry.who); },
       [&](client_id id, const client_row& entry) {
-        const holdings allocations = rows.holdings_of(id)[object_family::allocation];
+        // Reservations count with allocations, as the allocations quota counts them.
+        const holdings_by_family held = rows.holdings_of(id);
+        const holdings& allocations = held[object_family::allocation];
+        const holdings& reserved = held[object_family::reservation];
         proto::client_record record{};
         record.client_id = id;
         record.pid = static_cast<std::uint32_t>(entry.who.pid);
         record.client_pid = entry.reported_pid;
         record.uid = entry.who.uid;
         record.gid = entry.who.gid;
-        record.allocations_owned = allocations.owned;
-        record.allocations_opened = allocations.opened;
-        record.bytes_owned = allocations.bytes_owned;
+        record.allocations_owned = allocations.owned + reserved.owned;
+        record.allocations_opened = allocations.opened + reserved.opened;
+        record.bytes_owned = allocations.bytes_owned + reserved.bytes_owned;
         record.connected_ms = milliseconds_since(entry.connected);
         (void)proto::make_wire_name(entry.label, record.label);
         return record;

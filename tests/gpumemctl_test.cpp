@@ -228,8 +228,12 @@ TEST_F(Gpumemctl, AnAllocationWhoseOwnerLetGoShowsNoOwnerProcess) {
   const auto shown = std::ranges::find(output.document, json("shown"),
                                        [](const json& each) { return each.at("name"); });
   ASSERT_NE(shown, output.document.end()) << output.document;
+  EXPECT_TRUE(shown->at("owner_client").is_null()) << *shown;
   EXPECT_TRUE(shown->at("owner_pid").is_null()) << *shown;
   EXPECT_TRUE(shown->at("owner_label").is_null()) << *shown;
+  const auto unnamed = std::ranges::find(output.document, json(nullptr),
+                                         [](const json& each) { return each.at("name"); });
+  EXPECT_NE(unnamed, output.document.end()) << "an anonymous allocation's name is null";
 }
 
 TEST_F(Gpumemctl, ReservationsShowTheReservationFields) {
@@ -261,7 +265,7 @@ TEST_F(Gpumemctl, ReservationsShowTheVersionEachHolderMapsAndTheDraft) {
   const auto committed = print_both(daemon, "reservations");
   const json& switched = committed.document.at(0);
   EXPECT_EQ(switched.at("version"), 2u);
-  EXPECT_EQ(switched.at("draft_version"), 0u);
+  EXPECT_TRUE(switched.at("draft_version").is_null()) << "no draft: null, not 0";
   EXPECT_EQ(switched.at("committed"), 2 * kChunk);
   EXPECT_EQ(switched.at("oldest_mapped"), 1u) << "the reader has not refreshed";
   EXPECT_EQ(switched.at("retained_bytes"), kChunk) << "version 1, which the reader maps";
@@ -301,7 +305,9 @@ TEST_F(Gpumemctl, SleepThenWakeByNameKeepsTheBytesAtTheSameAddress) {
   EXPECT_EQ(keys_in(status), keys_of(ctl::kReservationStatusFields));
   EXPECT_EQ(status.at("name"), "w");
   EXPECT_EQ(status.at("state"), "awake");
-  EXPECT_EQ(status.at("host_bytes"), 0u) << "the host copy is returned after wake";
+  EXPECT_TRUE(status.at("host_bytes").is_null()) << "the host copy is returned after wake";
+  EXPECT_TRUE(status.at("error").is_null());
+  EXPECT_TRUE(status.at("reason").is_null()) << "no failure, no reason";
   EXPECT_EQ(run_gpumemctl(daemon, {"wake", "w"}).second, static_cast<int>(ctl::exit_status::busy))
       << "it is awake already";
 
@@ -357,7 +363,22 @@ TEST(GpumemctlAcrossUsers, AStrangerCannotPutAnotherUsersReservationToSleep) {
 TEST_F(Gpumemctl, LocksShowTheSyncFields) {
   const auto output = print_both(daemon, "locks");
   expect_described(output, output.document, ctl::kSyncFields);
-  EXPECT_EQ(output.document.size(), 2u);
+  ASSERT_EQ(output.document.size(), 2u);
+  const auto named_object = [&](const char* name) {
+    const auto found = std::ranges::find(output.document, json(name),
+                                         [](const json& each) { return each.at("name"); });
+    return found == output.document.end() ? json::object() : *found;
+  };
+  // What a kind of object does not have, or a free lock's owner, is null, not 0.
+  const json free_lock = named_object("shown.lock");
+  EXPECT_EQ(free_lock.at("queued"), 0u) << free_lock;
+  EXPECT_TRUE(free_lock.at("parties").is_null()) << free_lock;
+  EXPECT_TRUE(free_lock.at("owner_client").is_null()) << free_lock;
+  EXPECT_EQ(row_of(output, "shown.lock", "PARTIES"), "-");
+  const json barrier_row = named_object("shown.barrier");
+  EXPECT_EQ(barrier_row.at("parties"), 2u) << barrier_row;
+  EXPECT_TRUE(barrier_row.at("queued").is_null()) << barrier_row;
+  EXPECT_EQ(row_of(output, "shown.barrier", "QUEUED"), "-");
 }
 
 template <class Record, std::size_t count>
@@ -445,6 +466,14 @@ TEST(GpumemctlCommandLine, UnknownOptionsAndMissingArgumentsAreBadArguments) {
     const auto [output, code] = run_gpumemctl(args);
     EXPECT_EQ(code, exit_code_of(ctl::exit_status::bad_arguments))
         << args.front() << ": " << output;
+  }
+  for (const char* count : {"0", "-1", "x", "99999999999999999999999"}) {
+    const auto [output, code] = run_gpumemctl({"top", "-n", count});
+    EXPECT_EQ(code, exit_code_of(ctl::exit_status::bad_arguments)) << count;
+    EXPECT_NE(output.find(std::string("--iterations takes a count of refreshes above 0, not '") +
+                          count + "'"),
+              std::string::npos)
+        << output;
   }
   for (const char* seconds : {"0", "-1", "abc", "inf"}) {
     const auto [output, code] = run_gpumemctl({"stats", "--watch", seconds});

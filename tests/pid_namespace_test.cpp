@@ -137,7 +137,7 @@ TEST_F(PidNamespace, AHeldLockShowsHeldAndByWhichClient) {
   const json freed = daemon->ctl_json("locks");
   EXPECT_EQ(freed[0].at("state"), "free") << freed;
   EXPECT_EQ(freed[0].at("held"), false) << freed;
-  EXPECT_EQ(freed[0].at("owner_client"), 0) << freed;
+  EXPECT_TRUE(freed[0].at("owner_client").is_null()) << freed;
 }
 
 TEST_F(PidNamespace, AKilledHolderOutsideIsStillSeenDeadAndItsLockHandedOnWithOwnerDied) {

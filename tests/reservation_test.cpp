@@ -114,6 +114,29 @@ TEST(HostReservation, OwnerAndOpenersSeeTheSameBytesAsItGrowsAndShrinks) {
   EXPECT_THROW(holder.resize(2 * kChunk), Error) << "only the owner resizes";
 }
 
+TEST(HostReservation, TheClientListCountsAReservationAsItsOwnersAndOpenersAllocationsDo) {
+  daemon_process daemon;
+  auto owner_client = daemon.connect("owner");
+  auto owner = Reservation::create(owner_client, 8 * kChunk,
+                                   {.device = kHost, .name = "counted", .initial = kChunk});
+  owner.resize(3 * kChunk);
+  auto opener_client = daemon.connect("opener");
+  auto opened = Reservation::open(opener_client, "counted", {.access = Access::read_only});
+  const auto listed = owner_client.clients();
+  const auto labelled = [&](std::string_view label) {
+    const auto found = std::ranges::find(listed, label, &ClientInfo::label);
+    return found == listed.end() ? ClientInfo{} : *found;
+  };
+  const ClientInfo listed_owner = labelled("owner");
+  EXPECT_EQ(listed_owner.allocations_owned, 1u);
+  EXPECT_EQ(listed_owner.allocations_opened, 0u);
+  EXPECT_EQ(listed_owner.bytes_owned, 3 * kChunk) << "the committed bytes";
+  const ClientInfo listed_opener = labelled("opener");
+  EXPECT_EQ(listed_opener.allocations_owned, 0u);
+  EXPECT_EQ(listed_opener.allocations_opened, 1u);
+  EXPECT_EQ(listed_opener.bytes_owned, 0u);
+}
+
 TEST(HostReservation, EveryHolderSeesEachVersionInOrderAtTheSameAddressNeverTorn) {
   daemon_process daemon;
   auto client = daemon.connect();

@@ -217,6 +217,7 @@ TEST(Lock, ALockClosedWhileHeldGoesToTheNextWaiterWithOwnerDied) {
   EXPECT_EQ(told->object, "dropped");
   EXPECT_EQ(told->label, "dropper");
   EXPECT_EQ(told->pid, static_cast<std::uint32_t>(::getpid()));
+  EXPECT_EQ(told->reason, "closed its last Lock of the name while holding it");
 
   // Closed by its holder unrepaired, it goes on with the owner-died flag, as after a death.
   auto third_client = daemon.connect("third");

@@ -8,7 +8,7 @@ std::string exit_statuses_text() {
     text += "  " + std::to_string(static_cast<int>(row.status)) + "  " + std::string(row.meaning) +
             "\n";
   }
-  return text;
+  return text + std::string(kInterruptedNote) + "\n";
 }
 
 exit_status connect_failure(gpumem::errc code) {

@@ -36,7 +36,12 @@ inline constexpr exit_status_row kExitStatuses[] = {
     {exit_status::busy, "busy: in use, or not in a state that allows it (e.g. already asleep)"},
 };
 
-/// @brief The "Exit status:" section of `--help`, a line per status.
+/// gpumemctl leaves SIGINT and SIGTERM to end it, so a shell reports 128 + the signal.
+inline constexpr std::string_view kInterruptedNote =
+    "  130 (128 + the signal) interrupted by Ctrl-C; a sleep or wake it waited for goes on in "
+    "gpumemd";
+
+/// @brief The "Exit status:" section of `--help`, a line per status and kInterruptedNote.
 std::string exit_statuses_text();
 
 /// @brief How connecting failed: permission_denied and invalid_argument (a bad socket path or

@@ -47,6 +47,14 @@ json member(const Record& record) {
   return record.*data_member;
 }
 
+/// @brief Value of a data member, or null where it holds no data: 0 or empty text, which the
+/// daemon's records use for "none" (no draft, no name, an owner that let go).
+template <auto data_member, class Record>
+json member_or_null(const Record& record) {
+  const auto& value = record.*data_member;
+  return value == std::remove_cvref_t<decltype(value)>{} ? json(nullptr) : json(value);
+}
+
 /// @brief Null, which JSON shows where a record has no such data, and empty text are "-" in a
 /// table.
 template <class Record>

@@ -71,7 +71,8 @@ std::string line_of(const Event& e) {
              " object(s) it owned";
     case EventKind::owner_died:
       return line + "lock " + e.object + ": its holder " +
-             (e.client != 0 ? who(e) : "pid " + std::to_string(e.pid)) + " died holding it";
+             (e.client != 0 ? who(e) : "pid " + std::to_string(e.pid)) + " " +
+             (e.reason.empty() ? "died holding it" : e.reason);
     case EventKind::refused:
       line += (e.request.empty() ? "a request" : e.request) + " of " + who(e) + ": " +
               std::string(gpumem::proto::describe(e.code)) + ": " + e.reason;

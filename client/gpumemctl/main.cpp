@@ -7,6 +7,7 @@
 // may include the public client headers only, never client/src, proto/ internals or daemon/.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -214,8 +215,21 @@ void add_tool_options(CLI::App& app, tool_options& options) {
             return {};
           },
           "SECONDS"));
+  // 0 would read as "none" but mean "for ever", the default's meaning: refused.
   app.add_option("-n,--iterations", options.iterations,
-                 "with --watch or `top`: stop after N refreshes (default: until interrupted)");
+                 "with --watch or `top`: stop after N refreshes (default: until interrupted)")
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            char* end = nullptr;
+            errno = 0;
+            const unsigned long long count = std::strtoull(text.c_str(), &end, 10);
+            if (end == text.c_str() || *end != '\0' || errno != 0 || count == 0 ||
+                text.front() == '-') {
+              return "--iterations takes a count of refreshes above 0, not '" + text + "'";
+            }
+            return {};
+          },
+          "N"));
   app.add_flag("--version", options.version, "print the version and the protocol version");
 }
 

@@ -64,20 +64,10 @@ json device_of(const Record& record) {
   return device_name(record.*device_member);
 }
 
+/// @brief An owner that let go while others still hold the object: null in JSON.
 template <class Record>
-std::string dash_if_empty(const json& text, const Record& /*record*/) {
-  return text.get<std::string>().empty() ? "-" : text.get<std::string>();
-}
-
-template <class Record>
-std::string dash_if_zero(const json& number, const Record& /*record*/) {
-  return number.get<std::uint64_t>() == 0 ? "-" : number.dump();
-}
-
-/// @brief An owner of 0 let go while others still hold the object.
-template <class Record>
-std::string gone_if_zero(const json& owner, const Record& /*record*/) {
-  return owner.get<std::uint64_t>() == 0 ? "(gone)" : owner.dump();
+std::string gone_if_absent(const json& owner, const Record& /*record*/) {
+  return owner.is_null() ? "(gone)" : owner.dump();
 }
 
 /// @brief What a finished sleep or wake left, in one line: "reservation 'w' asleep: 1.0 GiB on
@@ -87,12 +77,6 @@ std::string reservation_outcome(const named_reservation_status& status);
 template <class Record>
 json state_of(const Record& record) {
   return gpumem::to_string(record.state);
-}
-
-/// @brief Host bytes are "-" while a reservation is awake (or slept discarding).
-template <class Record>
-std::string bytes_or_dash(const json& value, const Record& record) {
-  return value.get<std::uint64_t>() == 0 ? "-" : bytes(value, record);
 }
 
 /// @brief The driver's counters exist for CUDA pools only: null for a host pool.
@@ -159,7 +143,8 @@ inline constexpr field<listed_client> kClientFields[] = {
      [](const json& pid, const listed_client&) { return pid_or_note(pid); }},
     // What the client says of itself: shown for operators matching a container's processes,
     // never trusted.
-    {"OWN PID (CLIENT-REPORTED)", "reported_pid", member<&ClientInfo::reported_pid>, dash_if_zero},
+    {"OWN PID (CLIENT-REPORTED)", "reported_pid", member_or_null<&ClientInfo::reported_pid>,
+     dash_if_absent},
     {"UID", "uid", member<&ClientInfo::uid>},
     {"", "gid", member<&ClientInfo::gid>},
     {"LABEL", "label", member<&ClientInfo::label>},
@@ -212,7 +197,7 @@ json owner_detail(const listed_allocation& allocation) {
 
 inline constexpr field<listed_allocation> kAllocationFields[] = {
     {"ID", "id", member<&AllocationInfo::id>},
-    {"NAME", "name", member<&AllocationInfo::name>, dash_if_empty},
+    {"NAME", "name", member_or_null<&AllocationInfo::name>, dash_if_absent},
     {"SIZE", "size", member<&AllocationInfo::size>, bytes},
     {"POOL", "pool_name",
      [](const listed_allocation& allocation) -> json {
@@ -220,7 +205,7 @@ inline constexpr field<listed_allocation> kAllocationFields[] = {
      },
      dash_if_absent},
     {"", "pool", member<&AllocationInfo::pool>},
-    {"OWNER", "owner_client", member<&AllocationInfo::owner_client>, gone_if_zero},
+    {"OWNER", "owner_client", member_or_null<&AllocationInfo::owner_client>, gone_if_absent},
     {"PID", "owner_pid", owner_detail<&ClientInfo::pid>, dash_if_absent},
     {"LABEL", "owner_label", owner_detail<&ClientInfo::label>, dash_if_absent},
     {"HOLDERS", "holders", member<&AllocationInfo::holders>},
@@ -228,14 +213,14 @@ inline constexpr field<listed_allocation> kAllocationFields[] = {
 
 inline constexpr field<ReservationInfo> kReservationFields[] = {
     {"ID", "id", member<&ReservationInfo::id>},
-    {"NAME", "name", member<&ReservationInfo::name>, dash_if_empty},
+    {"NAME", "name", member_or_null<&ReservationInfo::name>, dash_if_absent},
     {"DEVICE", "device", device_of<&ReservationInfo::device>},
     {"STATE", "state", state_of<ReservationInfo>},
     {"VERSION", "version", member<&ReservationInfo::version>},
-    {"DRAFT", "draft_version", member<&ReservationInfo::draft_version>, dash_if_zero},
+    {"DRAFT", "draft_version", member_or_null<&ReservationInfo::draft_version>, dash_if_absent},
     {"COMMITTED", "committed", member<&ReservationInfo::committed>, bytes},
     {"MAX", "max_size", member<&ReservationInfo::max_size>, bytes},
-    {"OWNER", "owner_client", member<&ReservationInfo::owner_client>, gone_if_zero},
+    {"OWNER", "owner_client", member_or_null<&ReservationInfo::owner_client>, gone_if_absent},
     {"HOLDERS", "holders", member<&ReservationInfo::holders>},
     // Holders on the current version / on an older one: "3/1" while one has not refreshed.
     {"CURRENT/BEHIND", "holders_current", member<&ReservationInfo::holders_current>,
@@ -243,9 +228,11 @@ inline constexpr field<ReservationInfo> kReservationFields[] = {
        return current.dump() + "/" + std::to_string(reservation.holders_behind);
      }},
     {"", "holders_behind", member<&ReservationInfo::holders_behind>},
-    {"OLDEST MAPPED", "oldest_mapped", member<&ReservationInfo::oldest_mapped>, dash_if_zero},
+    {"OLDEST MAPPED", "oldest_mapped", member_or_null<&ReservationInfo::oldest_mapped>,
+     dash_if_absent},
     {"RETAINED", "retained_bytes", member<&ReservationInfo::retained_bytes>, bytes},
-    {"ON HOST", "host_bytes", member<&ReservationInfo::host_bytes>, bytes_or_dash},
+    // Host bytes: none (null) while a reservation is awake, or asleep having discarded them.
+    {"ON HOST", "host_bytes", member_or_null<&ReservationInfo::host_bytes>, bytes},
 };
 
 inline constexpr field<named_reservation_status> kReservationStatusFields[] = {
@@ -254,7 +241,7 @@ inline constexpr field<named_reservation_status> kReservationStatusFields[] = {
     {"state", "state", state_of<named_reservation_status>},
     {"version", "version", member<&ReservationStatus::version>},
     {"committed", "committed", member<&ReservationStatus::committed>, bytes},
-    {"on host", "host_bytes", member<&ReservationStatus::host_bytes>, bytes_or_dash},
+    {"on host", "host_bytes", member_or_null<&ReservationStatus::host_bytes>, bytes},
     {"busy", "busy", member<&ReservationStatus::busy>,
      [](const json& busy, const named_reservation_status&) -> std::string {
        return busy.get<bool>() ? "yes (a sleep or wake is under way)" : "no";
@@ -268,7 +255,7 @@ inline constexpr field<named_reservation_status> kReservationStatusFields[] = {
      [](const json& error, const named_reservation_status& status) -> std::string {
        return error.is_null() ? "-" : error.get<std::string>() + ": " + status.reason;
      }},
-    {"", "reason", member<&ReservationStatus::reason>},
+    {"", "reason", member_or_null<&ReservationStatus::reason>},
 };
 
 inline constexpr field<SyncInfo> kSyncFields[] = {
@@ -278,10 +265,14 @@ inline constexpr field<SyncInfo> kSyncFields[] = {
     {"DOMAIN", "domain", member<&SyncInfo::domain>},
     {"STATE", "state", [](const SyncInfo& sync) -> json { return sync_state(sync); }},
     {"", "held", member<&SyncInfo::held>},
-    {"OWNER", "owner_client", member<&SyncInfo::owner_client>,
+    // Null while free, and while held by a client that is gone (`held` tells them apart).
+    {"OWNER", "owner_client",
+     [](const SyncInfo& sync) {
+       return sync.held && sync.owner_client != 0 ? json(sync.owner_client) : json(nullptr);
+     },
      [](const json& owner, const SyncInfo& sync) -> std::string {
        if (!sync.held) return "-";
-       return owner.get<std::uint64_t>() == 0 ? "(gone)" : "client " + owner.dump();
+       return owner.is_null() ? "(gone)" : "client " + owner.dump();
      }},
     {"OWNER PID", "owner_pid",
      [](const SyncInfo& sync) { return sync.held ? visible_pid(sync.owner_pid) : json(nullptr); },
@@ -289,14 +280,17 @@ inline constexpr field<SyncInfo> kSyncFields[] = {
        // A lock held by a client that is gone has no process to name.
        return sync.held && sync.owner_client != 0 ? pid_or_note(pid) : "-";
      }},
-    {"QUEUED", "queued", member<&SyncInfo::queued>,
-     [](const json& queued, const SyncInfo& sync) -> std::string {
-       return sync.kind == gpumem::SyncKind::lock ? queued.dump() : "-";
-     }},
-    {"PARTIES", "parties", member<&SyncInfo::parties>,
-     [](const json& parties, const SyncInfo& sync) -> std::string {
-       return sync.kind == gpumem::SyncKind::lock ? "-" : parties.dump();
-     }},
+    // A lock has waiters queued, a barrier or channel parties: null for the other kind.
+    {"QUEUED", "queued",
+     [](const SyncInfo& sync) {
+       return sync.kind == gpumem::SyncKind::lock ? json(sync.queued) : json(nullptr);
+     },
+     dash_if_absent},
+    {"PARTIES", "parties",
+     [](const SyncInfo& sync) {
+       return sync.kind == gpumem::SyncKind::lock ? json(nullptr) : json(sync.parties);
+     },
+     dash_if_absent},
     {"OPEN", "attached", member<&SyncInfo::attached>},
     {"DEATHS", "owner_deaths", member<&SyncInfo::owner_deaths>},
     {"", "epoch", member<&SyncInfo::epoch>},

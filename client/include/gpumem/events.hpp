@@ -55,7 +55,9 @@ struct Event {
   errc code = errc::ok;  ///< refused: why
   std::string request;   ///< refused: the request's message type ("allocate"), "hello" to connect
   std::string object;    ///< owner_died: the lock
-  std::string reason;    ///< refused: the rule, in the daemon's words
+  /// refused: the rule, in the daemon's words; owner_died: how a live holder let go (empty for
+  /// a death)
+  std::string reason;
 };
 
 class GPUMEM_API EventStream {

@@ -256,8 +256,10 @@ struct ClientInfo {
   std::uint32_t reported_pid = 0;
   std::uint32_t uid = 0;
   std::uint32_t gid = 0;
+  /// Allocations and reservations it made and holds, as the allocations quota counts them.
   std::uint32_t allocations_owned = 0;
-  std::uint32_t allocations_opened = 0;
+  std::uint32_t allocations_opened = 0;  ///< allocations and reservations another client made
+  /// Their bytes: an allocation's size, a reservation's committed bytes.
   std::uint64_t bytes_owned = 0;
   std::uint64_t connected_ms = 0;
   std::string label;

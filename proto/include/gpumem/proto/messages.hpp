@@ -206,8 +206,8 @@ struct client_record {
   std::uint32_t pid;  ///< from the kernel, in the daemon's PID namespace; 0: not visible there
   std::uint32_t uid;
   std::uint32_t gid;
-  std::uint32_t allocations_owned;
-  std::uint32_t allocations_opened;
+  std::uint32_t allocations_owned;   ///< allocations and reservations, as quotas count them
+  std::uint32_t allocations_opened;  ///< allocations and reservations another client made
   std::uint32_t client_pid;  ///< what the client reported at hello (untrusted); 0: nothing
   std::uint64_t bytes_owned;
   std::uint64_t connected_ms;
@@ -561,7 +561,9 @@ struct event_record {
   std::uint16_t reserved;
   wire_name label;               ///< the client's label
   wire_name object;              ///< owner_died: the lock
-  char reason[kReasonCapacity];  ///< refused: the rule's reason; NUL-terminated, printable
+  /// refused: the rule's reason; owner_died: how a live holder let go (empty for a death).
+  /// NUL-terminated, printable
+  char reason[kReasonCapacity];
 };
 static_assert(sizeof(event_record) == 384);
 static_assert(offsetof(event_record, code) == 56);
