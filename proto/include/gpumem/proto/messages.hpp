@@ -208,7 +208,7 @@ struct client_record {
   std::uint32_t gid;
   std::uint32_t allocations_owned;   ///< allocations and reservations, as quotas count them
   std::uint32_t allocations_opened;  ///< allocations and reservations another client made
-  std::uint32_t client_pid;  ///< what the client reported at hello (untrusted); 0: nothing
+  std::uint32_t client_pid;          ///< what the client reported at hello (untrusted); 0: nothing
   std::uint64_t bytes_owned;
   std::uint64_t connected_ms;
   wire_name label;
@@ -559,8 +559,8 @@ struct event_record {
   std::uint32_t code;          ///< refused: the errc
   std::uint16_t request_type;  ///< refused: the message type refused
   std::uint16_t reserved;
-  wire_name label;               ///< the client's label
-  wire_name object;              ///< owner_died: the lock
+  wire_name label;   ///< the client's label
+  wire_name object;  ///< owner_died: the lock
   /// refused: the rule's reason; owner_died: how a live holder let go (empty for a death).
   /// NUL-terminated, printable
   char reason[kReasonCapacity];
