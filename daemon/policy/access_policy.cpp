@@ -21,6 +21,14 @@ std::string describe_object(object_id id, const object_row& row) {
                      id, row.owner_uid, row.owner_gid, row.mode);
 }
 
+std::string access_policy::describe_to(const credentials& who, object_id id,
+                                       const object_row& row) const {
+  if (may_see(who, row)) return describe_object(id, row);
+  // The lists leave it out for this client: its owner and mode are not this client's to learn.
+  const std::string name = row.name.empty() ? "" : fmt::format("'{}' ", row.name);
+  return fmt::format("{} {}(id {})", kind_name(row.kind), name, id);
+}
+
 access_policy::access_policy(access_config config, uid_t daemon_uid,
                              std::optional<gid_t> socket_group)
     : config_(std::move(config)), daemon_uid_(daemon_uid), socket_group_(socket_group) {}
@@ -75,7 +83,7 @@ void access_policy::check_open(const credentials& who, object_id id, const objec
   throw request_error(
       errc::permission_denied,
       fmt::format("{} may not open {} {}: its mode gives {} users no {} access", describe(who),
-                  describe_object(id, row), wanted == wanted_access::read ? "to read" : "to write",
+                  describe_to(who, id, row), wanted == wanted_access::read ? "to read" : "to write",
                   whose, wanted == wanted_access::read ? "read" : "read-write"));
 }
 
@@ -94,7 +102,7 @@ void access_policy::check_operate(const credentials& who, object_id id, const ob
   throw request_error(errc::permission_denied,
                       fmt::format("{} may not {} {}: only its owner uid and administrators "
                                   "(root, access.admin_group) may",
-                                  describe(who), action, describe_object(id, row)));
+                                  describe(who), action, describe_to(who, id, row)));
 }
 
 }  // namespace gpumem::daemon

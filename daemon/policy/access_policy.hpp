@@ -39,8 +39,8 @@ class access_policy {
   /// @brief The mode a new object gets from its creation flags (proto::kFlagModeGiven).
   mode_t mode_for(std::uint32_t creation_flags) const noexcept;
 
-  /// @throws request_error(permission_denied) naming the object, its owner and mode, and the
-  /// client.
+  /// @throws request_error(permission_denied) naming the object (describe_to()), the client
+  /// and the rule.
   void check_open(const credentials& who, object_id id, const object_row& row,
                   wanted_access wanted) const;
   bool may_open(const credentials& who, const object_row& row, wanted_access wanted) const noexcept;
@@ -54,6 +54,10 @@ class access_policy {
   /// @throws request_error(permission_denied)
   void check_operate(const credentials& who, object_id id, const object_row& row,
                      std::string_view action) const;
+
+  /// @brief The object as a refusal to @p who names it: describe_object() where @p who may see
+  /// it; else only its kind, name and id ("lock 'jobs' (id 7)"), as the lists leave it out.
+  std::string describe_to(const credentials& who, object_id id, const object_row& row) const;
 
   /// "pid 42 uid 1001 (label)" for log lines and refusals.
   static std::string describe(const credentials& who, const std::string& label = {});
