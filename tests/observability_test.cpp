@@ -239,6 +239,10 @@ TEST(Events, AUserSeesOnlyEventsAboutItsOwnUid) {
   }
   ASSERT_TRUE(first.has_value()) << "gpumemctl events printed nothing";
   EXPECT_NE(first->find("\"uid\":65534"), std::string::npos) << *first;
+  for (const char* absent :
+       {"\"error\":null", "\"request\":null", "\"object\":null", "\"reason\":null"}) {
+    EXPECT_NE(first->find(absent), std::string::npos) << "a connect event: " << *first;
+  }
   while (events.read_line(500ms)) {
   }
   daemon.connect("root-job").ping();

@@ -38,17 +38,19 @@ constexpr field<Event> kEventFields[] = {
     {"", "client", member<&Event::client>},
     {"", "pid", member<&Event::pid>},
     {"", "uid", member<&Event::uid>},
-    {"", "label", member<&Event::label>},
+    // Text a kind of event does not carry (a connect's request or object) is null.
+    {"", "label", member_or_null<&Event::label>},
     {"", "bytes", member<&Event::bytes>},
     {"", "count", member<&Event::count>},
     {"", "code", [](const Event& e) -> json { return static_cast<std::uint32_t>(e.code); }},
     {"", "error",
      [](const Event& e) -> json {
-       return e.code == gpumem::errc::ok ? "" : std::string(gpumem::proto::describe(e.code));
+       return e.code == gpumem::errc::ok ? json(nullptr)
+                                         : json(std::string(gpumem::proto::describe(e.code)));
      }},
-    {"", "request", member<&Event::request>},
-    {"", "object", member<&Event::object>},
-    {"", "reason", member<&Event::reason>},
+    {"", "request", member_or_null<&Event::request>},
+    {"", "object", member_or_null<&Event::object>},
+    {"", "reason", member_or_null<&Event::reason>},
 };
 
 std::string who(const Event& e) {
