@@ -113,7 +113,7 @@ class books {
   metrics::request_counters requests;
   metrics::activity_counters activity;
   event_hub events;
-  /// Clients taken over from a previous daemon at start.
+  /// Clients taken over from a previous daemon at start, whose processes still lived.
   std::size_t readopted_clients = 0;
   std::chrono::system_clock::time_point started_at = std::chrono::system_clock::now();
 

@@ -409,6 +409,7 @@ int exit_code_of(ctl::exit_status status) {
 
 /// The error gpumemctl --json printed: {"error": {"code", "message", "exit_code"}}.
 json json_error(const std::string& output) {
+  EXPECT_EQ(std::ranges::count(output, '\n'), 1) << "one line, as in a stream of JSON lines";
   const json document = json::parse(output);
   EXPECT_EQ(keys_in(document), std::set<std::string>{"error"}) << document;
   EXPECT_EQ(keys_in(document.at("error")), (std::set<std::string>{"code", "message", "exit_code"}))

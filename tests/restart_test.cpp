@@ -19,6 +19,7 @@
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
+#include "support/metric_value.hpp"
 #include "support/open_fds.hpp"
 #include "support/pattern.hpp"
 #include "support/raw_client.hpp"
@@ -117,6 +118,12 @@ TEST(Restart, WhatAClientThatDiedWhileNoDaemonRanHeldIsFreed) {
   auto client = daemon.connect();
   EXPECT_FALSE(opens(client, "orphaned"));
   EXPECT_EQ(host_bytes_in_use(client), 0u);
+  // Counted as a death while the daemon runs would have been, not as a client taken over.
+  const std::string metrics = client.metrics();
+  EXPECT_EQ(metric_value(metrics, "gpumemd_departures_total{how=\"died\"}"), 1) << metrics;
+  EXPECT_EQ(metric_value(metrics, "gpumemd_reclaimed_bytes_total"), kSize) << metrics;
+  EXPECT_EQ(metric_value(metrics, "gpumemd_reclaimed_objects_total"), 1) << metrics;
+  EXPECT_EQ(metric_value(metrics, "gpumemd_readopted_clients"), 0) << metrics;
 }
 
 TEST(Restart, AHostRangeFreedAtTheStartIsZeroedBeforeAnotherRestartPlacesItAgain) {

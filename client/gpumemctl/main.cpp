@@ -234,11 +234,12 @@ void add_tool_options(CLI::App& app, tool_options& options) {
 }
 
 /// A failure reported the way the command line asked: a line on stderr, or with --json a JSON
-/// document on stdout, where a program that reads the output finds it.
+/// document on one line of stdout, where a program that reads the output finds it (one line, so
+/// that it also ends a stream of JSON lines, `events` or `--watch`, as one more line).
 int fail(gpumemctl::exit_status status, std::string_view code, const std::string& message,
          bool as_json) {
   if (as_json) {
-    print_json(gpumemctl::error_json(code, message, status));
+    std::cout << gpumemctl::error_json(code, message, status).dump() << '\n';
   } else {
     std::cerr << "gpumemctl: " << message << '\n';
   }

@@ -331,8 +331,10 @@ void state_store::start(books& state, bool readopted) {
   if (readopted && adopted_) state.sync.resume_dead_turns();
   for (const client_id dead : dead_clients_) {
     spdlog::info("client {} exited while no gpumemd ran: what it held is let go", dead);
-    state.remove_client(dead);
+    // As a death while the daemon runs: counted, told as died and reclaimed events.
+    state.depart(dead, true);
   }
+  if (!dead_clients_.empty()) state.readopted_clients = state.rows.clients().size();
   dead_clients_.clear();
   // Objects that no client holds any more go, as they would have if the daemon had lived.
   std::vector<object_id> unheld;
