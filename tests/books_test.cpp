@@ -644,21 +644,6 @@ class Tenants : public ::testing::Test {
   client_id root = book.add_client({103, 0, 0, {}});
 };
 
-TEST_F(Tenants, AnAllocationIsListedInItsConfiguredPoolWhicheverInstanceHoldsIt) {
-  // Three access classes of one configured pool: three instances, one line in stats.
-  book.memory.allocate(owner, request(4096, "private"));
-  book.memory.allocate(owner, request(4096, "shared", 0640));
-  book.memory.allocate(stranger, request(4096, "strangers"));
-  const auto stats = book.memory.stats();
-  ASSERT_FALSE(stats.records.empty());
-  const std::uint32_t listed_pool = stats.records.at(0).pool_id;
-  const auto listed = book.memory.list_allocations(root, 0);
-  ASSERT_EQ(listed.records.size(), 3u);
-  for (const auto& each : listed.records) {
-    EXPECT_EQ(each.pool_id, listed_pool) << each.name.view() << " is listed in a pool stats lacks";
-  }
-}
-
 TEST_F(Tenants, QuotasRefuseNamingTheKeyAndGiveBackWhatIsFreed) {
   const auto first = book.memory.allocate(owner, request(4096));
   book.memory.allocate(owner, request(4096));

@@ -377,13 +377,6 @@ std::uint32_t memory_book::features() const noexcept {
   return 0;
 }
 
-std::uint32_t memory_book::listed_id(const pool_family& family) const noexcept {
-  auto id = static_cast<std::uint32_t>(pools_.size());
-  for (const pool* each : family.retired) id = std::min(id, each->id());
-  for (const auto& [tenant, each] : family.instances) id = std::min(id, each->id());
-  return id;
-}
-
 proto::stats_reply memory_book::stats() const {
   proto::stats_reply reply;
   reply.head.count = static_cast<std::uint32_t>(families_.size());
@@ -391,10 +384,10 @@ proto::stats_reply memory_book::stats() const {
   reply.head.allocation_count = allocations_.size();
   reply.head.features = features();
   for (const pool_family& family : families_) {
-    // A configured pool's line is the sum of its instances.
+    // A configured pool's line is the sum of its instances; its id is its first instance's.
     proto::pool_stats record{};
     record.name = to_wire(family.config.name);
-    record.pool_id = listed_id(family);
+    record.pool_id = static_cast<std::uint32_t>(pools_.size());
     record.device = family.config.device;
     record.size_limit = family.config.size;
     std::vector<const pool*> instances(family.retired.begin(), family.retired.end());
@@ -402,6 +395,7 @@ proto::stats_reply memory_book::stats() const {
     for (const pool* each : instances) {
       const pool_usage& usage = each->usage();
       const driver_usage driver = each->driver_counters();
+      record.pool_id = std::min(record.pool_id, each->id());
       record.bytes_in_use += usage.bytes_in_use;
       record.bytes_reserved += usage.bytes_reserved;
       record.bytes_in_use_high += usage.bytes_in_use_high;
@@ -440,13 +434,10 @@ proto::allocation_list_reply memory_book::list_allocations(client_id asker, obje
       object_family::allocation, after, kPageSize,
       [&](const object_row& row) { return access_.may_see(who, row); },
       [&](object_id id, const object_row& row) {
-        // The configured pool as stats() lists it, not the tenant's instance of it, which no
-        // list names.
-        const std::uint32_t instance = allocations_.at(id).home->id();
         return proto::allocation_record{id,
                                         row.bytes,
                                         row.owner,
-                                        listed_id(families_[pool_owner_.at(instance).first]),
+                                        allocations_.at(id).home->id(),
                                         static_cast<std::uint32_t>(row.holders.size()),
                                         to_wire(row.name)};
       });

@@ -156,8 +156,6 @@ class memory_book {
     std::unique_ptr<family_room> room;
   };
 
-  /// The id stats() and list_allocations() give a configured pool: its first instance's.
-  std::uint32_t listed_id(const pool_family& family) const noexcept;
   pool_family& choose_family(const proto::allocate_request& request);
   pool_family& family_named(const pool_config& config);
   /// @throws config_error naming the pool when its first instance cannot be made.

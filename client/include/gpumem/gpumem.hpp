@@ -269,7 +269,7 @@ struct AllocationInfo {
   std::uint64_t id = 0;
   std::uint64_t size = 0;
   std::uint64_t owner_client = 0;  ///< 0 once the owner let go while others still hold it
-  std::uint32_t pool = 0;          ///< the configured pool's id, as Stats::pools lists it
+  std::uint32_t pool = 0;
   std::uint32_t holders = 0;
   std::string name;
 };

@@ -219,7 +219,7 @@ struct allocation_record {
   std::uint64_t alloc_id;
   std::uint64_t size;
   std::uint64_t owner_client_id;  ///< 0 once the owner has let go while others still hold it
-  std::uint32_t pool_id;  ///< the configured pool, as stats lists it (not the tenant's instance)
+  std::uint32_t pool_id;
   std::uint32_t holders;  ///< clients holding it, owner included
   wire_name name;
 };
