@@ -468,7 +468,7 @@ TEST(GpumemctlCommandLine, UnknownOptionsAndMissingArgumentsAreBadArguments) {
     EXPECT_EQ(code, exit_code_of(ctl::exit_status::bad_arguments))
         << args.front() << ": " << output;
   }
-  for (const char* count : {"0", "-1", "x", "99999999999999999999999"}) {
+  for (const char* count : {"0", "-1", " -1", "010", "x", "99999999999999999999999"}) {
     const auto [output, code] = run_gpumemctl({"top", "-n", count});
     EXPECT_EQ(code, exit_code_of(ctl::exit_status::bad_arguments)) << count;
     EXPECT_NE(output.find(std::string("--iterations takes a count of refreshes above 0, not '") +

@@ -423,10 +423,10 @@ TEST_F(Tenants, AnotherUsersPrivateHostBufferIsInNoPoolDescriptorOfMine) {
     auto client = daemon.connect("tenant-b");
     for (const auto access : {Access::read_write, Access::read_only}) {
       // A private object is left out of B's lists, so its owner is not named to B either.
-      found.expect_refused("opening A's private buffer", errc::permission_denied,
-                           {"allocation 'a-secret' (id ", "uid " + uid_of(b()), "no read"},
-                           [&] { client.open("a-secret", {.access = access}); },
-                           {"owner uid", "mode 0600"});
+      found.expect_refused(
+          "opening A's private buffer", errc::permission_denied,
+          {"allocation 'a-secret' (id ", "uid " + uid_of(b()), "gives this client no read"},
+          [&] { client.open("a-secret", {.access = access}); }, {"owner uid", "mode 0600"});
     }
     // An instance of the host pool of B's own, beside A's and the daemon's.
     auto own = client.allocate(64 * kKiB, {.name = "b-own"});

@@ -220,11 +220,14 @@ void add_tool_options(CLI::App& app, tool_options& options) {
                  "with --watch or `top`: stop after N refreshes (default: until interrupted)")
       ->check(CLI::Validator(
           [](const std::string& text) -> std::string {
-            char* end = nullptr;
+            // Decimal digits only: CLI11 converts with base 0 (010 would be 8) and strtoull
+            // skips blanks and takes " -1" for the largest count.
             errno = 0;
-            const unsigned long long count = std::strtoull(text.c_str(), &end, 10);
-            if (end == text.c_str() || *end != '\0' || errno != 0 || count == 0 ||
-                text.front() == '-') {
+            const bool digits = !text.empty() && text.front() != '0' &&
+                                text.find_first_not_of("0123456789") == std::string::npos;
+            const bool in_range =
+                digits && std::strtoull(text.c_str(), nullptr, 10) != 0 && errno == 0;
+            if (!in_range) {
               return "--iterations takes a count of refreshes above 0, not '" + text + "'";
             }
             return {};
@@ -239,7 +242,10 @@ void add_tool_options(CLI::App& app, tool_options& options) {
 int fail(gpumemctl::exit_status status, std::string_view code, const std::string& message,
          bool as_json) {
   if (as_json) {
-    std::cout << gpumemctl::error_json(code, message, status).dump() << '\n';
+    // Bytes of the command line that are not UTF-8 are replaced, not thrown over.
+    std::cout << gpumemctl::error_json(code, message, status)
+                     .dump(-1, ' ', false, gpumemctl::json::error_handler_t::replace)
+              << '\n';
   } else {
     std::cerr << "gpumemctl: " << message << '\n';
   }

@@ -79,10 +79,14 @@ bool access_policy::may_open(const credentials& who, const object_row& row,
 void access_policy::check_open(const credentials& who, object_id id, const object_row& row,
                                wanted_access wanted) const {
   if (may_open(who, row, wanted)) return;
-  const char* whose = who.in_group(row.owner_gid) ? "group" : "other";
+  // Naming the class (group or other) would tell a client that may not even read the object
+  // whether it is in its owner's group.
+  const std::string whose = !may_see(who, row)            ? std::string("this client")
+                            : who.in_group(row.owner_gid) ? std::string("group users")
+                                                          : std::string("other users");
   throw request_error(
       errc::permission_denied,
-      fmt::format("{} may not open {} {}: its mode gives {} users no {} access", describe(who),
+      fmt::format("{} may not open {} {}: its mode gives {} no {} access", describe(who),
                   describe_to(who, id, row), wanted == wanted_access::read ? "to read" : "to write",
                   whose, wanted == wanted_access::read ? "read" : "read-write"));
 }
