@@ -94,7 +94,7 @@ void books::remove_client(client_id client) noexcept {
   memory.forget_holder(client);
 }
 
-void books::depart(client_id client, bool process_exited) noexcept {
+void books::depart(client_id client, bool died) noexcept {
   const auto found = rows.clients().find(client);
   if (found == rows.clients().end()) return;
   const client_row& row = found->second;
@@ -107,8 +107,8 @@ void books::depart(client_id client, bool process_exited) noexcept {
     let_go_early_.erase(early);
   }
   events.unsubscribe(client);
-  ++(process_exited ? activity.died : activity.disconnected);
-  const auto kind = process_exited ? proto::event_kind::died : proto::event_kind::disconnected;
+  ++(died ? activity.died : activity.disconnected);
+  const auto kind = died ? proto::event_kind::died : proto::event_kind::disconnected;
   try {
     departing_ = departing_client{client, row.who, row.label};
   } catch (const std::bad_alloc&) {

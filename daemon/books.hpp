@@ -66,8 +66,9 @@ class books {
   /// @brief The client is gone: remove_client(), told as events (disconnected or died, the
   /// owner-died hand-offs, what it owned that was reclaimed, end_connection()'s part included)
   /// and counted.
-  /// @param process_exited whether its process had exited: died rather than disconnected.
-  void depart(client_id client, bool process_exited) noexcept;
+  /// @param died whether its process ended without closing the connection (session.hpp,
+  /// closed_cleanly_): told and counted as died rather than disconnected.
+  void depart(client_id client, bool died) noexcept;
   /// @brief The client's connection closed while its process lives: lets go at once of what
   /// nothing of the process can still use (host memory), and keeps what must wait for its
   /// exit: CUDA memory its GPU work may still use, and its locks, barrier and channel parties

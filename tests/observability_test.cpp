@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -176,6 +177,45 @@ TEST(Events, ADeathIsToldWithItsOwnerDiedHandOffAndWhatWasReclaimedInOrder) {
   EXPECT_EQ(about_it[3].count, 2u);
   for (std::size_t i = 1; i < about_it.size(); ++i) {
     EXPECT_GT(about_it[i].sequence, about_it[i - 1].sequence);
+  }
+}
+
+TEST(Events, AClientThatClosesIsDisconnectedEvenIfItExitedBeforeTheDaemonReadTheClose) {
+  daemon_process daemon;
+  auto stream = EventStream::open({.socket_path = daemon.socket_path()});
+  for (const bool closes : {true, false}) {
+    int ready[2];
+    int go[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    ASSERT_EQ(::pipe(go), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      std::optional<Client> client = Client::connect(
+          {.socket_path = daemon.socket_path(), .label = closes ? "closes" : "only-exits"});
+      client->ping();
+      char byte = 'r';
+      if (::write(ready[1], &byte, 1) != 1 || ::read(go[0], &byte, 1) != 1) ::_exit(2);
+      if (closes) client.reset();  // the library closes; else the exit closes the socket
+      ::_exit(0);
+    }
+    char byte = 0;
+    ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+    // The daemon reads the close only after the process has gone, whichever way it closed.
+    ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+    ASSERT_EQ(::write(go[1], &byte, 1), 1);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_EQ(::kill(daemon.pid(), SIGCONT), 0);
+    for (const int end : {ready[0], ready[1], go[0], go[1]}) ::close(end);
+    const auto pid = static_cast<std::uint32_t>(child);
+    const auto seen = events_until(stream, [&](const Event& e) {
+      return e.pid == pid && (e.kind == EventKind::died || e.kind == EventKind::disconnected);
+    });
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back().pid, pid);
+    EXPECT_EQ(seen.back().kind, closes ? EventKind::disconnected : EventKind::died)
+        << seen.back().label;
   }
 }
 

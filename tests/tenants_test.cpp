@@ -557,6 +557,8 @@ TEST_F(Tenants, LocksAndBarriersFollowTheirModeAndResetsNameWhoDidThem) {
               contains(log, "pid " + stranger_pid + " uid " + uid_of(b())))
       << "the log does not name B (pid " << stranger_pid << ") for its refusal:\n"
       << log;
+  // Within the same second as the refused open: a refusal of another kind has a line too.
+  EXPECT_TRUE(contains(log, "refused reset_sync")) << "the refused reset was held back:\n" << log;
   EXPECT_TRUE(contains(log, "lock 'a-lock' reset by pid " + std::to_string(::getpid()) + " uid 0"))
       << "the log does not name the operator who reset the lock:\n"
       << log;

@@ -103,4 +103,8 @@ std::uint32_t request_mailbox::unanswered_value() const noexcept {
   return seen == posted_seq_ ? posted_seq_ - 1 : seen;
 }
 
+void request_mailbox::say_closing() noexcept {
+  mailbox_word(layout().closing).store(proto::kClosingCleanly, std::memory_order_release);
+}
+
 }  // namespace gpumem::detail

@@ -52,6 +52,9 @@ class request_mailbox {
   /// several mailboxes at once (futex_waitv), which then returns at once if the word moved on.
   const std::uint32_t* answer_word() const noexcept { return &layout().reply_seq; }
   std::uint32_t unanswered_value() const noexcept;
+  /// @brief Tells the daemon that the connection closes of its own accord (the next step), so
+  /// that a process that exits before the daemon reads the close is not told as died.
+  void say_closing() noexcept;
 
  private:
   proto::mailbox_layout& layout() const noexcept {

@@ -278,6 +278,10 @@ void transport::check_session() const {
   if (!lost_.empty()) throw Error(errc::session_lost, lost_);
 }
 
+transport::~transport() {
+  if (mailbox_ && in_owner_process()) mailbox_->say_closing();
+}
+
 void transport::drop_connection() noexcept {
   mailbox_.reset();
   socket_.reset();

@@ -35,6 +35,9 @@ class transport {
   /// when the socket, its folder or the listening process belong to an untrusted uid;
   /// Error(timed_out) when the daemon does not accept or answer in time.
   explicit transport(const ConnectOptions& options);
+  /// Closes the connection, saying so first in the mailbox when this is the process that
+  /// connected (a forked child's copy shares the parent's mailbox, and says nothing).
+  ~transport();
   transport(const transport&) = delete;
   transport& operator=(const transport&) = delete;
 

@@ -25,10 +25,11 @@ namespace {
 /// Requests that took longer are logged at debug level, one line each.
 constexpr std::chrono::microseconds kSlowRequest{50};
 
-/// Refusals name their client in the log; a client hammering at a refusal gets one line a second.
-rate_limited_log& refusal_log() {
-  static rate_limited_log log(std::chrono::seconds(1));
-  return log;
+/// Refusals name their client in the log; a client hammering at a refusal gets one line a second
+/// for each kind (the request's type and the refusal's code).
+rate_limited_log& refusal_log(std::uint16_t request_type, errc code) {
+  static rate_limited_logs<std::pair<std::uint16_t, errc>> logs(std::chrono::seconds(1));
+  return logs.of({request_type, code});
 }
 }  // namespace
 
@@ -162,8 +163,10 @@ reply_attachment request_handler::dispatch(client_state& client, const proto::fr
     if (error.code() == errc::permission_denied || error.code() == errc::quota_exceeded) {
       const client_row& row = books_.rows.client(client.client);
       const proto::message_info* info = proto::find_request(frame.head.type);
-      refusal_log().warn("refused {} of client {} ({}): {}", info ? info->name : "a request",
-                         client.client, access_policy::describe(row.who, row.label), error.what());
+      // Types that name no request share one kind: their number is the client's to choose.
+      refusal_log(info ? frame.head.type : 0, error.code())
+          .warn("refused {} of client {} ({}): {}", info ? info->name : "a request", client.client,
+                access_policy::describe(row.who, row.label), error.what());
       proto::event_record refused =
           event_hub::about(proto::event_kind::refused, client.client, row.who, row.label);
       refused.code = static_cast<std::uint32_t>(error.code());

@@ -9,8 +9,8 @@ namespace gpumem::daemon::metrics {
 
 struct activity_counters {
   std::uint64_t connections = 0;   ///< hellos accepted, resumed sessions included
-  std::uint64_t disconnected = 0;  ///< clients that left while their process lived
-  std::uint64_t died = 0;          ///< clients whose process had exited when they left
+  std::uint64_t disconnected = 0;  ///< clients whose library closed the connection
+  std::uint64_t died = 0;          ///< clients whose process ended without closing it
   /// Locks whose holder died holding them (or holding a turn of a stream-ordered lock): the
   /// next holder was told the owner died.
   std::uint64_t owner_deaths = 0;

@@ -198,7 +198,7 @@ void activity(builder& out, const books& state) {
           counted.connections, metric_type::counter);
   family& departures =
       out.add("gpumemd_departures_total",
-              "Clients gone: died (their process had exited) or disconnected (it lived on)",
+              "Clients gone: died (the process ended without closing) or disconnected (closed)",
               metric_type::counter);
   departures.samples.push_back({{{"how", "died"}}, counted.died});
   departures.samples.push_back({{{"how", "disconnected"}}, counted.disconnected});

@@ -63,4 +63,8 @@ bool request_mailbox::has_request() const noexcept {
   return mailbox_word(layout().request_seq).load(std::memory_order_acquire) != taken_seq_;
 }
 
+bool request_mailbox::client_closed_cleanly() const noexcept {
+  return mailbox_word(layout().closing).load(std::memory_order_acquire) == proto::kClosingCleanly;
+}
+
 }  // namespace gpumem::daemon

@@ -48,6 +48,8 @@ class request_mailbox {
   /// @brief Whether a request newer than the last one taken waits: a client that rang before
   /// its previous answer came.
   bool has_request() const noexcept;
+  /// @brief Whether the client said it closes of its own accord (proto::kClosingCleanly).
+  bool client_closed_cleanly() const noexcept;
 
  private:
   proto::mailbox_layout& layout() const noexcept {

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "config/config_keys.hpp"
 #include "gpumem/shared/fd_passing.hpp"
@@ -37,10 +38,11 @@ bool would_block(const std::error_code& error) {
          error == std::errc::operation_would_block;
 }
 
-// One line per second at most, whatever a flood of misbehaving clients does.
-rate_limited_log& misbehaviour_log() {
-  static rate_limited_log log(std::chrono::seconds(1));
-  return log;
+// One line per second at most for each problem (a text in this file), whatever a flood of
+// misbehaving clients does.
+rate_limited_log& misbehaviour_log(const char* problem) {
+  static rate_limited_logs<std::string_view> logs(std::chrono::seconds(1));
+  return logs.of(problem);
 }
 }  // namespace
 
@@ -111,9 +113,11 @@ bool session::process_exited() noexcept {
 }
 
 void session::end_of_stream() {
-  // A killed client's socket closes as its process exits: that is a death, not a hang-up.
+  closed_cleanly_ = mailbox_ && mailbox_->client_closed_cleanly();
+  // A killed client's socket closes as its process exits: that is a death, not a hang-up,
+  // unless the library said it was closing (a process that exited before this was read).
   if (process_exited()) {
-    stop("process exited");
+    stop(closed_cleanly_ ? "closed the connection, and its process has exited" : "process exited");
     return;
   }
   if (process_watch_.is_open() && books_.end_connection(state_.client)) {
@@ -136,8 +140,8 @@ void session::end_of_stream() {
 }
 
 void session::stop_for(const char* problem) {
-  misbehaviour_log().warn("client {} (pid {} uid {}) disconnected: {}", state_.client, who_.pid,
-                          who_.uid, problem);
+  misbehaviour_log(problem).warn("client {} (pid {} uid {}) disconnected: {}", state_.client,
+                                 who_.pid, who_.uid, problem);
   stop(problem);
 }
 
@@ -151,7 +155,7 @@ void session::stop(const char* reason) {
   if (stopped_) return;
   stopped_ = true;
   spdlog::debug("client {} gone: {}", state_.client, reason);
-  const bool died = process_exited();
+  const bool died = process_exited() && !closed_cleanly_;
   close_socket();
   boost::system::error_code ignored;
   process_watch_.close(ignored);

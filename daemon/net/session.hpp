@@ -169,6 +169,9 @@ class session : public std::enable_shared_from_this<session> {
   client_state state_;
   credentials who_;
   bool stopped_ = false;
+  /// The client's library said, in the mailbox, that it closed of its own accord (read at the
+  /// end of the stream): its departure is a disconnect even if its process has exited by then.
+  bool closed_cleanly_ = false;
   /// The replies being sent are the last: stop_for() follows (reply_then_stop_for()).
   bool stopping_ = false;
   bool waiting_to_write_ = false;

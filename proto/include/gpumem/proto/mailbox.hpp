@@ -35,10 +35,20 @@
 
 namespace gpumem::proto {
 
+/// The value of mailbox_layout::closing once the client closes of its own accord.
+inline constexpr std::uint32_t kClosingCleanly = 0x62796521;  // "bye!"
+
 struct mailbox_layout {
   // Written by the client.
   alignas(64) std::uint32_t request_seq;
   std::uint32_t request_size;
+  /// kClosingCleanly, stored by the library just before it closes the connection of its own
+  /// accord (a Client destroyed in the process that connected it); 0 before. The daemon reads
+  /// it when the connection ends, to tell a close from a death whose process had exited by then
+  /// (a close it read late). A client can write it at will, so it decides nothing but how that
+  /// client's own departure is told (died or disconnected). In the padding of the first line:
+  /// the layout is otherwise as before, and a library that never writes it leaves it 0.
+  std::uint32_t closing;
   // Written by the daemon; reply_seq is the futex word the client sleeps on.
   alignas(64) std::uint32_t reply_seq;
   std::uint32_t reply_size;
