@@ -17,6 +17,8 @@ exit_status connect_failure(gpumem::errc code) {
       return exit_status::permission_denied;
     case gpumem::errc::invalid_argument:
       return exit_status::bad_arguments;
+    case gpumem::errc::quota_exceeded:
+      return exit_status::busy;  // it answered: it has as many connections as it may
     default:
       return exit_status::no_daemon;
   }

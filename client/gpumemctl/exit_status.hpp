@@ -33,7 +33,9 @@ inline constexpr exit_status_row kExitStatuses[] = {
     {exit_status::no_daemon, "gpumemd not running: nothing answers at the socket, or it went away"},
     {exit_status::not_found, "not found: no lock, reservation or other object of that name"},
     {exit_status::permission_denied, "permission denied: this user may not do it or reach it"},
-    {exit_status::busy, "busy: in use, or not in a state that allows it (e.g. already asleep)"},
+    {exit_status::busy,
+     "busy: in use, not in a state that allows it (e.g. already asleep), or gpumemd has as many "
+     "connections as it may"},
 };
 
 /// gpumemctl leaves SIGINT and SIGTERM to end it, so a shell reports 128 + the signal.

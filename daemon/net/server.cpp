@@ -87,6 +87,7 @@ server::server(asio::io_context& io, daemon_config& config, books& state, unique
       accept_pause_(io),
       accept_log_(kAcceptLogInterval),
       refusal_log_(kAcceptLogInterval),
+      refusal_(io),
       poller_(io),
       adopted_(io, state, [this] { settle_pending(); }),
       worker_(io, [this] { books_.write_changes(); }) {
@@ -306,9 +307,13 @@ asio::awaitable<void> server::accept_loop() {
 
 void server::admit(stream::socket socket) {
   if (sessions_.size() >= config_.max_connections) {
-    refusal_log_.warn("{} connections are open (max_connections): closing a new one",
+    refusal_log_.warn("{} connections are open (max_connections): refusing a new one",
                       sessions_.size());
-    return;  // the socket closes here
+    refusal_.refuse(std::move(socket), proto::errc::quota_exceeded,
+                    fmt::format("gpumemd serves at most {} connections at once (max_connections) "
+                                "and has that many open: try again later",
+                                config_.max_connections));
+    return;
   }
   // The session's socket leaves Asio's reactor for the poller's epoll set.
   boost::system::error_code error;

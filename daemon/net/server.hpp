@@ -22,6 +22,7 @@
 #include "net/adopted_processes.hpp"
 #include "net/asio.hpp"
 #include "net/client_poller.hpp"
+#include "net/connection_refusal.hpp"
 #include "net/session.hpp"
 #include "net/worker_thread.hpp"
 #include "rate_limited_log.hpp"
@@ -97,6 +98,7 @@ class server {
   boost::asio::steady_timer accept_pause_;
   rate_limited_log accept_log_;
   rate_limited_log refusal_log_;  ///< connections beyond max_connections
+  connection_refusal refusal_;    ///< tells them why
   bool settling_ = false;
   /// False when systemd's socket unit made the socket file: it must outlive this daemon.
   bool owns_socket_file_ = true;
