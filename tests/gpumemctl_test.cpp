@@ -463,7 +463,8 @@ TEST(GpumemctlCommandLine, UnknownOptionsAndMissingArgumentsAreBadArguments) {
                                                {"locks", "extra"},
                                                {"reset", "x", "--watch", "1"},
                                                {"stats", "-n", "2"},
-                                               {"stats", "--watch", "0"}}) {
+                                               {"stats", "--watch", "0"},
+                                               {"events", "--watch", "1"}}) {
     const auto [output, code] = run_gpumemctl(args);
     EXPECT_EQ(code, exit_code_of(ctl::exit_status::bad_arguments))
         << args.front() << ": " << output;

@@ -402,7 +402,7 @@ TEST(HostReservation, ASleepOrWakeOutOfTurnIsRefusedNamingTheReservationAndWhere
   auto client = daemon.connect();
   auto owner =
       Reservation::create(client, kChunk, {.device = kHost, .name = "turns", .initial = kChunk});
-  const std::string named = "reservation " + std::to_string(owner.id());
+  const std::string named = "reservation 'turns' (id " + std::to_string(owner.id()) + ")";
   auto operator_client = daemon.connect();
   try {
     wake_reservation(operator_client, "turns");

@@ -96,10 +96,14 @@ void ping(gpumem::Client& client, bool as_json) {
   std::cout << "gpumemd at " << client.socket_path() << " answered\n";
 }
 
+/// never: it changes something; streams: it prints until interrupted, so nothing repeats it.
+enum class repeats { never, streams, with_watch, always };
+
 struct command {
   const char* name;
   const char* summary;
   void (*run)(gpumem::Client&, bool as_json);
+  repeats repetition = repeats::with_watch;
 };
 
 constexpr command kCommands[] = {
@@ -115,7 +119,8 @@ constexpr command kCommands[] = {
     {"quotas", "use against quota per uid (yours; every uid's for an administrator)", quotas},
     {"ping", "check that the daemon answers", ping},
     {"metrics", "Prometheus text for node_exporter's textfile collector", gpumemctl::metrics},
-    {"events", "stream connects, deaths, reclaims, owner deaths, refusals", gpumemctl::events},
+    {"events", "stream connects, deaths, reclaims, owner deaths, refusals", gpumemctl::events,
+     repeats::streams},
 };
 
 struct reset_args {
@@ -172,8 +177,6 @@ using action = std::function<void(gpumem::Client&)>;
 
 /// Whether a command prints again and again: commands that only read may, with --watch; `top`
 /// always does.
-enum class repeats { never, with_watch, always };
-
 struct chosen_command {
   std::string name;
   action run;
@@ -310,7 +313,7 @@ int main(int argc, char** argv) {
   const bool& as_json = options.as_json;
   std::optional<chosen_command> chosen;
   for (const auto& each : kCommands) {
-    add_command(app, each.name, each.summary, repeats::with_watch, chosen,
+    add_command(app, each.name, each.summary, each.repetition, chosen,
                 [&each, &as_json](gpumem::Client& client) { each.run(client, as_json); });
   }
 
@@ -386,6 +389,10 @@ int main(int argc, char** argv) {
     return static_cast<int>(gpumemctl::exit_status::bad_arguments);
   }
   const bool repeating = options.watch_seconds || chosen->repetition == repeats::always;
+  if (options.watch_seconds && chosen->repetition == repeats::streams) {
+    return bad_arguments(
+        "`" + chosen->name + "` streams until interrupted: --watch does not repeat it", as_json);
+  }
   if (options.watch_seconds && chosen->repetition == repeats::never) {
     return bad_arguments(
         "--watch repeats commands that only read; `" + chosen->name + "` changes something",

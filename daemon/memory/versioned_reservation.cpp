@@ -207,16 +207,15 @@ const char* versioned_reservation::where_it_stands() const noexcept {
   return "it is lost";
 }
 
-void versioned_reservation::begin_sleep(object_id id, bool discard) {
+void versioned_reservation::begin_sleep(std::string_view named, bool discard) {
   if (phase_ != phase::awake) {
-    throw request_error(errc::wrong_state, fmt::format("reservation {} cannot go to sleep: {}", id,
-                                                       where_it_stands()));
+    throw request_error(errc::wrong_state,
+                        fmt::format("{} cannot go to sleep: {}", named, where_it_stands()));
   }
   if (draft_) {
-    throw request_error(errc::wrong_state,
-                        fmt::format("reservation {} cannot go to sleep: version {} is being "
-                                    "written: commit or abandon it first",
-                                    id, version_ + 1));
+    throw request_error(errc::wrong_state, fmt::format("{} cannot go to sleep: version {} is being "
+                                                       "written: commit or abandon it first",
+                                                       named, version_ + 1));
   }
   ++attempt_;
   discard_ = discard;
@@ -243,10 +242,10 @@ void versioned_reservation::finish_sleep(std::optional<sleep_copy> copy) {
   publish();
 }
 
-void versioned_reservation::check_may_wake(object_id id) const {
+void versioned_reservation::check_may_wake(std::string_view named) const {
   if (phase_ != phase::asleep) {
     throw request_error(errc::wrong_state,
-                        fmt::format("reservation {} cannot wake: {}", id, where_it_stands()));
+                        fmt::format("{} cannot wake: {}", named, where_it_stands()));
   }
 }
 

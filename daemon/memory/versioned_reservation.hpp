@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -89,9 +90,9 @@ class versioned_reservation {
   /// @name Sleep and wake, in the order they happen. Each step that changes what holders map
   /// publishes on the notice page.
   /// @{
-  /// @throws request_error(wrong_state), naming reservation @p id, unless awake with no draft
-  /// open.
-  void begin_sleep(object_id id, bool discard);
+  /// @throws request_error(wrong_state), naming the reservation as @p named ("reservation 'w'
+  /// (id 3)"), unless awake with no draft open.
+  void begin_sleep(std::string_view named, bool discard);
   bool discards() const noexcept { return discard_; }
   /// Draining, and no holder maps anything any more: the copy may start.
   bool ready_to_copy_out() const noexcept;
@@ -99,8 +100,8 @@ class versioned_reservation {
   const reservation* begin_copy_out();
   /// The bytes are safe in @p copy (empty for a discarding sleep): the chunks go.
   void finish_sleep(std::optional<sleep_copy> copy);
-  /// @throws request_error(wrong_state), naming reservation @p id, unless asleep.
-  void check_may_wake(object_id id) const;
+  /// @throws request_error(wrong_state), naming the reservation as @p named, unless asleep.
+  void check_may_wake(std::string_view named) const;
   /// @return the new chunks, for the worker to fill from host_copy() (or clear).
   reservation& begin_copy_in(std::unique_ptr<reservation> fresh);
   /// @return the host copy the bytes came back from (none after a discarding sleep), for the
