@@ -22,6 +22,7 @@
 #include "gpumem/proto/codec.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/sanitizer.hpp"
 #include "support/scoped_env.hpp"
 #include "support/temporary_file.hpp"
@@ -459,6 +460,22 @@ std::pair<std::string, int> start_refused(const std::string& socket) {
   const auto line = daemon.read_line();
   const auto status = daemon.wait(10s);
   return {line.value_or(""), status ? exit_code(*status) : -1};
+}
+
+TEST(NetHardening, EveryFolderTheDaemonMakesForItsSocketIs0700) {
+  const std::string folder = make_temporary_folder("net");
+  ASSERT_EQ(::chmod(folder.c_str(), 0755), 0);
+  const std::string socket = folder + "/new/sub/gpumemd.sock";
+  child_process daemon({daemon_binary(), "--log-level", "critical", "--socket", socket});
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(socket); }, 10s));
+  for (const std::string& made : {folder + "/new", folder + "/new/sub"}) {
+    struct stat status {};
+    ASSERT_EQ(::stat(made.c_str(), &status), 0) << made;
+    EXPECT_EQ(status.st_mode & 07777, 0700u) << made;
+  }
+  daemon.signal(SIGTERM);
+  EXPECT_TRUE(daemon.wait(10s).has_value());
+  std::filesystem::remove_all(folder);
 }
 
 TEST(NetHardening, TheDaemonRefusesASocketFolderOthersMayWriteTo) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <vector>
 
 #include "config/reload_plan.hpp"
 #include "gpumem/shared/socket_path.hpp"
@@ -54,15 +55,19 @@ bool someone_answers(const std::string& path) {
 }
 
 void prepare_folder(const std::string& path) {
-  const auto folder = std::filesystem::path(path).parent_path();
-  if (!folder.empty()) {
-    std::error_code error;
-    if (std::filesystem::create_directories(folder, error)) {
-      // A per-user folder under /tmp must not be readable by others; the system folder is
-      // made by systemd (RuntimeDirectory=) with the operator's mode.
-      ::chmod(folder.c_str(), 0700);
-    } else if (error) {
-      fail(path, "cannot create folder " + folder.string() + ": " + error.message());
+  // Each folder it makes is made 0700, from the first missing one down, never readable by
+  // others in between: a per-user folder under /tmp must not be. The system folder is made by
+  // systemd (RuntimeDirectory=) with the operator's mode.
+  std::vector<std::filesystem::path> missing;
+  std::error_code error;
+  for (auto folder = std::filesystem::path(path).parent_path();
+       !folder.empty() && folder != folder.root_path() && !std::filesystem::exists(folder, error);
+       folder = folder.parent_path()) {
+    missing.push_back(folder);
+  }
+  for (auto each = missing.rbegin(); each != missing.rend(); ++each) {
+    if (::mkdir(each->c_str(), 0700) != 0 && errno != EEXIST) {
+      fail(path, "cannot create folder " + each->string() + ": " + std::strerror(errno));
     }
   }
   // Whoever owns or may write to the folder could replace the socket and pose as gpumemd.

@@ -83,9 +83,12 @@ std::string unsafe_socket_folder(const std::string& socket_path, uid_t daemon_ui
   const std::string elsewhere =
       ", or give gpumemd a socket in a folder of its own (--socket or $GPUMEM_SOCKET)";
   if (info.st_uid != daemon_uid && info.st_uid != 0) {
-    return "socket folder " + folder + " belongs to " + describe_uid(info.st_uid) +
-           ", not to gpumemd's " + describe_uid(daemon_uid) +
-           " or root: whoever owns it can replace the socket and pose as gpumemd. Remove it "
+    const std::string trusted = daemon_uid == 0
+                                    ? std::string("root, whose uid gpumemd runs as")
+                                    : "gpumemd's " + describe_uid(daemon_uid) + " or root";
+    return "socket folder " + folder + " belongs to " + describe_uid(info.st_uid) + ", not to " +
+           trusted +
+           ": whoever owns it can replace the socket and pose as gpumemd. Remove it "
            "(its owner or root can: rm -r " +
            folder + ")" + elsewhere;
   }
