@@ -83,5 +83,35 @@ TEST(ReservationRestart, ASleepingReservationWakesWithItsBytesAfterASigkill) {
   EXPECT_EQ(weights.status().host_bytes, 0u);
 }
 
+TEST(ReservationRestart, AHolderOfAReservationTheRestartCouldNotKeepLearnsItAtItsNextRefresh) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto owner_client = daemon.connect("owner");
+  auto reader_client = daemon.connect("reader");
+  auto owner = Reservation::create(owner_client, 4 * kChunk,
+                                   {.device = kHost, .name = "dropped", .initial = kChunk});
+  auto reader = Reservation::open(reader_client, "dropped", {.access = Access::read_only});
+  EXPECT_EQ(reader.refresh(), kChunk);
+  daemon.kill(SIGKILL);
+  // As if systemd had not kept the reservation's chunks: the new daemon drops it.
+  std::size_t removed = 0;
+  for (const std::string& name : daemon.stored_names()) {
+    if (name.starts_with("chunk.")) {
+      daemon.remove_stored(name);
+      ++removed;
+    }
+  }
+  ASSERT_GT(removed, 0u) << "no chunk was stored";
+  daemon.start();
+  reader_client.ping();  // the session resumes; the reservation's notice page is left as it was
+  try {
+    reader.refresh();
+    ADD_FAILURE() << "the refresh took the notice page's word for a reservation that is gone";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::not_found) << error.what();
+  }
+  EXPECT_EQ(reader.state(), ReservationState::lost);
+}
+
 }  // namespace
 }  // namespace gpumem::testing

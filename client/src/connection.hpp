@@ -70,6 +70,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   std::uint64_t client_id() const noexcept { return link_.client_id(); }
   std::uint32_t daemon_features() const noexcept { return link_.daemon_features(); }
+  std::uint64_t greetings() const noexcept { return link_.greetings(); }
   const std::string& path() const noexcept { return link_.path(); }
 
  private:

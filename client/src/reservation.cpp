@@ -167,7 +167,10 @@ struct Reservation::impl {
   std::uint64_t version;
   ReservationState state = ReservationState::awake;
   std::uint32_t answered_generation = 0;  ///< the notice generation of the daemon's last answer
-  bool must_ask = true;                   ///< the next refresh asks, whatever the page shows
+  /// The session's greetings at the daemon's last answer: after a restart the notice page may be
+  /// one the new daemon could not re-adopt, which nobody updates, so the next refresh asks.
+  std::uint64_t answered_greetings = 0;
+  bool must_ask = true;  ///< the next refresh asks, whatever the page shows
 
   impl(std::shared_ptr<detail::connection> link, const proto::reservation_reply& grant,
        const std::vector<unique_fd>& fds)
@@ -206,7 +209,11 @@ struct Reservation::impl {
   }
 
   std::size_t refresh() {
-    if (!must_ask && notice_generation(notice()) == answered_generation) return size();
+    if (!must_ask && notice_generation(notice()) == answered_generation &&
+        session->greetings() == answered_greetings) {
+      return size();
+    }
+    const std::uint64_t greetings = session->greetings();
     detail::chunk_listing listing;
     try {
       listing = detail::list_chunks(*session, id(), proto::chunk_set::current);
@@ -223,6 +230,8 @@ struct Reservation::impl {
     version = listing.head.version;
     state = detail::to_state(listing.head.state);
     answered_generation = listing.head.generation;
+    // Read before asking: a resume during the call makes the next refresh ask again.
+    answered_greetings = greetings;
     must_ask = false;
     return size();
   }

@@ -353,6 +353,7 @@ bool transport::greet(std::string& broke) {
   daemon_instance_ = reply.daemon_instance;
   daemon_uid_ = answering;
   daemon_features_.store(reply.features, std::memory_order_relaxed);
+  greetings_.fetch_add(1, std::memory_order_relaxed);
   return open_mailbox(broke);
 }
 

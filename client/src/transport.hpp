@@ -45,6 +45,10 @@ class transport {
   std::uint32_t daemon_features() const noexcept {
     return daemon_features_.load(std::memory_order_relaxed);
   }
+  /// @brief How many hellos the daemon answered on this session (the connect and each resume):
+  /// what a holder learnt from shared pages before a change of it may be out of date, since a
+  /// restarted daemon may have dropped what it could not re-adopt.
+  std::uint64_t greetings() const noexcept { return greetings_.load(std::memory_order_relaxed); }
 
   /// @brief One round trip. Throws Error with the daemon's code and text when it refuses,
   /// Error(bad_message) or Error(unexpected_handle) when its reply breaks the protocol, and
@@ -143,6 +147,7 @@ class transport {
   std::uint64_t daemon_instance_ = 0;
   uid_t daemon_uid_ = 0;
   std::atomic<std::uint32_t> daemon_features_ = 0;  ///< read outside the mutex
+  std::atomic<std::uint64_t> greetings_ = 0;        ///< read outside the mutex
   std::mutex mutex_;
   std::uint32_t last_request_id_ = 0;
   std::vector<std::byte> out_;
