@@ -178,7 +178,25 @@ TEST(StateJournal, AFlippedBitEndsTheReplayBeforeItsBatch) {
   const auto result = replay(file, file_kind::journal, 3, state);
   EXPECT_EQ(result.batches, 1u);
   EXPECT_TRUE(result.torn_tail);
+  EXPECT_EQ(result.whole_batches_after, 0u) << "the last batch: it may have been cut short";
   EXPECT_EQ(state.at({record_type::object, 1}), bytes_of("first"));
+}
+
+TEST(StateJournal, ADamagedBatchWithWholeOnesAfterItIsToldApartFromACutShortOne) {
+  const auto first = journal_of(3, {{upsert(record_type::object, 1, "first")}});
+  auto file = journal_of(3, {{upsert(record_type::object, 1, "first")},
+                             {upsert(record_type::object, 1, "second")},
+                             {upsert(record_type::object, 2, "third")},
+                             {upsert(record_type::object, 3, "fourth")}});
+  file[first.size() + 14] ^= std::byte{0x10};  // in the second batch's body
+  file.resize(file.size() + 4096);             // and the journal's room after the last
+  record_map state;
+  const auto result = replay(file, file_kind::journal, 3, state);
+  EXPECT_EQ(result.batches, 1u) << "nothing after the damage is replayed";
+  EXPECT_EQ(result.end, first.size());
+  EXPECT_TRUE(result.torn_tail);
+  EXPECT_EQ(result.whole_batches_after, 2u);
+  EXPECT_EQ(state.size(), 1u);
 }
 
 TEST(StateJournal, AHeaderOfAnotherKindOrGenerationIsRefused) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <optional>
+#include <span>
 
 namespace gpumem::daemon::restart {
 
@@ -13,6 +15,29 @@ constexpr std::size_t kHeaderSize = 8 + 4 + 4 + 8;
 constexpr std::size_t kBatchHeaderSize = 4 + 4 + 4;  // magic, body length, body CRC-32
 constexpr std::size_t kBatchLengthAt = 4;
 constexpr std::size_t kBatchChecksumAt = 8;
+
+/// The body length the batch frame at the start of @p bytes gives, when its magic is right and
+/// the body fits in @p bytes (its checksum unchecked).
+std::optional<std::size_t> framed_length(std::span<const std::byte> bytes) {
+  if (bytes.size() < kBatchHeaderSize) return std::nullopt;
+  record_reader frame(bytes.first(kBatchHeaderSize));
+  const auto magic = frame.get<std::uint32_t>();
+  const auto length = frame.get<std::uint32_t>();
+  if (magic != kBatchMagic || length > bytes.size() - kBatchHeaderSize) return std::nullopt;
+  return length;
+}
+
+/// The body of the batch at the start of @p bytes, when it is whole: framed, and its CRC-32
+/// matches.
+std::optional<std::span<const std::byte>> whole_batch(std::span<const std::byte> bytes) {
+  const std::optional<std::size_t> length = framed_length(bytes);
+  if (!length) return std::nullopt;
+  record_reader frame(bytes.subspan(kBatchChecksumAt, 4));
+  const auto checksum = frame.get<std::uint32_t>();
+  const std::span<const std::byte> body = bytes.subspan(kBatchHeaderSize, *length);
+  if (crc32(body) != checksum) return std::nullopt;
+  return body;
+}
 }  // namespace
 
 std::vector<std::byte> file_header(file_kind kind, std::uint64_t generation) {
@@ -79,15 +104,9 @@ replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint6
   replay_result result;
   std::span<const std::byte> rest = file.subspan(kHeaderSize);
   while (!rest.empty()) {
-    if (rest.size() < kBatchHeaderSize) break;
-    record_reader frame(rest.first(kBatchHeaderSize));
-    const auto magic = frame.get<std::uint32_t>();
-    const auto length = frame.get<std::uint32_t>();
-    const auto checksum = frame.get<std::uint32_t>();
-    if (magic != kBatchMagic || length > rest.size() - kBatchHeaderSize) break;
-    const std::span<const std::byte> body = rest.subspan(kBatchHeaderSize, length);
-    if (crc32(body) != checksum) break;
-    record_reader records(body);
+    const std::optional<std::span<const std::byte>> body = whole_batch(rest);
+    if (!body) break;
+    record_reader records(*body);
     // A batch whose CRC matches was written whole by the daemon: a malformed one is a bug,
     // and format_error says so.
     for (std::size_t count = records.get_count(1 + 8 + 1); count > 0; --count) {
@@ -101,11 +120,20 @@ replay_result replay(std::span<const std::byte> file, file_kind kind, std::uint6
       }
     }
     ++result.batches;
-    rest = rest.subspan(kBatchHeaderSize + length);
+    rest = rest.subspan(kBatchHeaderSize + body->size());
   }
   result.end = file.size() - rest.size();
   result.torn_tail =
       std::any_of(rest.begin(), rest.end(), [](std::byte each) { return each != std::byte{0}; });
+  // Past a batch whose frame still gives its length (its body damaged), count the whole batches
+  // that follow, which only damage leaves behind: for the log, never replayed.
+  for (std::optional<std::size_t> next = framed_length(rest); next;) {
+    rest = rest.subspan(kBatchHeaderSize + *next);
+    const auto following = whole_batch(rest);
+    if (!following) break;
+    ++result.whole_batches_after;
+    next = following->size();
+  }
   return result;
 }
 

@@ -62,6 +62,9 @@ struct replay_result {
   std::size_t batches = 0;
   std::size_t end = 0;     ///< where the last whole batch ends (the header's end if none)
   bool torn_tail = false;  ///< non-zero bytes after the last whole batch were ignored
+  /// Whole batches found after the first one that is not: then that one was damaged, not cut
+  /// short by a crash (only the last batch can be), and these were ignored with it.
+  std::size_t whole_batches_after = 0;
 };
 
 /// Called for each record of each whole batch, in order: its key, and its bytes (in the file

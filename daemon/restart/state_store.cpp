@@ -125,7 +125,13 @@ record_map state_store::read_generation(std::uint64_t generation) {
     const os::mapping mapped = map_state_file(found->second.get());
     const replay_result replayed =
         replay(mapped_bytes(mapped), file_kind::journal, journal, records);
-    if (replayed.torn_tail) {
+    if (replayed.whole_batches_after > 0) {
+      spdlog::error(
+          "state {}: journal {} has a damaged batch (its checksum does not match) with {} whole "
+          "batch(es) after it, ignored with it: the state before it is used, and what those "
+          "batches recorded is lost",
+          generation, journal, replayed.whole_batches_after);
+    } else if (replayed.torn_tail) {
       spdlog::warn(
           "state {}: journal {} ends in a batch cut short (a crash while writing it): "
           "the state before it is used",
