@@ -89,7 +89,13 @@ class books {
   /// writes what changed down, when a keeper is set; before every reply.
   void write_changes() noexcept {
     memory.settle_frees();
-    if (keeper_ != nullptr && rows.changed()) keeper_->write_changes();
+    // A new event counts as a change: its number is written down with the rest (the meta
+    // record), so that a restarted daemon goes on numbering after it. Events other than
+    // refusals come with changes anyway; refusals are at most 20 a second.
+    if (keeper_ != nullptr && (rows.changed() || events.last_sequence() != events_written_)) {
+      keeper_->write_changes();
+      events_written_ = events.last_sequence();
+    }
   }
 
   /// @brief The kFeature* bits, for hello and stats.
@@ -124,6 +130,8 @@ class books {
 
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   state_keeper* keeper_ = nullptr;
+  /// The last event number written down (write_changes()).
+  std::uint64_t events_written_ = 0;
   /// What end_connection() let go of for clients whose departure is still to come.
   std::unordered_map<client_id, usage> let_go_early_;
   /// The client depart() is removing, to name in its owner-died events (its ledger row goes

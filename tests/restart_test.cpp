@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpumem/events.hpp"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/sync.hpp"
 #include "restart/journal.hpp"
@@ -124,6 +125,25 @@ TEST(Restart, WhatAClientThatDiedWhileNoDaemonRanHeldIsFreed) {
   EXPECT_EQ(metric_value(metrics, "gpumemd_reclaimed_bytes_total"), kSize) << metrics;
   EXPECT_EQ(metric_value(metrics, "gpumemd_reclaimed_objects_total"), 1) << metrics;
   EXPECT_EQ(metric_value(metrics, "gpumemd_readopted_clients"), 0) << metrics;
+}
+
+TEST(Restart, EventNumbersGoOnAfterTheRestartSoAReaderSeesWhatItMissedAsAGap) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  std::uint64_t before = 0;
+  {
+    auto stream = EventStream::open({.socket_path = daemon.socket_path()});
+    daemon.connect("before").ping();
+    const auto event = stream.next(10s);
+    ASSERT_TRUE(event.has_value());
+    before = event->sequence;
+  }
+  daemon.restart(SIGKILL);
+  auto stream = EventStream::open({.socket_path = daemon.socket_path()});
+  daemon.connect("after").ping();
+  const auto event = stream.next(10s);
+  ASSERT_TRUE(event.has_value());
+  EXPECT_GT(event->sequence, before) << "numbering started over after the restart";
 }
 
 TEST(Restart, AHostRangeFreedAtTheStartIsZeroedBeforeAnotherRestartPlacesItAgain) {

@@ -2,10 +2,13 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "field.hpp"
 #include "gpumem/events.hpp"
@@ -97,15 +100,58 @@ void metrics(gpumem::Client& client, bool as_json) {
   std::cout << text;
 }
 
+namespace {
+
+/// How long a stream that gpumemd ended (a restart) is tried again before events gives up: as
+/// long as a client's call waits for a restarted daemon (ConnectOptions::reconnect_for).
+constexpr std::chrono::seconds kResubscribeFor{10};
+
+/// A new subscription once gpumemd is back, or the error that ended the old one when it does
+/// not come back within kResubscribeFor.
+gpumem::EventStream resubscribe(const gpumem::ConnectOptions& options, const gpumem::Error& ended) {
+  const auto give_up = std::chrono::steady_clock::now() + kResubscribeFor;
+  auto pause = std::chrono::milliseconds(50);
+  for (;;) {
+    try {
+      return gpumem::EventStream::open(options);
+    } catch (const gpumem::Error& error) {
+      if (error.status() != gpumem::errc::io_error &&
+          error.status() != gpumem::errc::connection_closed) {
+        throw;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= give_up) throw ended;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+}  // namespace
+
 void events(gpumem::Client& client, bool as_json) {
-  auto stream = gpumem::EventStream::open({.socket_path = client.socket_path(), .label = "events"});
+  const gpumem::ConnectOptions options{.socket_path = client.socket_path(), .label = "events"};
+  auto stream = gpumem::EventStream::open(options);
   if (!as_json) {
     std::cerr << (stream.every_uid() ? "events of every uid\n"
                                      : "events of your uid (every uid's: root or admin_group)\n");
   }
+  std::uint64_t last_seen = 0;
   for (;;) {
-    const auto event = stream.next(std::chrono::hours(1));
+    std::optional<Event> event;
+    try {
+      event = stream.next(std::chrono::hours(1));
+    } catch (const gpumem::Error& error) {
+      if (error.status() != gpumem::errc::connection_closed) throw;
+      // gpumemd went away (a restart): the stream goes on once it is back, and what happened
+      // meanwhile shows as a gap in the numbers, which a restarted gpumemd continues.
+      std::cerr << "gpumemd at " << client.socket_path()
+                << " ended the event stream; subscribing again (events after #" << last_seen
+                << " until then are not shown)\n";
+      stream = resubscribe(options, error);
+      continue;
+    }
     if (!event) continue;
+    last_seen = event->sequence;
     // Flushed line by line: the reader may be a pipe, waiting for each event as it comes.
     std::cout << (as_json ? record_json(*event, kEventFields).dump() : line_of(*event))
               << std::endl;

@@ -11,8 +11,10 @@ namespace gpumemctl {
 void metrics(gpumem::Client& client, bool as_json);
 
 /// @brief Prints the daemon's events as they happen, one line each (@p as_json: a JSON object
-/// per line), until the daemon ends the stream or the tool is interrupted.
-/// @throws gpumem::Error when the stream cannot start or breaks.
+/// per line), until interrupted. A stream gpumemd ends (a restart) is subscribed again, saying
+/// so on stderr.
+/// @throws gpumem::Error when the stream cannot start, breaks otherwise, or gpumemd stays away
+/// for 10 s.
 void events(gpumem::Client& client, bool as_json);
 
 }  // namespace gpumemctl

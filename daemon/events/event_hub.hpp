@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -56,6 +57,13 @@ class event_hub {
   /// where events were dropped. Appends to @p out.
   void take(client_id client, std::size_t most, std::vector<proto::event_record>& out);
 
+  /// The last event's number so far (0: none yet).
+  std::uint64_t last_sequence() const noexcept { return sequence_; }
+  /// @brief Numbers the next event after @p sequence: a restarted daemon goes on from the
+  /// number its predecessor wrote down, so that readers see the events they missed as a gap.
+  void continue_after(std::uint64_t sequence) noexcept {
+    sequence_ = std::max(sequence_, sequence);
+  }
   bool subscribed(client_id client) const noexcept { return subscribers_.contains(client); }
   std::size_t subscribers() const noexcept { return subscribers_.size(); }
   std::uint64_t lost() const noexcept { return lost_; }

@@ -37,6 +37,9 @@ void put_meta(record_writer& out, const books& state) {
     out.put(each.slot);
     out.put(each.id);
   }
+  // Last, so that a daemon of an earlier version, which stops reading before it, still reads
+  // the rest.
+  out.put(state.events.last_sequence());
 }
 
 saved_meta get_meta(record_reader& in) {
@@ -51,6 +54,8 @@ saved_meta get_meta(record_reader& in) {
     each.slot = in.get<std::uint16_t>();
     each.id = in.get<object_id>();
   }
+  // Absent from the state of a daemon of an earlier version.
+  if (in.remaining() >= sizeof(std::uint64_t)) meta.event_sequence = in.get<std::uint64_t>();
   return meta;
 }
 

@@ -24,6 +24,8 @@ struct saved_meta {
   std::uint32_t next_pool = 0;
   std::uint64_t next_chunk = 1;
   std::vector<sync_book::saved_reclaim> pending;
+  /// The event stream's last number (0 in state written before it was kept).
+  std::uint64_t event_sequence = 0;
 };
 struct saved_client {
   client_row row;

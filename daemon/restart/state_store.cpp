@@ -230,6 +230,7 @@ std::unique_ptr<versioned_reservation> state_store::adopt_reservation(
 void state_store::adopt_image(books& state, const state_image& image) {
   // Clients resume their sessions only with the daemon they began them with.
   state.instance = image.meta.instance;
+  state.events.continue_after(image.meta.event_sequence);
   std::size_t lost = 0;
   const auto drop = [&](std::string_view what, auto id, const std::string& why) {
     spdlog::error("{} {} from before the restart is lost: {}", what, id, why);
