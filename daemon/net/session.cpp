@@ -112,8 +112,13 @@ bool session::process_exited() noexcept {
   return process_watch_.is_open() && os::process_exited(process_watch_.native_handle());
 }
 
+bool session::closed_cleanly() noexcept {
+  if (!closed_cleanly_ && mailbox_) closed_cleanly_ = mailbox_->client_closed_cleanly();
+  return closed_cleanly_;
+}
+
 void session::end_of_stream() {
-  closed_cleanly_ = mailbox_ && mailbox_->client_closed_cleanly();
+  closed_cleanly();
   // A killed client's socket closes as its process exits: that is a death, not a hang-up,
   // unless the library said it was closing (a process that exited before this was read).
   if (process_exited()) {
@@ -155,7 +160,8 @@ void session::stop(const char* reason) {
   if (stopped_) return;
   stopped_ = true;
   spdlog::debug("client {} gone: {}", state_.client, reason);
-  const bool died = process_exited() && !closed_cleanly_;
+  // The process's exit may be seen before the end of its stream: the mailbox is read here too.
+  const bool died = process_exited() && !closed_cleanly();
   close_socket();
   boost::system::error_code ignored;
   process_watch_.close(ignored);

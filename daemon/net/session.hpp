@@ -149,6 +149,8 @@ class session : public std::enable_shared_from_this<session> {
   void pump_events();
   /// Whether the client's process has exited (false when it is not watched).
   bool process_exited() noexcept;
+  /// Whether the client's library said it closed of its own accord (proto::kClosingCleanly).
+  bool closed_cleanly() noexcept;
   void watch_process_exit(unique_fd pidfd);
   void wait_for_process_exit();
   void stop_for(const char* problem);
@@ -169,8 +171,9 @@ class session : public std::enable_shared_from_this<session> {
   client_state state_;
   credentials who_;
   bool stopped_ = false;
-  /// The client's library said, in the mailbox, that it closed of its own accord (read at the
-  /// end of the stream): its departure is a disconnect even if its process has exited by then.
+  /// The client's library said, in the mailbox, that it closed of its own accord: its departure
+  /// is a disconnect even if its process has exited by then. Kept once read (closed_cleanly()),
+  /// as the mailbox goes with the socket.
   bool closed_cleanly_ = false;
   /// The replies being sent are the last: stop_for() follows (reply_then_stop_for()).
   bool stopping_ = false;
