@@ -78,7 +78,10 @@ class books {
   /// @return true when something was kept: depart() must wait for the process to exit.
   bool end_connection(client_id client) noexcept;
 
-  void set_keeper(state_keeper* keeper) noexcept { keeper_ = keeper; }
+  void set_keeper(state_keeper* keeper) noexcept {
+    keeper_ = keeper;
+    events_written_ = events.last_sequence();  // re-adopted: the number came from the state
+  }
   void keep_process(client_id client, int pidfd) {
     if (keeper_ != nullptr && pidfd >= 0) keeper_->keep_process(client, pidfd);
   }

@@ -115,8 +115,11 @@ gpumem::EventStream resubscribe(const gpumem::ConnectOptions& options, const gpu
     try {
       return gpumem::EventStream::open(options);
     } catch (const gpumem::Error& error) {
+      // Away, closing, slow to take the hello in a restart, or full of clients coming back.
       if (error.status() != gpumem::errc::io_error &&
-          error.status() != gpumem::errc::connection_closed) {
+          error.status() != gpumem::errc::connection_closed &&
+          error.status() != gpumem::errc::timed_out &&
+          error.status() != gpumem::errc::quota_exceeded) {
         throw;
       }
     }
@@ -144,9 +147,13 @@ void events(gpumem::Client& client, bool as_json) {
       if (error.status() != gpumem::errc::connection_closed) throw;
       // gpumemd went away (a restart): the stream goes on once it is back, and what happened
       // meanwhile shows as a gap in the numbers, which a restarted gpumemd continues.
-      std::cerr << "gpumemd at " << client.socket_path()
-                << " ended the event stream; subscribing again (events after #" << last_seen
-                << " until then are not shown)\n";
+      if (!as_json) {  // with --json, stdout has the events and the gap in their numbers
+        std::cerr << "gpumemd at " << client.socket_path()
+                  << " ended the event stream; subscribing again ("
+                  << (last_seen == 0 ? std::string("none was shown before; ")
+                                     : "events after #" + std::to_string(last_seen) + " ")
+                  << "events until then are not shown)\n";
+      }
       stream = resubscribe(options, error);
       continue;
     }

@@ -389,9 +389,10 @@ void transport::reconnect(clock::time_point give_up, std::string broke) {
         return;
       }
     } catch (const Error& error) {
-      // Nobody listening, or the socket gone: the daemon is still away. Anything else (an
-      // untrusted socket, a refusal, a timeout) is the call's answer.
-      if (error.status() != errc::io_error) throw;
+      // Nobody listening, or the socket gone: the daemon is still away; or a daemon back from a
+      // restart that new clients filled up to max_connections before this one came back.
+      // Anything else (an untrusted socket, a refusal, a timeout) is the call's answer.
+      if (error.status() != errc::io_error && error.status() != errc::quota_exceeded) throw;
       broke = error.what();
     }
     drop_connection();

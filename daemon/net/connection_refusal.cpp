@@ -18,20 +18,16 @@ namespace asio = boost::asio;
 
 void connection_refusal::refuse(socket connection, proto::errc code, std::string reason) {
   if (*answering_ >= kMostAtOnce) return;  // the socket closes here, unanswered
-  ++*answering_;
-  asio::co_spawn(
-      io_,
-      answer(std::make_shared<socket>(std::move(connection)), answering_, code, std::move(reason)),
-      asio::detached);
+  auto shared = std::make_shared<socket>(std::move(connection));
+  asio::co_spawn(io_, answer(std::move(shared), answering_, code, std::move(reason)),
+                 asio::detached);
+  ++*answering_;  // once spawned, so that a spawn that threw leaves the count as it was
 }
 
 asio::awaitable<void> connection_refusal::answer(std::shared_ptr<socket> connection,
                                                  std::shared_ptr<std::size_t> answering,
                                                  proto::errc code, std::string reason) {
-  struct done_answering {
-    std::shared_ptr<std::size_t> count;
-    ~done_answering() { --*count; }
-  } counted{std::move(answering)};
+  const answering_slot counted{std::move(answering)};
   // A client that sends no hello in time is closed: the timer owns a reference to the socket,
   // so it may fire after this coroutine has ended.
   asio::steady_timer deadline(co_await asio::this_coro::executor, kHelloWait);

@@ -31,6 +31,13 @@ class connection_refusal {
   /// A hello is a few hundred bytes: a larger frame is no hello, and gets no answer.
   static constexpr std::uint32_t kLargestHello = 4096;
 
+  /// Gives its place back when a refusal ends, however it ends. A member type, not a local one:
+  /// the coroutine's frame holds it, and a frame may not hold a type without linkage.
+  struct answering_slot {
+    std::shared_ptr<std::size_t> count;
+    ~answering_slot() { --*count; }
+  };
+
   /// Static, and sharing the count: a refusal may outlive this object when the io_context
   /// outlives the server, and then touches neither.
   static boost::asio::awaitable<void> answer(std::shared_ptr<socket> connection,

@@ -66,7 +66,9 @@ void prepare_folder(const std::string& path) {
     missing.push_back(folder);
   }
   for (auto each = missing.rbegin(); each != missing.rend(); ++each) {
-    if (::mkdir(each->c_str(), 0700) != 0 && errno != EEXIST) {
+    if (::mkdir(each->c_str(), 0700) == 0) {
+      ::chmod(each->c_str(), 0700);  // made no wider than 0700; exactly that whatever the umask
+    } else if (errno != EEXIST) {
       fail(path, "cannot create folder " + each->string() + ": " + std::strerror(errno));
     }
   }

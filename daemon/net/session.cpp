@@ -41,7 +41,7 @@ bool would_block(const std::error_code& error) {
 // One line per second at most for each problem (a text in this file), whatever a flood of
 // misbehaving clients does.
 rate_limited_log& misbehaviour_log(const char* problem) {
-  static rate_limited_logs<std::string_view> logs(std::chrono::seconds(1));
+  static rate_limited_logs<std::string> logs(std::chrono::seconds(1));
   return logs.of(problem);
 }
 }  // namespace
