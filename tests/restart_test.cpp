@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "support/pattern.hpp"
 #include "support/raw_client.hpp"
 #include "support/systemd_supervisor.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -490,6 +492,30 @@ Reply sent_again_after_a_sigkill(systemd_supervisor& daemon, const proto::hello_
 
 // The reply kept for a call in flight is sent again with the descriptors it announces: a
 // reservation's notice page, a lock page other than the client's own.
+TEST(Restart, AClientResumingIntoADaemonFullOfNewClientsWaitsForAPlace) {
+  const temporary_file config("gpumemd-full", "max_connections: 2\n");
+  systemd_supervisor daemon({.args = {"--config", config.path()}});
+  daemon.start();
+  auto client = daemon.connect("resuming");
+  const std::uint64_t id = client.id();
+  daemon.kill(SIGKILL);
+  daemon.start();
+  // Two newcomers take both places before the client comes back.
+  auto first = std::make_unique<raw_client>(daemon.socket_path());
+  raw_client second(daemon.socket_path());
+  ASSERT_EQ(first->hello().code, proto::errc::ok);
+  ASSERT_EQ(second.hello().code, proto::errc::ok);
+  std::thread leaver([&] {
+    std::this_thread::sleep_for(500ms);
+    first.reset();
+  });
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(client.ping()) << "a full daemon failed the resuming call";
+  leaver.join();
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 400ms) << "served with no place free";
+  EXPECT_EQ(client.id(), id) << "the session was not resumed";
+}
+
 TEST(Restart, AKeptReplyIsSentAgainWithItsDescriptors) {
   systemd_supervisor daemon({});
   daemon.start();
