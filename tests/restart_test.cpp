@@ -462,6 +462,12 @@ TEST(Restart, AClientsCallsSpanTheRestartAndItsSessionStaysItsOwn) {
   EXPECT_EQ(holders_of_before(), 2u);
   before = gpumem::Buffer();  // released through the resumed session
   EXPECT_EQ(holders_of_before(), 1u);
+  // Listed as before the restart: the pid it reported, connected since before the restart.
+  const auto listed = other.clients();
+  const auto spanning = std::ranges::find(listed, id, &ClientInfo::id);
+  ASSERT_NE(spanning, listed.end());
+  EXPECT_EQ(spanning->reported_pid, static_cast<std::uint32_t>(::getpid()));
+  EXPECT_GE(spanning->connected_ms, 300u) << "connected counts from the restart";
 }
 
 /// @p request's reply on @p raw, which must carry one descriptor.

@@ -77,6 +77,10 @@ void put_client(record_writer& out, const books& state, client_id id, const clie
     out.put(attachment->slot);
     out.put(attachment->own_page);
   }
+  // Last, so that a daemon of an earlier version, which stops reading before them, still reads
+  // the rest. The monotonic clock is the machine's, shared by the daemon before and after.
+  out.put(row.reported_pid);
+  out.put(static_cast<std::int64_t>(row.connected.time_since_epoch().count()));
 }
 
 saved_client get_client(record_reader& in) {
@@ -99,6 +103,12 @@ saved_client get_client(record_reader& in) {
     auto& attachment = client.attachment.emplace();
     attachment.slot = in.get<std::uint16_t>();
     attachment.own_page = in.get<std::uint32_t>();
+  }
+  // Absent from the state of a daemon of an earlier version: then unknown, and connected now.
+  if (in.remaining() >= sizeof(std::uint32_t) + sizeof(std::int64_t)) {
+    client.row.reported_pid = in.get<std::uint32_t>();
+    client.row.connected = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(in.get<std::int64_t>()));
   }
   return client;
 }
