@@ -249,12 +249,6 @@ void reservation_book::abandon_version(client_id client, const proto::version_re
   rows_.touch(request.reservation_id);
 }
 
-std::string reservation_book::named(object_id id) const {
-  const object_row* row = rows_.find(id);
-  if (row == nullptr || row->name.empty()) return fmt::format("reservation {}", id);
-  return fmt::format("reservation '{}' (id {})", row->name, id);
-}
-
 std::pair<object_id, versioned_reservation*> reservation_book::targeted(
     client_id client, const proto::reservation_target& target) {
   object_id id = target.reservation_id;
@@ -286,7 +280,7 @@ proto::reservation_status reservation_book::sleep(client_id client,
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
-  entry->begin_sleep(named(id), (request.flags & proto::kSleepDiscard) != 0);
+  entry->begin_sleep(name_object(id, *rows_.find(id)), (request.flags & proto::kSleepDiscard) != 0);
   rows_.touch(id);
   spdlog::info("reservation {}: going to sleep ({}), {} holder(s) to let go within {} ms", id,
                entry->discards() ? "discarding" : "copying", entry->holders_mapping().size(),
@@ -391,7 +385,7 @@ proto::reservation_status reservation_book::wake(client_id client,
                                                  const proto::reservation_target& target) {
   const auto [id, entry] = targeted(client, target);
   access_.check_operate(rows_.client(client).who, id, *rows_.find(id), "wake");
-  entry->check_may_wake(named(id));
+  entry->check_may_wake(name_object(id, *rows_.find(id)));
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }

@@ -77,8 +77,6 @@ class reservation_book {
 
  private:
   versioned_reservation& held(client_id client, object_id id, bool owner_only, const char* what);
-  /// "reservation 'w' (id 3)", or "reservation 3" for one without a name, for refusals.
-  std::string named(object_id id) const;
   /// The reservation a target names, with the rights to put it to sleep, wake it or see it.
   std::pair<object_id, versioned_reservation*> targeted(client_id client,
                                                         const proto::reservation_target& target);

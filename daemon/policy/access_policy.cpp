@@ -15,18 +15,26 @@ constexpr unsigned kRead = 2;
 constexpr unsigned kWrite = 1;
 }  // namespace
 
+namespace {
+/// "'jobs' " for a named object, "" for an anonymous one.
+std::string quoted_name(const object_row& row) {
+  return row.name.empty() ? "" : fmt::format("'{}' ", row.name);
+}
+}  // namespace
+
 std::string describe_object(object_id id, const object_row& row) {
-  const std::string name = row.name.empty() ? "" : fmt::format("'{}' ", row.name);
-  return fmt::format("{} {}(id {}, owner uid {}, group {}, mode {:04o})", kind_name(row.kind), name,
-                     id, row.owner_uid, row.owner_gid, row.mode);
+  return fmt::format("{} {}(id {}, owner uid {}, group {}, mode {:04o})", kind_name(row.kind),
+                     quoted_name(row), id, row.owner_uid, row.owner_gid, row.mode);
+}
+
+std::string name_object(object_id id, const object_row& row) {
+  return fmt::format("{} {}(id {})", kind_name(row.kind), quoted_name(row), id);
 }
 
 std::string access_policy::describe_to(const credentials& who, object_id id,
                                        const object_row& row) const {
-  if (may_see(who, row)) return describe_object(id, row);
   // The lists leave it out for this client: its owner and mode are not this client's to learn.
-  const std::string name = row.name.empty() ? "" : fmt::format("'{}' ", row.name);
-  return fmt::format("{} {}(id {})", kind_name(row.kind), name, id);
+  return may_see(who, row) ? describe_object(id, row) : name_object(id, row);
 }
 
 access_policy::access_policy(access_config config, uid_t daemon_uid,

@@ -73,5 +73,7 @@ class access_policy {
 
 /// "lock 'jobs' (id 7, owner uid 1001, mode 0600)" for messages.
 std::string describe_object(object_id id, const object_row& row);
+/// "lock 'jobs' (id 7)", or "lock (id 7)" for an anonymous one: the object without its owner.
+std::string name_object(object_id id, const object_row& row);
 
 }  // namespace gpumem::daemon
