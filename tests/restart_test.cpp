@@ -148,6 +148,32 @@ TEST(Restart, EventNumbersGoOnAfterTheRestartSoAReaderSeesWhatItMissedAsAGap) {
   EXPECT_GT(event->sequence, before) << "numbering started over after the restart";
 }
 
+TEST(Restart, AnEventStreamsRowGoesWithTheRestartWhileAHoldersRowStaysForItsResume) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  // Both in this process, which lives on: only the one that holds something can resume.
+  auto stream = EventStream::open({.socket_path = daemon.socket_path(), .label = "reader"});
+  auto holder = daemon.connect("holder");
+  auto buffer = holder.allocate(kSize, {.name = "held"});
+  daemon.restart(SIGKILL);
+  auto observer = daemon.connect("observer");
+  std::vector<std::string> labels;
+  for (const ClientInfo& each : observer.clients()) labels.push_back(each.label);
+  EXPECT_EQ(std::ranges::count(labels, "holder"), 1) << "the holder's row waits for its resume";
+  EXPECT_EQ(std::ranges::count(labels, "reader"), 0)
+      << "a stream is never resumed: its row stayed until its process exits";
+  const std::string metrics = observer.metrics();
+  EXPECT_EQ(metric_value(metrics, "gpumemd_readopted_clients"), 1) << metrics;
+  EXPECT_EQ(metric_value(metrics, "gpumemd_departures_total{how=\"disconnected\"}"), 1) << metrics;
+  // What it was sent before the restart, then its end: it does not go on.
+  EXPECT_THROW(
+      {
+        while (stream.next(10s)) {
+        }
+      },
+      Error);
+}
+
 TEST(Restart, AHostRangeFreedAtTheStartIsZeroedBeforeAnotherRestartPlacesItAgain) {
   systemd_supervisor daemon({});
   ASSERT_NO_FATAL_FAILURE(orphan_while_stopped(daemon));

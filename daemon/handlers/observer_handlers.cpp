@@ -19,7 +19,10 @@ proto::event_record request_handler::on_subscribe_events(client_state& client,
   }
   const credentials& who = books_.rows.client(client.client).who;
   client.subscribing = true;
-  return books_.events.subscribe(client.client, who.uid, books_.access.is_admin(who));
+  proto::event_record subscribed =
+      books_.events.subscribe(client.client, who.uid, books_.access.is_admin(who));
+  books_.rows.set_streams_events(client.client);
+  return subscribed;
 }
 
 proto::metrics_reply request_handler::on_get_metrics(client_state& client,

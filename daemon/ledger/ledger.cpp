@@ -92,6 +92,11 @@ void ledger::set_serving(client_id client, bool serving) noexcept {
   }
 }
 
+void ledger::set_streams_events(client_id client) {
+  clients_.at(client).streams_events = true;
+  touch_client(client);
+}
+
 void ledger::set_answered(client_id client, std::uint32_t request_id, proto::message_type type,
                           std::span<const std::byte> reply) {
   const auto found = clients_.find(client);

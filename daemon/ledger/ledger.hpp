@@ -132,9 +132,12 @@ struct client_row {
   answered_request last_answered;
   /// The pid the client reported at hello, as its own PID namespace numbers it: shown beside
   /// who.pid (0 when the kernel cannot name the peer in the daemon's namespace), never trusted
-  /// for a decision. 0: not reported. Not kept across a daemon restart: the resuming hello
-  /// reports it again.
+  /// for a decision. 0: not reported.
   std::uint32_t reported_pid = 0;
+  /// The connection subscribed to events. A stream ends with its daemon and is never resumed
+  /// (a reader subscribes anew), so a restarted daemon lets go at once of such a row that holds
+  /// nothing (restart/state_store.cpp) rather than keep it until the process exits.
+  bool streams_events = false;
 };
 
 /// What changed since the state store (daemon/restart/) last wrote the daemon's state down:
@@ -208,6 +211,8 @@ class ledger {
   void set_label(client_id client, std::string label, std::uint32_t reported_pid);
   /// @brief Whether a connection serves the client now (client_row::serving).
   void set_serving(client_id client, bool serving) noexcept;
+  /// @brief The client's connection streams events from now on (client_row::streams_events).
+  void set_streams_events(client_id client);
   /// @brief Keeps the reply to the client's last request that changed state (answered_request);
   /// nothing for a client the ledger no longer knows.
   void set_answered(client_id client, std::uint32_t request_id, proto::message_type type,

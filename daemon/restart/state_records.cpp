@@ -81,6 +81,7 @@ void put_client(record_writer& out, const books& state, client_id id, const clie
   // the rest. The monotonic clock is the machine's, shared by the daemon before and after.
   out.put(row.reported_pid);
   out.put(static_cast<std::int64_t>(row.connected.time_since_epoch().count()));
+  out.put(row.streams_events);
 }
 
 saved_client get_client(record_reader& in) {
@@ -110,6 +111,7 @@ saved_client get_client(record_reader& in) {
     client.row.connected = std::chrono::steady_clock::time_point(
         std::chrono::steady_clock::duration(in.get<std::int64_t>()));
   }
+  if (in.remaining() >= sizeof(bool)) client.row.streams_events = in.get_bool();
   return client;
 }
 

@@ -311,6 +311,10 @@ void state_store::adopt_image(books& state, const state_image& image) {
   for (const auto& [id, client] : image.clients) {
     unique_fd pidfd = take_passed(client_fd_name(id));
     if (pidfd && !os::process_exited(pidfd.get())) {
+      if (client.row.streams_events && !client.attachment && state.rows.client(id).holds.empty()) {
+        ended_streams_.push_back(id);
+        continue;
+      }
       processes_.emplace(id, unique_fd(::fcntl(pidfd.get(), F_DUPFD_CLOEXEC, 3)));
       adopted_processes_.emplace_back(id, std::move(pidfd));
     } else {
@@ -341,8 +345,16 @@ void state_store::start(books& state, bool readopted) {
     // As a death while the daemon runs: counted, told as died and reclaimed events.
     state.depart(dead, true);
   }
-  if (!dead_clients_.empty()) state.readopted_clients = state.rows.clients().size();
+  for (const client_id stream : ended_streams_) {
+    spdlog::info("client {} only streamed events, which ended with the daemon before: it goes",
+                 stream);
+    state.depart(stream, false);
+  }
+  if (!dead_clients_.empty() || !ended_streams_.empty()) {
+    state.readopted_clients = state.rows.clients().size();
+  }
   dead_clients_.clear();
+  ended_streams_.clear();
   // Objects that no client holds any more go, as they would have if the daemon had lived.
   std::vector<object_id> unheld;
   for (const auto& [id, row] : state.rows.objects()) {

@@ -147,6 +147,8 @@ class state_store final : public state_keeper {
   std::map<client_id, unique_fd> processes_;  ///< each client's pidfd, a dup of the session's
   std::vector<std::pair<client_id, unique_fd>> adopted_processes_;
   std::vector<client_id> dead_clients_;
+  /// Living clients whose connection only streamed events (client_row::streams_events).
+  std::vector<client_id> ended_streams_;
 };
 
 }  // namespace gpumem::daemon::restart
