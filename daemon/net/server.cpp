@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -329,12 +331,20 @@ void server::admit(stream::socket socket) {
     accept_log_.warn("could not take over a connection: {}", error.message());
     return;
   }
-  auto client = std::make_shared<session>(std::move(released), poller_, books_, handler_, config_,
-                                          [this](session& ended) {
-                                            sessions_.erase(&ended);
-                                            settle_pending();
-                                          });
-  sessions_.emplace(client.get(), client);
+  std::shared_ptr<session> client;
+  try {
+    client = std::make_shared<session>(std::move(released), poller_, books_, handler_, config_,
+                                       [this](session& ended) {
+                                         sessions_.erase(&ended);
+                                         settle_pending();
+                                       });
+    sessions_.emplace(client.get(), client);
+  } catch (const std::bad_alloc&) {
+    // Thrown out of the accept loop, it would end that coroutine (co_spawn with detached drops
+    // the exception) and gpumemd would accept no connection again; this one closes instead.
+    accept_log_.warn("no memory for a new connection's session: closing it");
+    return;
+  }
   try {
     client->start();
   } catch (const std::exception& failure) {
