@@ -557,6 +557,11 @@ TEST_F(Tenants, LocksAndBarriersFollowTheirModeAndResetsNameWhoDidThem) {
               contains(log, "pid " + stranger_pid + " uid " + uid_of(b())))
       << "the log does not name B (pid " << stranger_pid << ") for its refusal:\n"
       << log;
+  // The operator's log names what the refusal withheld from B: the lock's owner and mode.
+  EXPECT_TRUE(contains(log, "[not told to it: lock 'a-lock' (id ") &&
+              contains(log, ", owner uid " + uid_of(a()) + ", group "))
+      << "the log does not say whose lock B was refused:\n"
+      << log;
   // Within the same second as the refused open: a refusal of another kind has a line too.
   EXPECT_TRUE(contains(log, "refused reset_sync")) << "the refused reset was held back:\n" << log;
   EXPECT_TRUE(contains(log, "lock 'a-lock' reset by pid " + std::to_string(::getpid()) + " uid 0"))

@@ -165,8 +165,10 @@ reply_attachment request_handler::dispatch(client_state& client, const proto::fr
       const proto::message_info* info = proto::find_request(frame.head.type);
       // Types that name no request share one kind: their number is the client's to choose.
       refusal_log(info ? frame.head.type : 0, error.code())
-          .warn("refused {} of client {} ({}): {}", info ? info->name : "a request", client.client,
-                access_policy::describe(row.who, row.label), error.what());
+          .warn("refused {} of client {} ({}): {}{}", info ? info->name : "a request",
+                client.client, access_policy::describe(row.who, row.label), error.what(),
+                error.logged_only().empty() ? std::string()
+                                            : " [not told to it: " + error.logged_only() + "]");
       proto::event_record refused =
           event_hub::about(proto::event_kind::refused, client.client, row.who, row.label);
       refused.code = static_cast<std::uint32_t>(error.code());

@@ -37,6 +37,11 @@ std::string access_policy::describe_to(const credentials& who, object_id id,
   return may_see(who, row) ? describe_object(id, row) : name_object(id, row);
 }
 
+std::string access_policy::withheld_from(const credentials& who, object_id id,
+                                         const object_row& row) const {
+  return may_see(who, row) ? std::string() : describe_object(id, row);
+}
+
 access_policy::access_policy(access_config config, uid_t daemon_uid,
                              std::optional<gid_t> socket_group)
     : config_(std::move(config)), daemon_uid_(daemon_uid), socket_group_(socket_group) {}
@@ -96,7 +101,8 @@ void access_policy::check_open(const credentials& who, object_id id, const objec
       errc::permission_denied,
       fmt::format("{} may not open {} {}: its mode gives {} no {} access", describe(who),
                   describe_to(who, id, row), wanted == wanted_access::read ? "to read" : "to write",
-                  whose, wanted == wanted_access::read ? "read" : "read-write"));
+                  whose, wanted == wanted_access::read ? "read" : "read-write"),
+      withheld_from(who, id, row));
 }
 
 bool access_policy::may_see(const credentials& who, const object_row& row) const noexcept {
@@ -114,7 +120,8 @@ void access_policy::check_operate(const credentials& who, object_id id, const ob
   throw request_error(errc::permission_denied,
                       fmt::format("{} may not {} {}: only its owner uid and administrators "
                                   "(root, access.admin_group) may",
-                                  describe(who), action, describe_to(who, id, row)));
+                                  describe(who), action, describe_to(who, id, row)),
+                      withheld_from(who, id, row));
 }
 
 }  // namespace gpumem::daemon

@@ -58,6 +58,9 @@ class access_policy {
   /// @brief The object as a refusal to @p who names it: describe_object() where @p who may see
   /// it; else only its kind, name and id ("lock 'jobs' (id 7)"), as the lists leave it out.
   std::string describe_to(const credentials& who, object_id id, const object_row& row) const;
+  /// @brief What describe_to() leaves out for @p who, for the daemon's log alone
+  /// (request_error::logged_only): describe_object(), or empty where @p who may see it all.
+  std::string withheld_from(const credentials& who, object_id id, const object_row& row) const;
 
   /// "pid 42 uid 1001 (label)" for log lines and refusals.
   static std::string describe(const credentials& who, const std::string& label = {});
