@@ -460,8 +460,15 @@ TEST_F(ReservationBook, OperatorsActByNameOnlyOnWhatTheyMayOperate) {
   EXPECT_FALSE(proto::make_wire_name("weights", by_name.target.name));
   const std::string refusal = text_of([&] { book.reservations.sleep(stranger, by_name); });
   EXPECT_NE(refusal.find("may not put to sleep"), std::string::npos) << refusal;
-  EXPECT_EQ(code_of([&] { book.reservations.status(stranger, by_name.target); }), errc::not_found)
-      << "what a uid may not see does not exist for it";
+  // As an open by name would be: refused, naming it without its owner.
+  const std::string status_refusal =
+      text_of([&] { book.reservations.status(stranger, by_name.target); });
+  EXPECT_EQ(code_of([&] { book.reservations.status(stranger, by_name.target); }),
+            errc::permission_denied);
+  EXPECT_NE(status_refusal.find("may not read the state of reservation 'weights' (id "),
+            std::string::npos)
+      << status_refusal;
+  EXPECT_EQ(status_refusal.find("owner uid"), std::string::npos) << status_refusal;
   book.reservations.quiesce(owner, id);
   book.reservations.quiesce(reader, id);
   EXPECT_EQ(book.reservations.sleep(admin, by_name).reservation_id, id);

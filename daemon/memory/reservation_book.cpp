@@ -445,9 +445,16 @@ proto::reservation_status reservation_book::wake(client_id client,
 proto::reservation_status reservation_book::status(client_id client,
                                                    const proto::reservation_target& target) {
   const auto [id, entry] = targeted(client, target);
-  if (target.reservation_id == 0 && !access_.may_see(rows_.client(client).who, *rows_.find(id))) {
-    throw request_error(errc::not_found,
-                        fmt::format("no reservation named '{}'", target.name.view()));
+  const credentials& who = rows_.client(client).who;
+  const object_row& row = *rows_.find(id);
+  // As an open by name of what the client may not read: refused, naming it by kind, name and id.
+  if (target.reservation_id == 0 && !access_.may_see(who, row)) {
+    throw request_error(
+        errc::permission_denied,
+        fmt::format("{} may not read the state of {}: its mode gives this client "
+                    "no read access",
+                    access_policy::describe(who), access_.describe_to(who, id, row)),
+        access_.withheld_from(who, id, row));
   }
   return entry->status(id);
 }
