@@ -43,7 +43,7 @@ Barrier& Barrier::operator=(Barrier&&) noexcept = default;
 Barrier::~Barrier() = default;
 
 Barrier::Token Barrier::arrive() {
-  detail::check_open(state_.get(), "Barrier");
+  detail::check_usable(state_.get(), "Barrier");
   state_->object.enter(sync::domain::host);
   const Token token = state_->next_round();
   state_->counters.arrive(state_->object.party(), token.round);
@@ -51,14 +51,14 @@ Barrier::Token Barrier::arrive() {
 }
 
 BarrierStatus Barrier::wait(Token token) {
-  detail::check_open(state_.get(), "Barrier");
+  detail::check_usable(state_.get(), "Barrier");
   state_->object.enter(sync::domain::host);
   if (token.epoch != state_->counters.epoch()) return BarrierStatus::broken;
   return detail::barrier_status_of(state_->counters.wait_all(token.round));
 }
 
 BarrierStatus Barrier::wait_for(Token token, std::chrono::nanoseconds timeout) {
-  detail::check_open(state_.get(), "Barrier");
+  detail::check_usable(state_.get(), "Barrier");
   state_->object.enter(sync::domain::host);
   if (token.epoch != state_->counters.epoch()) return BarrierStatus::broken;
   const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(timeout);
@@ -70,7 +70,7 @@ BarrierStatus Barrier::arrive_and_wait() {
 }
 
 Barrier::Token Barrier::arrive(Stream stream) {
-  detail::check_open(state_.get(), "Barrier");
+  detail::check_usable(state_.get(), "Barrier");
   detail::cuda_sync::stream_ops ops(stream);
   state_->object.enter(sync::domain::device, ops.device());
   const Token token = state_->next_round();
@@ -79,7 +79,7 @@ Barrier::Token Barrier::arrive(Stream stream) {
 }
 
 void Barrier::wait(Token token, Stream stream) {
-  detail::check_open(state_.get(), "Barrier");
+  detail::check_usable(state_.get(), "Barrier");
   detail::cuda_sync::stream_ops ops(stream);
   state_->object.enter(sync::domain::device, ops.device());
   for (std::uint32_t party = 0; party < state_->counters.parties(); ++party) {
@@ -89,7 +89,7 @@ void Barrier::wait(Token token, Stream stream) {
 }
 
 device::counters_ref Barrier::device(int device) {
-  detail::check_open(state_.get(), "Barrier");
+  detail::check_usable(state_.get(), "Barrier");
   return state_->object.counters_on(device);
 }
 

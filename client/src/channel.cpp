@@ -88,7 +88,7 @@ Channel& Channel::operator=(Channel&&) noexcept = default;
 Channel::~Channel() = default;
 
 Channel::Slot Channel::acquire_slot() {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   state_->check_role(true, "acquire_slot");
   state_->check_turn(false, "acquire_slot");
   state_->object.enter(sync::domain::host);
@@ -102,7 +102,7 @@ Channel::Slot Channel::acquire_slot() {
 }
 
 void Channel::publish() {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   state_->check_role(true, "publish");
   state_->check_turn(true, "publish");
   state_->counters.publish(kProducer, static_cast<std::uint32_t>(++state_->next));
@@ -110,7 +110,7 @@ void Channel::publish() {
 }
 
 Channel::Slot Channel::acquire() {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   state_->check_role(false, "acquire");
   state_->check_turn(false, "acquire");
   state_->object.enter(sync::domain::host);
@@ -123,7 +123,7 @@ Channel::Slot Channel::acquire() {
 }
 
 void Channel::release() {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   state_->check_role(false, "release");
   state_->check_turn(true, "release");
   state_->counters.publish(state_->object.party(), static_cast<std::uint32_t>(++state_->next));
@@ -146,7 +146,7 @@ void Channel::release(Stream stream) {
 }
 
 Channel::Slot Channel::acquire_slot(Stream stream, std::uint32_t count) {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   state_->check_role(true, "acquire_slot");
   state_->check_turn(false, "acquire_slot");
   state_->check_count(count, false, "acquire_slot");
@@ -161,7 +161,7 @@ Channel::Slot Channel::acquire_slot(Stream stream, std::uint32_t count) {
 }
 
 void Channel::publish(Stream stream, std::uint32_t count) {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   state_->check_role(true, "publish");
   state_->check_turn(true, "publish");
   state_->check_count(count, true, "publish");
@@ -173,7 +173,7 @@ void Channel::publish(Stream stream, std::uint32_t count) {
 }
 
 Channel::Slot Channel::acquire(Stream stream, std::uint32_t count) {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   state_->check_role(false, "acquire");
   state_->check_turn(false, "acquire");
   state_->check_count(count, false, "acquire");
@@ -186,7 +186,7 @@ Channel::Slot Channel::acquire(Stream stream, std::uint32_t count) {
 }
 
 void Channel::release(Stream stream, std::uint32_t count) {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   state_->check_role(false, "release");
   state_->check_turn(true, "release");
   state_->check_count(count, true, "release");
@@ -198,12 +198,12 @@ void Channel::release(Stream stream, std::uint32_t count) {
 }
 
 void* Channel::slot_data(std::uint64_t sequence) const {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   return state_->slot_data(sequence);
 }
 
 device::counters_ref Channel::device(int device) {
-  detail::check_open(state_.get(), "Channel");
+  detail::check_usable(state_.get(), "Channel");
   return state_->object.counters_on(device);
 }
 

@@ -69,6 +69,8 @@ class connection : public std::enable_shared_from_this<connection> {
   sync_pages& sync();
 
   std::uint64_t client_id() const noexcept { return link_.client_id(); }
+  bool in_owner_process() const noexcept { return link_.in_owner_process(); }
+  pid_t owner_pid() const noexcept { return link_.owner_pid(); }
   std::uint32_t daemon_features() const noexcept { return link_.daemon_features(); }
   std::uint64_t greetings() const noexcept { return link_.greetings(); }
   const std::string& path() const noexcept { return link_.path(); }

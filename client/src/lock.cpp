@@ -1,9 +1,13 @@
 #include "gpumem/shared/sync/lock.hpp"
 
+#include <pthread.h>
+
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <optional>
+#include <unordered_set>
 
 #include "connection.hpp"
 #include "cuda_sync.hpp"
@@ -17,13 +21,54 @@ using detail::cuda_sync::wait_kind;
 
 Lock::state::~state() = default;
 
+namespace {
+
+/// The inline fast paths of every live Lock of this process. A child forked from it gets
+/// copies that would take and release the parent's locks with the parent's owner bits, and
+/// they never reach the library's check: so in the child each loses its guess
+/// (lock_fast_path::kNoGuess), and lock() and unlock() take the slow path, which refuses.
+class live_fast_paths {
+ public:
+  static live_fast_paths& of_process() {
+    static live_fast_paths* const paths = [] {
+      auto* made = new live_fast_paths();  // never destroyed: a fork may come at any time
+      ::pthread_atfork([] { of_process().mutex_.lock(); }, [] { of_process().mutex_.unlock(); },
+                       [] {
+                         live_fast_paths& each = of_process();
+                         for (detail::lock_fast_path* path : each.paths_) {
+                           path->guess(detail::lock_fast_path::kNoGuess);
+                         }
+                         each.mutex_.unlock();
+                       });
+      return made;
+    }();
+    return *paths;
+  }
+  void add(detail::lock_fast_path& path) {
+    const std::lock_guard lock(mutex_);
+    paths_.insert(&path);
+  }
+  void remove(detail::lock_fast_path& path) noexcept {
+    const std::lock_guard lock(mutex_);
+    paths_.erase(&path);
+  }
+
+ private:
+  std::mutex mutex_;  ///< held across fork() (pthread_atfork), so the child's set is whole
+  std::unordered_set<detail::lock_fast_path*> paths_;
+};
+
+}  // namespace
+
 /// A Lock's state: the part its inline fast paths reach (Lock::state) and the library's.
 struct detail::lock_state final : Lock::state {
   lock_state(std::shared_ptr<detail::connection> link, std::string_view name, Mode mode)
       : object(std::move(link), name, mode, proto::sync_kind::lock, 0, proto::sync_role::party),
         algorithm(object.cell<sync::lock_cell>(), object.slot()) {
     fast.bind(object.cell<sync::lock_cell>().word, algorithm.owner_bits());
+    live_fast_paths::of_process().add(fast);
   }
+  ~lock_state() override { live_fast_paths::of_process().remove(fast); }
   static lock_state* of(const Lock& lock) noexcept {
     return static_cast<lock_state*>(lock.state_.get());
   }
@@ -99,7 +144,7 @@ Lock::~Lock() = default;
 
 bool Lock::try_lock() {
   auto* const self = detail::lock_state::of(*this);
-  detail::check_open(self, "Lock");
+  detail::check_usable(self, "Lock");
   self->enter_host();
   const auto taken = self->algorithm.try_acquire();
   if (!taken) return false;
@@ -112,7 +157,7 @@ bool Lock::try_lock() {
 
 LockStatus Lock::acquire() {
   auto* const self = detail::lock_state::of(*this);
-  detail::check_open(self, "Lock");
+  detail::check_usable(self, "Lock");
   self->enter_host();
   const auto result = self->algorithm.acquire();
   // Only within sync::signals_end_waits (Python's module), whose check found that a signal
@@ -129,7 +174,7 @@ LockStatus Lock::acquire() {
 
 LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
   auto* const self = detail::lock_state::of(*this);
-  detail::check_open(self, "Lock");
+  detail::check_usable(self, "Lock");
   self->enter_host();
   const auto deadline = sync::host_lock::clock::now() +
                         std::chrono::duration_cast<sync::host_lock::clock::duration>(timeout);
@@ -152,7 +197,7 @@ LockStatus Lock::try_acquire_for(std::chrono::nanoseconds timeout) {
 
 void Lock::unlock_contended() {
   auto* const self = detail::lock_state::of(*this);
-  detail::check_open(self, "Lock");
+  detail::check_usable(self, "Lock");
   if (!self->hold || self->algorithm.release(*self->hold) != sync::release_status::released) {
     throw Error(errc::not_lock_owner,
                 "lock '" + name() + "' is not held by this process (or an operator reset it)");
@@ -165,7 +210,7 @@ bool Lock::owner_died() const noexcept {
 
 void Lock::mark_consistent() {
   auto* const self = detail::lock_state::of(*this);
-  detail::check_open(self, "Lock");
+  detail::check_usable(self, "Lock");
   if (!self->hold || !self->algorithm.mark_consistent(*self->hold)) {
     throw Error(errc::not_lock_owner, "lock '" + name() + "' is not held by this process");
   }
@@ -174,7 +219,7 @@ void Lock::mark_consistent() {
 
 void Lock::lock(Stream stream) {
   auto* const self = detail::lock_state::of(*this);
-  detail::check_open(self, "Lock");
+  detail::check_usable(self, "Lock");
   detail::cuda_sync::stream_ops ops(stream);
   self->object.enter(sync::domain::stream, ops.device());
   // With the queue full, the turn to pass first may be one this object holds: the mutex goes
@@ -193,7 +238,7 @@ void Lock::lock(Stream stream) {
 
 void Lock::unlock(Stream stream) {
   auto* const self = detail::lock_state::of(*this);
-  detail::check_open(self, "Lock");
+  detail::check_usable(self, "Lock");
   detail::cuda_sync::stream_ops ops(stream);
   self->object.enter(sync::domain::stream, ops.device());
   std::lock_guard guard(self->stream_mutex);
@@ -216,7 +261,7 @@ void Lock::unlock(Stream stream) {
 
 device::lock_ref Lock::device(int device) {
   auto* const self = detail::lock_state::of(*this);
-  detail::check_open(self, "Lock");
+  detail::check_usable(self, "Lock");
   self->object.enter(sync::domain::device, device);
   auto address = [&](std::size_t offset) {
     return reinterpret_cast<unsigned int*>(self->object.signal_word(device, offset));

@@ -30,6 +30,18 @@ const char* name_kind(proto::sync_kind kind) noexcept {
   return "name";
 }
 
+const char* kind_name(proto::sync_kind kind) noexcept {
+  switch (kind) {
+    case proto::sync_kind::lock:
+      return "lock";
+    case proto::sync_kind::barrier:
+      return "barrier";
+    case proto::sync_kind::channel:
+      return "channel";
+  }
+  return "object";
+}
+
 std::string domain_text(std::uint32_t word) {
   switch (sync::domain_of(word)) {
     case sync::domain::host:
@@ -77,6 +89,15 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
 
 sync_object::~sync_object() {
   close();
+}
+
+void sync_object::check_owner_process() const {
+  if (link_->in_owner_process()) return;
+  throw Error(errc::invalid_argument,
+              std::string(kind_name(kind_)) + " '" + name_ + "' was opened by process " +
+                  std::to_string(link_->owner_pid()) +
+                  ", which this one was forked from: a forked child must connect its own client "
+                  "and open its own");
 }
 
 void sync_object::close() noexcept {

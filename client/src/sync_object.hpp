@@ -17,9 +17,16 @@ namespace gpumem::detail {
 
 class connection;
 
-inline void check_open(const void* state, const char* type) {
+/// @brief Before every use of a lock, barrier or channel handle: its state @p state (which
+/// holds its sync_object as `object`) is there, and this is the process that opened it.
+/// @throws Error(invalid_argument) for a handle moved from, and in a forked child: the
+/// child's copy shares the parent's party and lock owner bits, so its use would pass for the
+/// parent's (a lock held by nobody the daemon can see die, a barrier's arrival counted twice).
+template <class State>
+void check_usable(const State* state, const char* type) {
   if (state == nullptr)
     throw Error(errc::invalid_argument, std::string("the ") + type + " is empty (moved from)");
+  state->object.check_owner_process();
 }
 
 class sync_object {
@@ -37,6 +44,8 @@ class sync_object {
   Cell& cell() const noexcept {
     return *reinterpret_cast<Cell*>(page_->cell(cell_index_));
   }
+  /// @throws Error(invalid_argument) in a child forked after the object was opened.
+  void check_owner_process() const;
   /// @brief Fixes the domain on first use.
   /// @throws Error(wrong_domain) when the object is used in another domain (or device).
   void enter(sync::domain where, int device = 0);

@@ -83,6 +83,8 @@ class transport {
   /// @brief False in a child forked after connecting: the socket, and everything the session
   /// holds, are the parent's.
   bool in_owner_process() const noexcept;
+  /// The process that connected.
+  pid_t owner_pid() const noexcept { return owner_pid_; }
   /// The daemon's id for this session.
   std::uint64_t client_id() const noexcept { return client_id_; }
   /// @brief The uid of the process that answers on the socket (SO_PEERCRED at connect).
