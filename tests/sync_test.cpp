@@ -755,6 +755,16 @@ TEST(Channel, AShapeWithNoSlotsOrTooManyIsRefusedByNameBeforeAnythingIsMade) {
           << error.what();
     }
   }
+  // Slots whose bytes overflow 64 bits: the product would wrap to a 16-byte buffer.
+  try {
+    client.channel("shaped", ChannelRole::producer,
+                   {.slots = 2, .slot_bytes = (std::size_t{1} << 63) + 8});
+    ADD_FAILURE() << "a ring of more bytes than 64 bits count was made";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::invalid_argument);
+    EXPECT_NE(std::string(error.what()).find("channel 'shaped': 2 slots of"), std::string::npos)
+        << error.what();
+  }
   EXPECT_THROW(client.open("shaped.slots"), Error) << "the refused channel left its slots";
   EXPECT_NO_THROW(
       client.channel("shaped", ChannelRole::producer, {.slots = 1u << 24, .slot_bytes = 1}));

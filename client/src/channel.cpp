@@ -1,4 +1,6 @@
 #include <cstddef>
+#include <limits>
+#include <string>
 
 #include "barrier_status.hpp"
 #include "connection.hpp"
@@ -235,6 +237,12 @@ Channel Client::channel(std::string_view name, ChannelRole role, const ChannelOp
                     "': slots, slot_bytes and consumers must be positive, with at most " +
                     std::to_string(kMostSlots) + " slots and fewer than " +
                     std::to_string(sync::kMaxParties) + " consumers");
+  }
+  if (options.slot_bytes > std::numeric_limits<std::size_t>::max() / options.slots) {
+    throw Error(errc::invalid_argument, "channel '" + std::string(name) +
+                                            "': " + std::to_string(options.slots) + " slots of " +
+                                            std::to_string(options.slot_bytes) +
+                                            " bytes are more bytes than 64 bits count");
   }
   const std::size_t bytes = std::size_t{options.slots} * options.slot_bytes;
   const std::string data_name = std::string(name) + ".slots";

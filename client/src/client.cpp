@@ -225,7 +225,12 @@ Client Client::connect(const ConnectOptions& options) {
 }
 
 Buffer Client::allocate(std::size_t bytes, const AllocateOptions& options) {
-  if (bytes == 0) throw Error(errc::invalid_argument, "cannot allocate 0 bytes");
+  if (bytes == 0) {
+    throw Error(errc::invalid_argument,
+                options.name.empty()
+                    ? std::string("cannot allocate 0 bytes")
+                    : "cannot allocate 0 bytes for '" + std::string(options.name) + "'");
+  }
   if (options.device < kHost) {
     throw Error(errc::no_such_device,
                 "device " + std::to_string(options.device) + " does not exist");
