@@ -369,6 +369,16 @@ TEST(Integration, BadRequestsGetClearErrorsAndLoseNothing) {
       gpumem::errc::not_found, [&] { client.open("absent"); }, "absent");
   expect_error(
       gpumem::errc::invalid_argument, [&] { client.allocate(0); }, "0 bytes");
+  expect_error(
+      gpumem::errc::invalid_argument, [&] { client.allocate(0, {.name = "empty"}); },
+      "0 bytes for 'empty'");
+  // The address would end at the NUL: it names the daemon's socket, not what was asked for.
+  expect_error(
+      gpumem::errc::invalid_argument,
+      [&] {
+        gpumem::Client::connect({.socket_path = daemon.socket_path() + std::string(1, '\0') + "x"});
+      },
+      "has a NUL byte at");
   EXPECT_EQ(host_in_use(client), 4096u);
   EXPECT_EQ(client.open("kept").id(), kept.id());
 }

@@ -189,6 +189,11 @@ unique_fd connect_to(const std::string& path, std::span<const uid_t> trusted,
   if (path.size() >= sizeof address.sun_path) {
     throw Error(errc::invalid_argument, "socket path too long: " + path);
   }
+  // The address would end at it: another socket than the one named.
+  if (const auto nul = path.find('\0'); nul != std::string::npos) {
+    throw Error(errc::invalid_argument, "socket path '" + path.substr(0, nul) +
+                                            "\\0...' has a NUL byte at " + std::to_string(nul));
+  }
   if (const std::string problem = untrusted_socket(path, trusted); !problem.empty()) {
     throw Error(errc::permission_denied, problem);
   }

@@ -113,6 +113,9 @@ void bind_client(py::module_& module) {
       "connect",
       [](const std::string& socket_path, const std::string& label,
          std::optional<double> reconnect_for) {
+        if (socket_path.find('\0') != std::string::npos) {
+          throw py::value_error("connect: socket_path has an embedded null byte");
+        }
         return Client::connect({.socket_path = socket_path,
                                 .label = label,
                                 .reconnect_for = reconnect_from(reconnect_for)});

@@ -1,8 +1,10 @@
 #include "dlpack_export.hpp"
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "dlpack.hpp"
 
@@ -68,21 +70,36 @@ py::capsule wrap(Managed* managed) {
   return py::reinterpret_steal<py::capsule>(capsule);
 }
 
+/// @p pair as two ints (not bools).
+/// @throws TypeError naming @p argument and what it takes otherwise.
+std::pair<long long, long long> int_pair(py::handle pair, const char* argument, const char* takes) {
+  const auto is_int = [](py::handle item) {
+    return PyLong_Check(item.ptr()) != 0 && PyBool_Check(item.ptr()) == 0;
+  };
+  if (!py::isinstance<py::tuple>(pair) || py::len(pair) != 2 || !is_int(pair[py::int_(0)]) ||
+      !is_int(pair[py::int_(1)])) {
+    throw py::type_error(std::string("__dlpack__: ") + argument + " must be None or " + takes +
+                         ", two ints");
+  }
+  // Beyond long long, the number matches no version or device: as good as its largest.
+  const auto value = [](py::handle item) {
+    int overflow = 0;
+    const long long read = PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
+    return overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : read;
+  };
+  return {value(pair[py::int_(0)]), value(pair[py::int_(1)])};
+}
+
 bool wants_versioned(py::handle max_version) {
   if (max_version.is_none()) return false;
-  const auto version = max_version.cast<py::tuple>();
-  if (version.size() != 2) throw py::type_error("__dlpack__: max_version must be (major, minor)");
-  return version[0].cast<std::uint32_t>() >= kMajorVersion;
+  return int_pair(max_version, "max_version", "(major, minor)").first >= kMajorVersion;
 }
 
 void check_device(const exported_range& range, py::handle dl_device) {
   if (dl_device.is_none()) return;
-  const auto asked = dl_device.cast<py::tuple>();
+  const auto [type, id] = int_pair(dl_device, "dl_device", "(device_type, device_id)");
   const DLDevice ours = device_of(range.device);
-  if (asked.size() == 2 && asked[0].cast<int>() == ours.device_type &&
-      asked[1].cast<int>() == ours.device_id) {
-    return;
-  }
+  if (type == ours.device_type && id == ours.device_id) return;
   throw py::buffer_error("__dlpack__: the memory lives on device (" +
                          std::to_string(ours.device_type) + ", " + std::to_string(ours.device_id) +
                          "); gpumem does not copy it elsewhere");
@@ -97,7 +114,10 @@ py::tuple dlpack_device(int device) {
 
 py::capsule dlpack_capsule(const exported_range& range, py::handle max_version,
                            py::handle dl_device, py::handle copy) {
-  if (!copy.is_none() && copy.cast<bool>()) {
+  if (!copy.is_none() && PyBool_Check(copy.ptr()) == 0) {
+    throw py::type_error("__dlpack__: copy must be None, True or False");
+  }
+  if (copy.ptr() == Py_True) {
     throw py::buffer_error("__dlpack__: gpumem shares its memory and makes no copies (copy=True)");
   }
   check_device(range, dl_device);

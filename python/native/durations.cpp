@@ -16,11 +16,18 @@ constexpr double kLongestSeconds = 365.0 * 24 * 3600;  // as good as for ever
 
 std::optional<std::chrono::nanoseconds> duration_from(py::handle timeout, const char* what) {
   if (timeout.is_none()) return std::nullopt;
-  const py::object seconds_object = py::hasattr(timeout, "total_seconds")
-                                        ? timeout.attr("total_seconds")()
-                                        : py::reinterpret_borrow<py::object>(timeout);
+  const bool is_timedelta = py::hasattr(timeout, "total_seconds");
+  // float() would take a string ("0.1") or bytes, and a bool is an int: none is a duration.
+  if (!is_timedelta && (PyBool_Check(timeout.ptr()) || !PyNumber_Check(timeout.ptr()))) {
+    throw py::type_error(std::string(what) +
+                         " takes seconds (an int or a float) or a datetime.timedelta, not " +
+                         std::string(py::str(py::type::handle_of(timeout).attr("__name__"))));
+  }
+  const py::object seconds_object =
+      is_timedelta ? timeout.attr("total_seconds")() : py::reinterpret_borrow<py::object>(timeout);
   const double seconds = py::float_(seconds_object);
-  if (std::isnan(seconds) || seconds < 0) {
+  if (std::isnan(seconds)) throw py::value_error(std::string(what) + " is NaN, not a duration");
+  if (seconds < 0) {
     throw py::value_error(std::string(what) + " must be a number of seconds, not negative");
   }
   if (std::isinf(seconds)) return std::nullopt;

@@ -82,6 +82,12 @@ std::optional<Stream> dlpack_consumer_stream(py::handle stream) {
   return stream_at(static_cast<std::uintptr_t>(value));
 }
 
+void check_host_dlpack_stream(py::handle stream) {
+  if (!stream.is_none() && !is_int(stream)) {
+    throw py::type_error("__dlpack__: stream must be None or an int");
+  }
+}
+
 std::uintptr_t array_interface_stream(Stream stream) noexcept {
   return stream == nullptr ? kLegacyStream : reinterpret_cast<std::uintptr_t>(stream);
 }

@@ -21,6 +21,10 @@ Stream stream_from(pybind11::handle object);
 /// default stream, a larger int the stream itself; -1 asks for no ordering (nullopt).
 /// @throws ValueError for 0 (ambiguous) and other negative numbers.
 std::optional<Stream> dlpack_consumer_stream(pybind11::handle stream);
+/// @brief `__dlpack__(stream=...)` for host memory, which has nothing to order: None or an
+/// int, as for CUDA memory, and ignored.
+/// @throws TypeError for anything else.
+void check_host_dlpack_stream(pybind11::handle stream);
 
 /// @brief The `stream` of `__cuda_array_interface__` for work queued on @p stream: the legacy
 /// default stream (1) for the null stream, else the handle.

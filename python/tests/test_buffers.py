@@ -124,6 +124,22 @@ def test_dlpack_refuses_copies_and_other_devices(client):
     assert capsule_name(buffer.__dlpack__(dl_device=(1, 0), copy=False)) == b"dltensor"
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"dl_device": ("a", "b")},
+        {"dl_device": (1,)},
+        {"dl_device": (True, 0)},
+        {"max_version": ("1", 0)},
+        {"copy": "no"},
+        {"stream": "x"},
+    ],
+)
+def test_dlpack_arguments_of_the_wrong_type_are_type_errors(client, arguments):
+    with pytest.raises(TypeError, match="__dlpack__"):
+        client.allocate(SIZE).__dlpack__(**arguments)
+
+
 def test_an_array_keeps_the_memory_after_the_buffer_is_gone(daemon, client):
     buffer = client.allocate(SIZE)
     np.frombuffer(buffer, dtype=np.uint8)[:] = support.pattern(SIZE, 7)

@@ -3,9 +3,11 @@ text names the object and the cause."""
 
 from __future__ import annotations
 
+import datetime
 import re
 import signal
 
+import numpy as np
 import pytest
 
 import gpumem
@@ -74,6 +76,26 @@ def test_bad_arguments_are_python_errors(client):
         client.allocate("many")
     with pytest.raises(ValueError):
         client.lock("l").acquire(timeout=-1)
+
+
+@pytest.mark.parametrize("timeout", ["0.1", b"1", True])
+def test_a_timeout_that_is_no_duration_is_a_type_error(client, timeout):
+    with pytest.raises(TypeError, match="timeout takes seconds"):
+        client.lock("l").acquire(timeout=timeout)
+
+
+def test_a_timeout_is_seconds_or_a_timedelta_and_nan_is_refused(client):
+    lock = client.lock("l")
+    for timeout in (1, 0.5, np.float64(0.5), datetime.timedelta(milliseconds=500), None):
+        assert lock.acquire(timeout=timeout) == gpumem.Acquired.acquired
+        lock.unlock()
+    with pytest.raises(ValueError, match="NaN"):
+        lock.acquire(timeout=float("nan"))
+
+
+def test_a_socket_path_with_a_null_byte_is_a_value_error(daemon):
+    with pytest.raises(ValueError, match="null byte"):
+        gpumem.connect(daemon.socket_path + "\0/elsewhere.sock")
 
 
 @pytest.mark.parametrize(
