@@ -98,7 +98,8 @@ bool Barrier::broken() const noexcept {
 }
 
 std::uint32_t Barrier::parties() const noexcept {
-  return state_ ? state_->object.parties() : 0;
+  // From the cell, not from the open: an operator's reset may have changed them since.
+  return state_ ? state_->counters.parties() : 0;
 }
 
 std::uint32_t Barrier::party() const noexcept {

@@ -276,7 +276,13 @@ struct ReservationDraft::impl {
 Reservation Reservation::create(Client& client, std::size_t max_bytes,
                                 const ReserveOptions& options) {
   if (max_bytes == 0 || options.initial > max_bytes) {
-    throw Error(errc::invalid_argument, "a reservation needs 0 < initial <= max_bytes");
+    const std::string which = options.name.empty()
+                                  ? std::string("a reservation")
+                                  : "reservation '" + std::string(options.name) + "'";
+    throw Error(errc::invalid_argument,
+                which + " of " + std::to_string(max_bytes) + " bytes at most and " +
+                    std::to_string(options.initial) +
+                    " committed at first: it needs 0 < max_bytes and initial <= max_bytes");
   }
   detail::require_backend(options.device);  // before asking the daemon for anything
   const proto::reserve_request request{

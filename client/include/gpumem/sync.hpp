@@ -154,8 +154,8 @@ class GPUMEM_API Barrier {
   device::counters_ref device(int device = 0);
 
   bool broken() const noexcept;
-  std::uint32_t parties() const noexcept;
-  std::uint32_t party() const noexcept;  ///< this object's number among the parties
+  std::uint32_t parties() const noexcept;  ///< as now: an operator's reset may change them
+  std::uint32_t party() const noexcept;    ///< this object's number among the parties
   const std::string& name() const noexcept;
   explicit operator bool() const noexcept { return state_ != nullptr; }
 
