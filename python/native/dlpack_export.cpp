@@ -70,24 +70,32 @@ py::capsule wrap(Managed* managed) {
   return py::reinterpret_steal<py::capsule>(capsule);
 }
 
-/// @p pair as two ints (not bools).
+/// @p pair, a tuple (or another sequence) of two integers: Python ints or anything with
+/// __index__ (NumPy's), not bools.
 /// @throws TypeError naming @p argument and what it takes otherwise.
 std::pair<long long, long long> int_pair(py::handle pair, const char* argument, const char* takes) {
-  const auto is_int = [](py::handle item) {
-    return PyLong_Check(item.ptr()) != 0 && PyBool_Check(item.ptr()) == 0;
-  };
-  if (!py::isinstance<py::tuple>(pair) || py::len(pair) != 2 || !is_int(pair[py::int_(0)]) ||
-      !is_int(pair[py::int_(1)])) {
+  const auto refuse = [&] {
     throw py::type_error(std::string("__dlpack__: ") + argument + " must be None or " + takes +
                          ", two ints");
-  }
-  // Beyond long long, the number matches no version or device: as good as its largest.
-  const auto value = [](py::handle item) {
-    int overflow = 0;
-    const long long read = PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
-    return overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : read;
   };
-  return {value(pair[py::int_(0)]), value(pair[py::int_(1)])};
+  if (PySequence_Check(pair.ptr()) == 0 || PyUnicode_Check(pair.ptr()) != 0 ||
+      PyBytes_Check(pair.ptr()) != 0 || PySequence_Size(pair.ptr()) != 2) {
+    PyErr_Clear();  // a sequence without a size
+    refuse();
+  }
+  long long values[2] = {};
+  for (Py_ssize_t index = 0; index < 2; ++index) {
+    const auto item = py::reinterpret_steal<py::object>(PySequence_GetItem(pair.ptr(), index));
+    if (!item) throw py::error_already_set();
+    if (PyBool_Check(item.ptr()) != 0 || PyIndex_Check(item.ptr()) == 0) refuse();
+    const auto number = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
+    if (!number) throw py::error_already_set();
+    // Beyond long long, the number matches no version or device: as good as its largest.
+    int overflow = 0;
+    const long long read = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+    values[index] = overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : read;
+  }
+  return {values[0], values[1]};
 }
 
 bool wants_versioned(py::handle max_version) {

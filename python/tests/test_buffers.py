@@ -122,6 +122,8 @@ def test_dlpack_refuses_copies_and_other_devices(client):
     with pytest.raises(BufferError, match="device"):
         buffer.__dlpack__(dl_device=(2, 0))
     assert capsule_name(buffer.__dlpack__(dl_device=(1, 0), copy=False)) == b"dltensor"
+    # NumPy's integers are integers too.
+    assert capsule_name(buffer.__dlpack__(dl_device=(np.int32(1), np.int64(0)))) == b"dltensor"
 
 
 @pytest.mark.parametrize(
