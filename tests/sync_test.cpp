@@ -602,7 +602,7 @@ TEST(Barrier, AKilledPartyBreaksItForEveryoneWaiting) {
   // Re-formed with the two parties left.
   client.reset("breakable", 2);
   EXPECT_FALSE(first.broken());
-  EXPECT_EQ(first.parties(), 2u) << "the handle still says how many it opened with";
+  EXPECT_EQ(first.parties(), 2u) << "the handle does not say the parties the reset left";
   auto other = std::async(std::launch::async, [&] { return second.arrive_and_wait(); });
   EXPECT_EQ(first.arrive_and_wait(), BarrierStatus::ok);
   EXPECT_EQ(other.get(), BarrierStatus::ok);

@@ -29,21 +29,6 @@ namespace {
 /// (lock_fast_path::kNoGuess), and lock() and unlock() take the slow path, which refuses.
 class live_fast_paths {
  public:
-  static live_fast_paths& of_process() {
-    static live_fast_paths* const paths = [] {
-      auto* made = new live_fast_paths();  // never destroyed: a fork may come at any time
-      ::pthread_atfork([] { of_process().mutex_.lock(); }, [] { of_process().mutex_.unlock(); },
-                       [] {
-                         live_fast_paths& each = of_process();
-                         for (detail::lock_fast_path* path : each.paths_) {
-                           path->guess(detail::lock_fast_path::kNoGuess);
-                         }
-                         each.mutex_.unlock();
-                       });
-      return made;
-    }();
-    return *paths;
-  }
   void add(detail::lock_fast_path& path) {
     const std::lock_guard lock(mutex_);
     paths_.insert(&path);
@@ -52,11 +37,27 @@ class live_fast_paths {
     const std::lock_guard lock(mutex_);
     paths_.erase(&path);
   }
+  void before_fork() { mutex_.lock(); }
+  void after_fork_in_parent() { mutex_.unlock(); }
+  void after_fork_in_child() {
+    for (detail::lock_fast_path* path : paths_) path->guess(detail::lock_fast_path::kNoGuess);
+    mutex_.unlock();
+  }
 
  private:
   std::mutex mutex_;  ///< held across fork() (pthread_atfork), so the child's set is whole
   std::unordered_set<detail::lock_fast_path*> paths_;
 };
+
+// Made and registered when the library loads, not at the first Lock: a first Lock made while
+// another thread forks would wait in pthread_atfork under a static's guard, which the child
+// would inherit taken. Never destroyed: a Lock may outlive the statics at exit.
+live_fast_paths& live_locks = *new live_fast_paths();
+const bool live_locks_watch_forks = [] {
+  ::pthread_atfork([] { live_locks.before_fork(); }, [] { live_locks.after_fork_in_parent(); },
+                   [] { live_locks.after_fork_in_child(); });
+  return true;
+}();
 
 }  // namespace
 
@@ -66,9 +67,9 @@ struct detail::lock_state final : Lock::state {
       : object(std::move(link), name, mode, proto::sync_kind::lock, 0, proto::sync_role::party),
         algorithm(object.cell<sync::lock_cell>(), object.slot()) {
     fast.bind(object.cell<sync::lock_cell>().word, algorithm.owner_bits());
-    live_fast_paths::of_process().add(fast);
+    live_locks.add(fast);
   }
-  ~lock_state() override { live_fast_paths::of_process().remove(fast); }
+  ~lock_state() override { live_locks.remove(fast); }
   static lock_state* of(const Lock& lock) noexcept {
     return static_cast<lock_state*>(lock.state_.get());
   }

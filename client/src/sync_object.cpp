@@ -17,19 +17,7 @@ using proto::message_type;
 
 namespace {
 
-/// How a refused name is named: "lock name".
-const char* name_kind(proto::sync_kind kind) noexcept {
-  switch (kind) {
-    case proto::sync_kind::lock:
-      return "lock name";
-    case proto::sync_kind::barrier:
-      return "barrier name";
-    case proto::sync_kind::channel:
-      return "channel name";
-  }
-  return "name";
-}
-
+/// "lock", "barrier", "channel": in refusals, and before " name" for a refused name.
 const char* kind_name(proto::sync_kind kind) noexcept {
   switch (kind) {
     case proto::sync_kind::lock:
@@ -62,7 +50,7 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
                          proto::sync_kind kind, std::uint32_t parties, proto::sync_role role)
     : link_(std::move(link)), slot_(link_->sync().slot()), name_(name), kind_(kind) {
   proto::sync_open_request request{};
-  request.name = checked_name(name, name_kind(kind));
+  request.name = checked_name(name, std::string(kind_name(kind)) + " name");
   request.kind = kind;
   request.parties = parties;
   request.role = role;

@@ -18,10 +18,15 @@ proto::event_record request_handler::on_subscribe_events(client_state& client,
     throw request_error(errc::invalid_argument, "this connection streams events already");
   }
   const credentials& who = books_.rows.client(client.client).who;
-  client.subscribing = true;
   proto::event_record subscribed =
       books_.events.subscribe(client.client, who.uid, books_.access.is_admin(who));
-  books_.rows.set_streams_events(client.client);
+  try {
+    books_.rows.set_streams_events(client.client);
+  } catch (...) {
+    books_.events.unsubscribe(client.client);  // answered with an error: no stream
+    throw;
+  }
+  client.subscribing = true;
   return subscribed;
 }
 

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -310,7 +309,13 @@ asio::awaitable<void> server::accept_loop() {
       accept_log_.warn("accept failed: {}", error.message());
       continue;
     }
-    admit(std::move(socket));
+    try {
+      admit(std::move(socket));
+    } catch (const std::exception& failure) {
+      // Out of this coroutine, it would end it (co_spawn with detached drops the exception)
+      // and gpumemd would accept no connection again: this one closes instead.
+      accept_log_.warn("could not admit a connection: {}", failure.what());
+    }
   }
 }
 
@@ -331,20 +336,12 @@ void server::admit(stream::socket socket) {
     accept_log_.warn("could not take over a connection: {}", error.message());
     return;
   }
-  std::shared_ptr<session> client;
-  try {
-    client = std::make_shared<session>(std::move(released), poller_, books_, handler_, config_,
-                                       [this](session& ended) {
-                                         sessions_.erase(&ended);
-                                         settle_pending();
-                                       });
-    sessions_.emplace(client.get(), client);
-  } catch (const std::bad_alloc&) {
-    // Thrown out of the accept loop, it would end that coroutine (co_spawn with detached drops
-    // the exception) and gpumemd would accept no connection again; this one closes instead.
-    accept_log_.warn("no memory for a new connection's session: closing it");
-    return;
-  }
+  auto client = std::make_shared<session>(std::move(released), poller_, books_, handler_, config_,
+                                          [this](session& ended) {
+                                            sessions_.erase(&ended);
+                                            settle_pending();
+                                          });
+  sessions_.emplace(client.get(), client);
   try {
     client->start();
   } catch (const std::exception& failure) {

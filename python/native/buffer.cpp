@@ -113,9 +113,7 @@ exported_range exported_buffer(py::handle self) {
 py::capsule buffer_dlpack(const shared_buffer& buffer, py::handle stream, py::handle max_version,
                           py::handle dl_device, py::handle copy) {
   const exported_range range = buffer.exported();
-  if (range.device == kHost) check_host_dlpack_stream(stream);
-  const std::optional<Stream> consumer =
-      range.device == kHost ? std::nullopt : dlpack_consumer_stream(stream);
+  const std::optional<Stream> consumer = dlpack_consumer_stream(stream, range.device);
   py::capsule capsule = dlpack_capsule(range, max_version, dl_device, copy);
   if (consumer) order_after(*consumer, buffer.stream(), range.device);
   return capsule;

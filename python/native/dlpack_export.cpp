@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "argument_types.hpp"
 #include "dlpack.hpp"
 
 namespace py = pybind11;
@@ -87,7 +88,7 @@ std::pair<long long, long long> int_pair(py::handle pair, const char* argument, 
   for (Py_ssize_t index = 0; index < 2; ++index) {
     const auto item = py::reinterpret_steal<py::object>(PySequence_GetItem(pair.ptr(), index));
     if (!item) throw py::error_already_set();
-    if (PyBool_Check(item.ptr()) != 0 || PyIndex_Check(item.ptr()) == 0) refuse();
+    if (is_bool(item) || PyIndex_Check(item.ptr()) == 0) refuse();
     const auto number = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
     if (!number) throw py::error_already_set();
     // Beyond long long, the number matches no version or device: as good as its largest.
@@ -122,10 +123,10 @@ py::tuple dlpack_device(int device) {
 
 py::capsule dlpack_capsule(const exported_range& range, py::handle max_version,
                            py::handle dl_device, py::handle copy) {
-  if (!copy.is_none() && PyBool_Check(copy.ptr()) == 0) {
+  if (!copy.is_none() && !is_bool(copy)) {
     throw py::type_error("__dlpack__: copy must be None, True or False");
   }
-  if (copy.ptr() == Py_True) {
+  if (!copy.is_none() && PyObject_IsTrue(copy.ptr()) == 1) {
     throw py::buffer_error("__dlpack__: gpumem shares its memory and makes no copies (copy=True)");
   }
   check_device(range, dl_device);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "argument_types.hpp"
+
 namespace py = pybind11;
 
 namespace gpumem::python {
@@ -17,8 +19,10 @@ constexpr double kLongestSeconds = 365.0 * 24 * 3600;  // as good as for ever
 std::optional<std::chrono::nanoseconds> duration_from(py::handle timeout, const char* what) {
   if (timeout.is_none()) return std::nullopt;
   const bool is_timedelta = py::hasattr(timeout, "total_seconds");
-  // float() would take a string ("0.1") or bytes, and a bool is an int: none is a duration.
-  if (!is_timedelta && (PyBool_Check(timeout.ptr()) || !PyNumber_Check(timeout.ptr()))) {
+  // float() would take a string ("0.1") or bytes, a bool is an int, and a numpy.timedelta64
+  // reads as its count of units: none is seconds.
+  if (!is_timedelta && (is_bool(timeout) || is_numpy(timeout, "timedelta64") ||
+                        PyNumber_Check(timeout.ptr()) == 0)) {
     throw py::type_error(std::string(what) +
                          " takes seconds (an int or a float) or a datetime.timedelta, not " +
                          std::string(py::str(py::type::handle_of(timeout).attr("__name__"))));

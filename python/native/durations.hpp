@@ -10,7 +10,8 @@
 namespace gpumem::python {
 
 /// @brief @p timeout as a duration; None and infinity: no limit (nullopt).
-/// @throws ValueError for NaN or a negative number, naming @p what.
+/// @throws TypeError for what is neither a number nor a timedelta (a str, a bool, a
+/// numpy.timedelta64) and ValueError for NaN or a negative number, naming @p what.
 std::optional<std::chrono::nanoseconds> duration_from(pybind11::handle timeout,
                                                       const char* what = "timeout");
 

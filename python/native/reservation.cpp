@@ -222,11 +222,7 @@ template <class Exporter>
 py::capsule dlpack_of(const Exporter& self, py::handle stream, py::handle max_version,
                       py::handle dl_device, py::handle copy) {
   const exported_range range = self.exported();
-  if (range.device == kHost) {
-    check_host_dlpack_stream(stream);
-  } else {
-    static_cast<void>(dlpack_consumer_stream(stream));
-  }
+  static_cast<void>(dlpack_consumer_stream(stream, range.device));
   return dlpack_capsule(range, max_version, dl_device, copy);
 }
 

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "argument_types.hpp"
+
 #ifdef GPUMEM_WITH_CUDA
 #include <mutex>
 #include <unordered_map>
@@ -28,11 +30,6 @@ std::uintptr_t stream_handle(py::handle number, const char* what) {
 
 bool is_int(py::handle object) {
   return PyLong_Check(object.ptr()) != 0 && PyBool_Check(object.ptr()) == 0;
-}
-
-std::string module_of_type(py::handle object) {
-  py::handle type(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr())));
-  return py::str(py::getattr(type, "__module__", py::str("")));
 }
 
 bool module_is(const std::string& module, const std::string& package) {
@@ -69,9 +66,12 @@ Stream stream_from(py::handle object) {
       std::string(py::str(py::repr(object))));
 }
 
-std::optional<Stream> dlpack_consumer_stream(py::handle stream) {
+std::optional<Stream> dlpack_consumer_stream(py::handle stream, int device) {
+  if (!stream.is_none() && !is_int(stream)) {
+    throw py::type_error("__dlpack__: stream must be None or an int");
+  }
+  if (device == kHost) return std::nullopt;
   if (stream.is_none()) return stream_at(kLegacyStream);
-  if (!is_int(stream)) throw py::type_error("__dlpack__: stream must be None or an int");
   const auto value = stream.cast<long long>();
   if (value == -1) return std::nullopt;
   if (value <= 0) {
@@ -80,12 +80,6 @@ std::optional<Stream> dlpack_consumer_stream(py::handle stream) {
                           "stream, 2 the per-thread default stream)");
   }
   return stream_at(static_cast<std::uintptr_t>(value));
-}
-
-void check_host_dlpack_stream(py::handle stream) {
-  if (!stream.is_none() && !is_int(stream)) {
-    throw py::type_error("__dlpack__: stream must be None or an int");
-  }
 }
 
 std::uintptr_t array_interface_stream(Stream stream) noexcept {

@@ -20,11 +20,11 @@ Stream stream_from(pybind11::handle object);
 /// array API standard writes it: None and 1 the legacy default stream, 2 the per-thread
 /// default stream, a larger int the stream itself; -1 asks for no ordering (nullopt).
 /// @throws ValueError for 0 (ambiguous) and other negative numbers.
-std::optional<Stream> dlpack_consumer_stream(pybind11::handle stream);
-/// @brief `__dlpack__(stream=...)` for host memory, which has nothing to order: None or an
-/// int, as for CUDA memory, and ignored.
-/// @throws TypeError for anything else.
-void check_host_dlpack_stream(pybind11::handle stream);
+/// For memory on the host (@p device kHost), which has nothing to order: None or an int,
+/// checked only for its type, and nullopt.
+/// @throws TypeError for anything but None and an int; ValueError for 0 (ambiguous) and other
+/// negative numbers, for CUDA memory.
+std::optional<Stream> dlpack_consumer_stream(pybind11::handle stream, int device);
 
 /// @brief The `stream` of `__cuda_array_interface__` for work queued on @p stream: the legacy
 /// default stream (1) for the null stream, else the handle.

@@ -122,8 +122,11 @@ def test_dlpack_refuses_copies_and_other_devices(client):
     with pytest.raises(BufferError, match="device"):
         buffer.__dlpack__(dl_device=(2, 0))
     assert capsule_name(buffer.__dlpack__(dl_device=(1, 0), copy=False)) == b"dltensor"
-    # NumPy's integers are integers too.
+    # NumPy's integers and bools are integers and bools too (from_dlpack passes copy through).
     assert capsule_name(buffer.__dlpack__(dl_device=(np.int32(1), np.int64(0)))) == b"dltensor"
+    assert capsule_name(buffer.__dlpack__(copy=np.False_)) == b"dltensor"
+    with pytest.raises(BufferError, match="copies"):
+        buffer.__dlpack__(copy=np.True_)
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,9 @@ def test_bad_arguments_are_python_errors(client):
         client.lock("l").acquire(timeout=-1)
 
 
-@pytest.mark.parametrize("timeout", ["0.1", b"1", True])
+@pytest.mark.parametrize(
+    "timeout", ["0.1", b"1", True, np.True_, np.timedelta64(500, "ms")], ids=repr
+)
 def test_a_timeout_that_is_no_duration_is_a_type_error(client, timeout):
     with pytest.raises(TypeError, match="timeout takes seconds"):
         client.lock("l").acquire(timeout=timeout)
