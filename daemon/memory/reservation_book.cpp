@@ -447,14 +447,14 @@ proto::reservation_status reservation_book::status(client_id client,
   const auto [id, entry] = targeted(client, target);
   const credentials& who = rows_.client(client).who;
   const object_row& row = *rows_.find(id);
-  // As an open by name of what the client may not read: refused, naming it by kind, name and id.
+  // As an open by name of what the client may not read: refused, naming it by kind, name and
+  // id; its owner and mode for the log alone.
   if (target.reservation_id == 0 && !access_.may_see(who, row)) {
-    throw request_error(
-        errc::permission_denied,
-        fmt::format("{} may not read the state of {}: its mode gives this client "
-                    "no read access",
-                    access_policy::describe(who), access_.describe_to(who, id, row)),
-        access_.withheld_from(who, id, row));
+    throw request_error(errc::permission_denied,
+                        fmt::format("{} may not read the state of {}: its mode gives this client "
+                                    "no read access",
+                                    access_policy::describe(who), name_object(id, row)),
+                        describe_object(id, row));
   }
   return entry->status(id);
 }
