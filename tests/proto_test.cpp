@@ -158,6 +158,10 @@ sync_open_reply sample() {
   return {2 * 1024 + 12, 2, 3, 2};
 }
 template <>
+channel_open_request sample() {
+  return {sample<sync_open_request>(), {1 << 20, 8, 0}};
+}
+template <>
 sync_close_request sample() {
   return {2 * 1024 + 12, 2};
 }
@@ -407,6 +411,22 @@ TEST(MalformedPayload, OutOfRangeEnumsAndFlagsAreRejected) {
   allocate = sample<allocate_request>();
   allocate.size = 0;
   EXPECT_EQ(decode_payload(payload_bytes(allocate), decoded_allocate), errc::invalid_argument);
+}
+
+TEST(MalformedPayload, AChannelOpenIsOfAChannelAndItsLayoutsReservedWordZero) {
+  channel_open_request decoded{};
+  auto lock = sample<channel_open_request>();
+  lock.open.kind = sync_kind::lock;
+  lock.open.parties = 0;
+  lock.open.role = sync_role::party;
+  EXPECT_EQ(decode_payload(payload_bytes(lock), decoded), errc::bad_message);
+  auto reserved = sample<channel_open_request>();
+  reserved.layout.reserved = 1;
+  EXPECT_EQ(decode_payload(payload_bytes(reserved), decoded), errc::bad_message);
+  // Zero slots are the daemon's to refuse, by the channel's name.
+  auto empty = sample<channel_open_request>();
+  empty.layout.slots = 0;
+  EXPECT_FALSE(decode_payload(payload_bytes(empty), decoded));
 }
 
 TEST(MalformedPayload, AResumeNamesItsSessionAndTokenOrNeither) {

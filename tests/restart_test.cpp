@@ -250,6 +250,28 @@ TEST(Restart, BarrierPlacesTakenBeforeTheRestartStayTaken) {
   }
 }
 
+TEST(Restart, AChannelKeepsItsSlotLayoutThroughASigkill) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto owner = daemon.connect();
+  const gpumem::ChannelOptions options{.slots = 2, .slot_bytes = 64, .consumers = 1};
+  auto producer = owner.channel("kept.ring", gpumem::ChannelRole::producer, options);
+  daemon.restart(SIGKILL);
+
+  auto client = daemon.connect();
+  try {
+    client.channel("kept.ring", gpumem::ChannelRole::consumer,
+                   {.slots = 4, .slot_bytes = 32, .consumers = 1});
+    ADD_FAILURE() << "the restart forgot the channel's slot layout";
+  } catch (const gpumem::Error& error) {
+    EXPECT_EQ(error.status(), gpumem::errc::invalid_argument);
+    EXPECT_NE(std::string(error.what()).find("has 2 slots of 64 bytes"), std::string::npos)
+        << error.what();
+  }
+  auto consumer = client.channel("kept.ring", gpumem::ChannelRole::consumer, options);
+  EXPECT_FALSE(producer.broken()) << "the refused consumer broke the channel";
+}
+
 TEST(Restart, ABrokenBarrierTakesNoNewcomerAfterTheRestartEither) {
   systemd_supervisor daemon({});
   daemon.start();

@@ -686,6 +686,45 @@ TEST(Channel, AConsumerPlaceVacatedByALeaverIsRefusedUntilAReset) {
   consumer.release();
 }
 
+// Two slots of 64 bytes and four of 32 fill the same buffer: a consumer that cut them otherwise
+// would read every item at the wrong offset. The daemon keeps the first opener's layout and
+// refuses another before the opener takes a place, so the channel goes on unbroken.
+TEST(Channel, AConsumerThatCutsTheSlotsOtherwiseIsRefusedAndTheChannelGoesOn) {
+  daemon_process daemon;
+  auto client = daemon.connect();
+  const ChannelOptions options{.slots = 2, .slot_bytes = 64, .consumers = 2};
+  auto producer = client.channel("cut", ChannelRole::producer, options);
+  ChannelOptions other_cut = options;
+  other_cut.slots = 4;
+  other_cut.slot_bytes = 32;
+  try {
+    client.channel("cut", ChannelRole::consumer, other_cut);
+    ADD_FAILURE() << "a consumer of four 32-byte slots joined a channel of two 64-byte ones";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::invalid_argument);
+    EXPECT_NE(std::string(error.what())
+                  .find("channel 'cut' has 2 slots of 64 bytes, not 4 slots of 32 bytes"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_FALSE(producer.broken()) << "the refused consumer broke the channel";
+  // Both consumer places are still free: the refused opener took none.
+  auto first = client.channel("cut", ChannelRole::consumer, options);
+  auto second = client.channel("cut", ChannelRole::consumer, options);
+  for (unsigned char item = 1; item <= 3; ++item) {
+    const auto slot = producer.acquire_slot();
+    ASSERT_EQ(slot.status, BarrierStatus::ok);
+    std::memset(slot.data, item, 64);
+    producer.publish();
+    for (Channel* consumer : {&first, &second}) {
+      const auto got = consumer->acquire();
+      ASSERT_EQ(got.status, BarrierStatus::ok);
+      EXPECT_EQ(static_cast<const unsigned char*>(got.data)[63], item);
+      consumer->release();
+    }
+  }
+}
+
 TEST(Barrier, WaitForTimesOutAndPartiesAreCounted) {
   daemon_process daemon;
   auto client = daemon.connect();

@@ -28,7 +28,8 @@ struct Channel::state {
         const ChannelOptions& options, Buffer slots_buffer)
       : object(std::move(link), name, options.mode, proto::sync_kind::channel,
                options.consumers + 1,
-               producing ? proto::sync_role::producer : proto::sync_role::consumer),
+               producing ? proto::sync_role::producer : proto::sync_role::consumer,
+               proto::channel_layout{options.slot_bytes, options.slots, 0}),
         counters(object.cell<sync::counter_cell>()),
         buffer(std::move(slots_buffer)),
         slots(options.slots),

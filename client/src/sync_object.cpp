@@ -47,7 +47,8 @@ std::string domain_text(std::uint32_t word) {
 }  // namespace
 
 sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name, Mode mode,
-                         proto::sync_kind kind, std::uint32_t parties, proto::sync_role role)
+                         proto::sync_kind kind, std::uint32_t parties, proto::sync_role role,
+                         std::optional<proto::channel_layout> layout)
     : link_(std::move(link)), slot_(link_->sync().slot()), name_(name), kind_(kind) {
   proto::sync_open_request request{};
   request.name = checked_name(name, std::string(kind_name(kind)) + " name");
@@ -59,7 +60,11 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
     request.flags |= proto::kFlagSendPage;
   }
   std::vector<unique_fd> fds;
-  const auto reply = link_->call<proto::sync_open_reply>(message_type::open_sync, request, &fds);
+  const auto reply =
+      layout && (link_->daemon_features() & proto::kFeatureChannelLayout) != 0
+          ? link_->call<proto::sync_open_reply>(message_type::open_channel,
+                                                proto::channel_open_request{request, *layout}, &fds)
+          : link_->call<proto::sync_open_reply>(message_type::open_sync, request, &fds);
   cell_id_ = reply.cell;
   cell_index_ = sync::index_of_cell(reply.cell);
   party_ = reply.party;

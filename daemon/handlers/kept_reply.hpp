@@ -29,6 +29,7 @@ constexpr bool keeps_reply(proto::message_type type) noexcept {
     case resize_reservation:
     case release_reservation:
     case open_sync:
+    case open_channel:
     case close_sync:
     case reset_sync:
       return true;

@@ -112,7 +112,7 @@ reply_attachment request_handler::reattach(const std::vector<std::byte>& kept) c
       return {{books_.reservations.notice_fd(reply.reservation_id)},
               proto::handle_type::host_memfd};
     }
-  } else if (type == message_type::open_sync) {
+  } else if (type == message_type::open_sync || type == message_type::open_channel) {
     proto::sync_open_reply reply{};
     if (!proto::decode_payload(frame.payload, reply)) {
       if (const sync_page* page = books_.sync.page_by_id(reply.page)) {

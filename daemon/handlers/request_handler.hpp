@@ -63,7 +63,8 @@ class request_handler {
   reply_attachment dispatch(client_state& client, const proto::frame_view& frame,
                             std::vector<std::byte>& out);
   /// The descriptors a kept reply went with (reserve's and open_reservation's notice page,
-  /// open_sync's lock page), found again from what the reply names: the row keeps only bytes.
+  /// open_sync's and open_channel's lock page), found again from what the reply names: the
+  /// row keeps only bytes.
   /// @throws request_error when the object it names is gone.
   reply_attachment reattach(const std::vector<std::byte>& kept) const;
   /// Counts the request and the reply at @p reply (metrics/request_counters.hpp).

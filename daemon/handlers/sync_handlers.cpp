@@ -21,16 +21,29 @@ proto::sync_page_reply request_handler::on_get_sync_page(client_state& client,
   return {page.id(), static_cast<std::uint32_t>(sync::kCellSize), sync::kCellCount, 0};
 }
 
-proto::sync_open_reply request_handler::on_open_sync(client_state& client,
-                                                     const proto::sync_open_request& message,
-                                                     reply_attachment& attach) {
-  const sync_book::opened made = books_.sync.open(client.client, message);
+namespace {
+
+proto::sync_open_reply reply_of(const sync_book::opened& made, reply_attachment& attach) {
   // The page with the reply spares the client get_sync_page's round trip, which made opening
   // an object on a page it had not mapped cost two.
   if (made.page_to_send != nullptr) {
     attach = {{made.page_to_send->fd()}, proto::handle_type::host_memfd};
   }
   return made.reply;
+}
+
+}  // namespace
+
+proto::sync_open_reply request_handler::on_open_sync(client_state& client,
+                                                     const proto::sync_open_request& message,
+                                                     reply_attachment& attach) {
+  return reply_of(books_.sync.open(client.client, message), attach);
+}
+
+proto::sync_open_reply request_handler::on_open_channel(client_state& client,
+                                                        const proto::channel_open_request& message,
+                                                        reply_attachment& attach) {
+  return reply_of(books_.sync.open(client.client, message.open, &message.layout), attach);
 }
 
 proto::empty_payload request_handler::on_close_sync(client_state& client,

@@ -247,6 +247,11 @@ void put_object(record_writer& out, const books& state, object_id id, const obje
     out.put(cell->corrupt);
     out.put(cell->kept);
     if (cell->broken) out.put(true);
+    // Last, read when present: a daemon of the version before stops reading before it.
+    if (cell->layout.slots != 0) {
+      out.put(cell->layout.slots);
+      out.put(cell->layout.slot_bytes);
+    }
   } else {
     out.put(std::uint8_t{0});
   }
@@ -303,6 +308,13 @@ saved_object get_object(record_reader& in) {
       cell.corrupt = in.get_bool();
       cell.kept = in.get_bool();
       if (backing == 5) cell.broken = in.get_bool();
+      if (in.remaining() >= sizeof(std::uint32_t) + sizeof(std::uint64_t)) {
+        cell.layout.slots = in.get<std::uint32_t>();
+        cell.layout.slot_bytes = in.get<std::uint64_t>();
+        if (cell.layout.slots == 0 || row.kind != object_kind::channel) {
+          throw format_error("a slot layout of no slots, or of an object that is no channel");
+        }
+      }
       break;
     }
     case 0:

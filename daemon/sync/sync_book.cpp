@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <limits>
 #include <new>
 #include <optional>
+#include <string>
 
 #include "gpumem/shared/sync/counters.hpp"
 #include "gpumem/shared/sync/lock.hpp"
@@ -24,6 +26,14 @@ namespace {
 std::uint32_t load(const std::uint32_t& word) noexcept {
   return std::atomic_ref<std::uint32_t>(const_cast<std::uint32_t&>(word))
       .load(std::memory_order_acquire);
+}
+
+bool same_layout(const proto::channel_layout& a, const proto::channel_layout& b) noexcept {
+  return a.slots == b.slots && a.slot_bytes == b.slot_bytes;
+}
+
+std::string layout_text(const proto::channel_layout& layout) {
+  return fmt::format("{} slots of {} bytes", layout.slots, layout.slot_bytes);
 }
 
 object_kind kind_of(sync_kind kind) noexcept {
@@ -234,7 +244,8 @@ std::uint32_t sync_book::take_party(cell_entry& entry, const object_row& row, cl
                       fmt::format("{} '{}': {} is taken", kind_name(row.kind), row.name, which));
 }
 
-sync_book::opened sync_book::open(client_id client, const proto::sync_open_request& request) {
+sync_book::opened sync_book::open(client_id client, const proto::sync_open_request& request,
+                                  const proto::channel_layout* layout) {
   const auto attached = attached_.find(client);
   if (attached == attached_.end()) {
     throw request_error(errc::bad_message, "attach_sync must come before open_sync");
@@ -245,6 +256,14 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
   if (counters && request.parties > sync::kMaxParties) {
     throw request_error(errc::invalid_argument,
                         fmt::format("{} parties: at most {}", request.parties, sync::kMaxParties));
+  }
+  if (layout != nullptr &&
+      (layout->slots == 0 || layout->slot_bytes == 0 ||
+       layout->slot_bytes > std::numeric_limits<std::uint64_t>::max() / layout->slots)) {
+    throw request_error(errc::invalid_argument,
+                        fmt::format("channel '{}': {}; slots and slot bytes must be positive and "
+                                    "their product fit in 64 bits",
+                                    name, layout_text(*layout)));
   }
   object_id id = 0;
   if (const auto known = rows_.find_name(object_family::sync, name)) {
@@ -261,6 +280,13 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
       throw request_error(errc::invalid_argument,
                           fmt::format("{} '{}' has {} parties, not {}", kind_name(kind), name,
                                       known_entry.parties, request.parties));
+    }
+    if (layout != nullptr && known_entry.layout.slots != 0 &&
+        !same_layout(known_entry.layout, *layout)) {
+      throw request_error(errc::invalid_argument,
+                          fmt::format("channel '{}' has {}, not {}: a party that cut its slots "
+                                      "otherwise would read its items at the wrong offsets",
+                                      name, layout_text(known_entry.layout), layout_text(*layout)));
     }
     if (const char* rule = check(existing, known_entry)) {
       mark_corrupt(id, existing, known_entry, rule);
@@ -302,6 +328,11 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
     rows_.drop_reference(id, client);
     forget_if_unused(id);
     throw;
+  }
+  // Kept only once a place is taken: a refused opener leaves nothing of its own behind.
+  if (layout != nullptr && entry.layout.slots == 0) {
+    entry.layout = *layout;
+    rows_.touch(id);
   }
   // Whether the client has the page mapped: its own, or one it has another object open on.
   bool mapped = entry.page == attached->second.own_page;
@@ -684,9 +715,9 @@ std::optional<sync_book::saved_cell> sync_book::cell_of(object_id id) const {
   const auto found = objects_.find(id);
   if (found == objects_.end()) return std::nullopt;
   const cell_entry& entry = found->second;
-  return saved_cell{entry.page,          entry.cell,  entry.parties,
-                    entry.party_clients, entry.epoch, entry.corrupt_rule != nullptr,
-                    entry.kept,          entry.broken};
+  return saved_cell{entry.page,          entry.cell,   entry.parties,
+                    entry.party_clients, entry.epoch,  entry.corrupt_rule != nullptr,
+                    entry.kept,          entry.broken, entry.layout};
 }
 
 std::optional<sync_book::saved_attachment> sync_book::attachment_of(client_id client) const {
@@ -729,6 +760,7 @@ void sync_book::adopt_cell(object_id id, const saved_cell& saved) {
   }
   cell_entry entry{saved.page, saved.cell, saved.parties, saved.party_clients, saved.epoch};
   entry.broken = saved.broken;
+  entry.layout = saved.layout;
   const object_row* row = rows_.find(id);
   if (saved.corrupt && row != nullptr) {
     // The rule's text is not kept: the cell is checked again, and still refused if it passes.

@@ -74,10 +74,13 @@ class sync_book {
     /// unless it let go of that object just now: then it asks get_sync_page); else nullptr.
     const sync_page* page_to_send;
   };
-  /// @throws request_error: bad_message before attach, invalid_argument for a party count
-  /// that differs from the existing object's, no_party_left, wrong_state for a broken barrier
-  /// or channel, out_of_memory.
-  opened open(client_id client, const proto::sync_open_request& request);
+  /// @param layout a channel's slot layout (open_channel), kept with the channel from the first
+  /// opener that names one; nullptr for open_sync, whose opener is not checked against it.
+  /// @throws request_error: bad_message before attach, invalid_argument for a party count or
+  /// a layout that differs from the existing object's, no_party_left, wrong_state for a broken
+  /// barrier or channel, out_of_memory.
+  opened open(client_id client, const proto::sync_open_request& request,
+              const proto::channel_layout* layout = nullptr);
   /// @brief Closes one of @p client's objects: a barrier's or channel's party leaves, which
   /// breaks it; a host lock that the client no longer has open at all is let go of as at its
   /// death (its hold released with owner_died, its places in the queue given up).
@@ -126,6 +129,7 @@ class sync_book {
     bool corrupt = false;
     bool kept = false;
     bool broken = false;
+    proto::channel_layout layout{};
   };
   struct saved_attachment {
     std::uint16_t slot = 0;
@@ -169,6 +173,8 @@ class sync_book {
     /// A barrier or channel a party died or left since the last reset: nobody joins it until
     /// the next reset, so no party's GPU count jumps twice (see take_party()).
     bool broken = false;
+    /// A channel's slot layout, from the first opener that named one; all zero until then.
+    proto::channel_layout layout{};
   };
   struct attached_client {
     std::uint16_t slot;

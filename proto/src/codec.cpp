@@ -237,6 +237,12 @@ std::error_code validate(const sync_open_reply& m) noexcept {
   return m.parties == 0 || m.party < m.parties ? std::error_code{} : bad();
 }
 
+std::error_code validate(const channel_open_request& m) noexcept {
+  // The layout's numbers are the daemon's to judge, which names the channel when it refuses.
+  if (m.open.kind != sync_kind::channel || m.layout.reserved != 0) return bad();
+  return validate(m.open);
+}
+
 std::error_code validate(const sync_close_request&) noexcept {
   return {};
 }

@@ -161,6 +161,23 @@ def test_a_python_consumer_sees_every_item_of_a_cpp_producer(daemon, client):
         assert producer.line() == "done"
 
 
+def test_a_consumer_that_cuts_the_slots_otherwise_is_refused_and_the_channel_goes_on(client):
+    producer = client.channel("cut", gpumem.ChannelRole.producer, slots=2, slot_bytes=64)
+    with pytest.raises(gpumem.Error) as raised:
+        client.channel("cut", gpumem.ChannelRole.consumer, slots=4, slot_bytes=32)
+    assert raised.value.code == gpumem.errc.invalid_argument
+    assert "channel 'cut' has 2 slots of 64 bytes, not 4 slots of 32 bytes" in str(raised.value)
+    consumer = client.channel("cut", gpumem.ChannelRole.consumer, slots=2, slot_bytes=64)
+    assert not producer.broken
+    slot = producer.acquire_slot()
+    np.frombuffer(producer.buffer, dtype=np.uint8)[slot.offset : slot.offset + 64] = 9
+    producer.publish()
+    item = consumer.acquire()
+    assert item.status == gpumem.BarrierStatus.ok
+    assert np.frombuffer(consumer.buffer, dtype=np.uint8)[item.offset + 63] == 9
+    consumer.release()
+
+
 def test_a_stream_form_needs_a_stream_on_a_cuda_machine_only(client):
     lock = client.lock("host-only")
     lock.lock()

@@ -127,6 +127,13 @@ void fill(sync_open_request& m) {
   m.kind = sync_kind::lock;
 }
 void fill(sync_open_reply&) {}
+void fill(channel_open_request& m) {
+  m.open.name = name("c");
+  m.open.kind = sync_kind::channel;
+  m.open.parties = 2;
+  m.open.role = sync_role::producer;
+  m.layout = {4096, 4, 0};
+}
 void fill(sync_close_request&) {}
 void fill(sync_reset_request& m) {
   m.name = name("l");
@@ -225,8 +232,9 @@ void codec_seeds(corpus& out) {
 }
 
 bool is_sync_request(message_type type) {
-  return type == message_type::open_sync || type == message_type::close_sync ||
-         type == message_type::reset_sync || type == message_type::get_sync_page;
+  return type == message_type::open_sync || type == message_type::open_channel ||
+         type == message_type::close_sync || type == message_type::reset_sync ||
+         type == message_type::get_sync_page;
 }
 
 struct script : script_writer {
@@ -376,6 +384,22 @@ void request_seeds(corpus& out) {
   channel.send(1, message_type::close_sync, sync_close_request{0, 1});
   channel.then(step::disconnect, 0).then(step::read, 1);
   save("channel-producer-leaves", channel);
+
+  // A consumer that cuts the slots otherwise is refused; one that cuts them alike joins.
+  script layouts;
+  layouts.greet(0).greet(1).greet(2);
+  for (std::size_t c = 0; c < 3; ++c) layouts.send(c, message_type::attach_sync, empty_payload{});
+  channel_open_request producer = sample<channel_open_request>();
+  channel_open_request other_cut = producer;
+  other_cut.open.role = sync_role::consumer;
+  other_cut.layout = {8192, 2, 0};
+  channel_open_request same_cut = producer;
+  same_cut.open.role = sync_role::consumer;
+  layouts.send(0, message_type::open_channel, producer).then(step::read, 0);
+  layouts.send(1, message_type::open_channel, other_cut).then(step::read, 1);
+  layouts.send(2, message_type::open_channel, same_cut).then(step::read, 2);
+  layouts.send(1, message_type::open_sync, other_cut.open).then(step::read, 1);
+  save("channel-layouts-differ", layouts);
 
   script hangs_up;
   hangs_up.greet(0);

@@ -68,6 +68,7 @@ std::error_code validate(const reservation_status&) noexcept;
 std::error_code validate(const sync_attach_reply&) noexcept;
 std::error_code validate(const sync_open_request&) noexcept;
 std::error_code validate(const sync_open_reply&) noexcept;
+std::error_code validate(const channel_open_request&) noexcept;
 std::error_code validate(const sync_close_request&) noexcept;
 std::error_code validate(const sync_reset_request&) noexcept;
 std::error_code validate(const sync_record&) noexcept;

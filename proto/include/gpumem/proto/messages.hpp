@@ -32,6 +32,9 @@ inline constexpr std::uint32_t kFeatureSendsSyncPage = 1u << 3;
 /// The daemon answers open_mailbox: a connection may send its requests through shared memory
 /// (proto/mailbox.hpp).
 inline constexpr std::uint32_t kFeatureMailbox = 1u << 4;
+/// The daemon answers open_channel: it keeps each channel's slot layout and refuses an opener
+/// that asks for another (a client without the feature opens channels with open_sync, unchecked).
+inline constexpr std::uint32_t kFeatureChannelLayout = 1u << 5;
 
 enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
 
@@ -428,6 +431,23 @@ struct sync_open_reply {
 };
 static_assert(sizeof(sync_open_reply) == 16);
 
+/// How a channel's slots buffer is cut: the same total size can hold other slots, which a
+/// party that assumed them would read at the wrong offsets.
+struct channel_layout {
+  std::uint64_t slot_bytes;
+  std::uint32_t slots;
+  std::uint32_t reserved;  ///< zero
+};
+static_assert(sizeof(channel_layout) == 16);
+
+/// open_sync of a channel (kind channel) that also names its layout: the first opener's is kept
+/// with the channel, and an opener that asks for another is refused before it takes a place.
+struct channel_open_request {
+  sync_open_request open;
+  channel_layout layout;
+};
+static_assert(sizeof(channel_open_request) == 96);
+
 struct sync_close_request {
   std::uint32_t cell;  ///< the cell's id, as open_sync gave it
   std::uint32_t party;
@@ -656,7 +676,9 @@ inline constexpr std::uint16_t kFdAtMostOne = 0xfffe;
   X(get_reservation_status, 37, reservation_target, reservation_status, 0, "where one is")    \
   X(subscribe_events, 38, empty_payload, event_record, 0, "stream the daemon's events")       \
   X(get_metrics, 39, metrics_request, metrics_reply, 0, "metrics as Prometheus text")         \
-  X(open_mailbox, 40, empty_payload, mailbox_reply, 2, "requests through shared memory")
+  X(open_mailbox, 40, empty_payload, mailbox_reply, 2, "requests through shared memory")      \
+  X(open_channel, 41, channel_open_request, sync_open_reply, kFdAtMostOne,                    \
+    "open a channel of a given layout")
 
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 
