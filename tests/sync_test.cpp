@@ -725,6 +725,39 @@ TEST(Channel, AConsumerThatCutsTheSlotsOtherwiseIsRefusedAndTheChannelGoesOn) {
   }
 }
 
+// A producer of an earlier libgpumem opens with open_sync, naming no layout. The consumer that
+// joins it first might be the one that cut the slots wrongly: were its layout kept, the right
+// consumers after it would be refused. So a channel not formed by openers that named their
+// layouts checks nobody, as before.
+TEST(Channel, AChannelWithAnUncheckedPartyHoldsNobodyToTheLayoutOfALaterOpener) {
+  daemon_process daemon;
+  raw_client earlier(daemon.socket_path());
+  ASSERT_EQ(earlier.hello().code, proto::errc::ok);
+  ASSERT_EQ(
+      earlier
+          .call<proto::sync_attach_reply>(proto::message_type::attach_sync, proto::empty_payload{})
+          .code,
+      proto::errc::ok);
+  proto::sync_open_request producer{};
+  (void)proto::make_wire_name("mixed", producer.name);
+  producer.kind = proto::sync_kind::channel;
+  producer.parties = 3;
+  producer.role = proto::sync_role::producer;
+  const auto opened =
+      earlier.call<proto::sync_open_reply>(proto::message_type::open_sync, producer);
+  ASSERT_EQ(opened.code, proto::errc::ok) << opened.text;
+
+  auto client = daemon.connect();
+  auto wrongly_cut = client.channel("mixed", ChannelRole::consumer,
+                                    {.slots = 4, .slot_bytes = 32, .consumers = 2});
+  try {
+    auto rightly_cut = client.channel("mixed", ChannelRole::consumer,
+                                      {.slots = 2, .slot_bytes = 64, .consumers = 2});
+  } catch (const Error& error) {
+    ADD_FAILURE() << "the first consumer's layout was held against the next: " << error.what();
+  }
+}
+
 TEST(Barrier, WaitForTimesOutAndPartiesAreCounted) {
   daemon_process daemon;
   auto client = daemon.connect();

@@ -247,11 +247,10 @@ void put_object(record_writer& out, const books& state, object_id id, const obje
     out.put(cell->corrupt);
     out.put(cell->kept);
     if (cell->broken) out.put(true);
-    // Last, read when present: a daemon of the version before stops reading before it.
-    if (cell->layout.slots != 0) {
-      out.put(cell->layout.slots);
-      out.put(cell->layout.slot_bytes);
-    }
+    // Last, read when present: a daemon of the version before stops reading before it. Written
+    // for every cell (zeros: none), so that a field appended later has a place of its own.
+    out.put(cell->layout.slots);
+    out.put(cell->layout.slot_bytes);
   } else {
     out.put(std::uint8_t{0});
   }
@@ -311,9 +310,8 @@ saved_object get_object(record_reader& in) {
       if (in.remaining() >= sizeof(std::uint32_t) + sizeof(std::uint64_t)) {
         cell.layout.slots = in.get<std::uint32_t>();
         cell.layout.slot_bytes = in.get<std::uint64_t>();
-        if (cell.layout.slots == 0 || row.kind != object_kind::channel) {
-          throw format_error("a slot layout of no slots, or of an object that is no channel");
-        }
+        // Only a channel has one; a half-given layout is taken for none.
+        if (row.kind != object_kind::channel || cell.layout.slot_bytes == 0) cell.layout = {};
       }
       break;
     }

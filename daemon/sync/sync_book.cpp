@@ -248,7 +248,8 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
                                   const proto::channel_layout* layout) {
   const auto attached = attached_.find(client);
   if (attached == attached_.end()) {
-    throw request_error(errc::bad_message, "attach_sync must come before open_sync");
+    throw request_error(errc::bad_message,
+                        "attach_sync must come before open_sync and open_channel");
   }
   const std::string name(request.name.view());
   const object_kind kind = kind_of(request.kind);
@@ -329,8 +330,13 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
     forget_if_unused(id);
     throw;
   }
-  // Kept only once a place is taken: a refused opener leaves nothing of its own behind.
-  if (layout != nullptr && entry.layout.slots == 0) {
+  // Kept only once a place is taken, so that a refused opener leaves nothing behind, and only
+  // by an opener alone on the channel: one that joins parties which came through open_sync
+  // (an earlier libgpumem, or an earlier daemon's channel), whose layout nobody checked, could
+  // be the one that cut the slots wrongly, and would then lock the right ones out.
+  if (layout != nullptr && entry.layout.slots == 0 &&
+      std::count(entry.party_clients.begin(), entry.party_clients.end(), client_id{0}) ==
+          static_cast<std::ptrdiff_t>(entry.parties) - 1) {
     entry.layout = *layout;
     rows_.touch(id);
   }

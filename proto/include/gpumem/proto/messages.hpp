@@ -50,9 +50,9 @@ constexpr bool valid_creation_flags(std::uint32_t flags) noexcept {
   return (flags & ~(kFlagModeGiven | kFlagModeBits)) == 0 &&
          ((flags & kFlagModeGiven) != 0 || flags == 0);
 }
-/// open_sync only, beside the creation flags: send the object's page with the reply unless the
-/// client has it mapped (its own page, attach_sync's, or one it has another object open on), so
-/// that it needs no get_sync_page round trip.
+/// open_sync and open_channel only, beside the creation flags: send the object's page with the
+/// reply unless the client has it mapped (its own page, attach_sync's, or one it has another
+/// object open on), so that it needs no get_sync_page round trip.
 inline constexpr std::uint32_t kFlagSendPage = 1u << 30;
 
 struct empty_payload {};
