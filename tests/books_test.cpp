@@ -15,6 +15,7 @@
 #include "gpumem/shared/unique_fd.hpp"
 #include "memory/host_pool.hpp"
 #include "request_error.hpp"
+#include "restart/state_records.hpp"
 #include "support/host_pools.hpp"
 
 namespace gpumem::daemon {
@@ -321,6 +322,35 @@ TEST_F(Books, APageGoesWithAnOpenOnlyWhenAskedAndNotMappedAlready) {
   ASSERT_NE(again.page_to_send, nullptr) << "the client closed everything it had on that page";
   EXPECT_EQ(book.sync.open(owner, lock_named("again", group | asked)).page_to_send, nullptr)
       << "opened twice";
+}
+
+// A channel's slot layout is saved with its cell. A record from a daemon before layouts ends
+// where the layout begins: it reads as a channel that keeps none (and so checks nobody).
+TEST_F(Books, AChannelsLayoutIsSavedWithItsCellAndARecordWithoutOneReadsAsNone) {
+  book.sync.attach(owner);
+  proto::sync_open_request producer{};
+  ASSERT_FALSE(proto::make_wire_name("ring", producer.name));
+  producer.kind = proto::sync_kind::channel;
+  producer.parties = 2;
+  producer.role = proto::sync_role::producer;
+  const proto::channel_layout layout{64, 2, 0};
+  book.sync.open(owner, producer, &layout);
+  const object_id id = *book.rows.find_name(object_family::sync, "ring");
+  const restart::record_key key{restart::record_type::object, id};
+  restart::record_writer body;
+  ASSERT_TRUE(restart::encode(book, key, body));
+  std::vector<std::byte> bytes = std::move(body).take();
+
+  const auto saved = restart::decode({{key, bytes}}).objects.at(id).cell;
+  ASSERT_TRUE(saved);
+  EXPECT_EQ(saved->layout.slots, 2u);
+  EXPECT_EQ(saved->layout.slot_bytes, 64u);
+  bytes.resize(bytes.size() - sizeof(std::uint32_t) - sizeof(std::uint64_t));
+  const auto earlier = restart::decode({{key, bytes}}).objects.at(id).cell;
+  ASSERT_TRUE(earlier);
+  EXPECT_EQ(earlier->layout.slots, 0u);
+  EXPECT_EQ(earlier->parties, 2u);
+  EXPECT_EQ(earlier->party_clients, std::vector<client_id>({owner, 0}));
 }
 
 TEST_F(Books, AKeptLockGivesWayBeforeItsClassGetsAnotherPage) {

@@ -521,6 +521,37 @@ TEST(HostReservation, WaitVersionWakesOnACommitAndTimesOutWithoutOne) {
   EXPECT_TRUE(reader.wait_version(1, 0ms)) << "a version already mapped";
 }
 
+// A draft's handle may outlive its reservation: a C program may release the reservation first.
+// The draft goes with it (unmapped, its chunks left to the daemon's release), and its handle
+// only refuses to commit and frees itself, where it used to reach the freed reservation.
+TEST(HostReservation, ADraftWhoseReservationIsReleasedFirstGoesWithIt) {
+  daemon_process daemon;
+  gpumem_client* writer = nullptr;
+  ASSERT_EQ(gpumem_connect(daemon.socket_path().c_str(), &writer), GPUMEM_OK);
+  gpumem_reservation* owned = nullptr;
+  ASSERT_EQ(gpumem_reserve(writer, 2 * kChunk, kChunk, GPUMEM_HOST, "first", &owned), GPUMEM_OK);
+  gpumem_reservation_draft* draft = nullptr;
+  ASSERT_EQ(gpumem_begin_version(owned, 2 * kChunk, &draft), GPUMEM_OK);
+  fill_pattern(gpumem_draft_data(draft), 2 * kChunk, 2);
+  EXPECT_EQ(gpumem_release_reservation(owned), GPUMEM_OK);
+  EXPECT_EQ(gpumem_commit(draft), GPUMEM_WRONG_STATE);
+  EXPECT_NE(std::string(gpumem_last_error())
+                .find("version 2: its reservation was released before it was committed"),
+            std::string::npos)
+      << gpumem_last_error();
+  EXPECT_EQ(gpumem_abandon(draft), GPUMEM_OK);
+  gpumem_disconnect(writer);
+
+  auto client = daemon.connect();
+  auto reservation = Reservation::create(client, 2 * kChunk, {.device = kHost, .initial = kChunk});
+  auto kept_draft = reservation.begin_version(kChunk);
+  reservation.release();
+  EXPECT_THROW(kept_draft.commit(), Error);
+  EXPECT_NO_THROW(kept_draft.abandon());
+  EXPECT_TRUE(eventually([&] { return client.reservations().empty(); }))
+      << "a reservation or its draft outlived the release";
+}
+
 TEST(HostReservation, TheCApiReservesCommitsWaitsSleepsAndWakes) {
   daemon_process daemon;
   gpumem_client* writer = nullptr;

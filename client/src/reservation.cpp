@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "chunk_mapping.hpp"
 #include "connection.hpp"
@@ -171,6 +172,9 @@ struct Reservation::impl {
   /// one the new daemon could not re-adopt, which nobody updates, so the next refresh asks.
   std::uint64_t answered_greetings = 0;
   bool must_ask = true;  ///< the next refresh asks, whatever the page shows
+  /// Drafts neither committed nor abandoned. Their handles may outlive this reservation (a C
+  /// program may release it first): they are closed with it, so that none reaches it afterwards.
+  std::vector<ReservationDraft::impl*> open_drafts;
 
   impl(std::shared_ptr<detail::connection> link, const proto::reservation_reply& grant,
        const std::vector<unique_fd>& fds)
@@ -180,6 +184,9 @@ struct Reservation::impl {
         mapped(detail::reserve_range(grant.device, grant.max_size, grant.chunk_size),
                grant.max_size / grant.chunk_size),
         version(grant.version) {}
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
+  ~impl();
 
   /// Maps a grant the daemon just made; a failure gives it back.
   static std::unique_ptr<impl> adopt(const std::shared_ptr<detail::connection>& link,
@@ -253,25 +260,48 @@ struct Reservation::impl {
 
 /// The owner's draft: its chunks mapped writable in a range of their own.
 struct ReservationDraft::impl {
-  Reservation::impl& owner;
+  Reservation::impl* owner;  ///< while open; nullptr once committed, abandoned or orphaned
   std::uint64_t version;
   std::size_t size;
   detail::chunk_mapping mapped;
-  bool open = true;  ///< neither committed nor abandoned
+  bool orphaned = false;  ///< closed because its reservation was released first
 
   impl(Reservation::impl& reservation, const proto::reservation_reply& draft)
-      : owner(reservation),
+      : owner(&reservation),
         version(draft.version),
         size(draft.committed),
-        mapped(detail::reserve_range(owner.granted.device, owner.granted.max_size,
-                                     owner.granted.chunk_size),
-               owner.granted.max_size / owner.granted.chunk_size) {}
+        mapped(detail::reserve_range(reservation.granted.device, reservation.granted.max_size,
+                                     reservation.granted.chunk_size),
+               reservation.granted.max_size / reservation.granted.chunk_size) {
+    reservation.open_drafts.push_back(this);
+  }
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
+  ~impl() { close(); }
+
+  bool open() const noexcept { return owner != nullptr; }
+  /// Committed or abandoned: the reservation no longer knows this draft.
+  void close() noexcept {
+    if (owner != nullptr) std::erase(owner->open_drafts, this);
+    owner = nullptr;
+  }
+  /// The reservation is being released: its chunks must not be used any more. The range stays
+  /// reserved until the draft goes, so a stale data() faults.
+  void orphan() noexcept {
+    mapped.clear();
+    owner = nullptr;
+    orphaned = true;
+  }
 
   void map() {
-    mapped.apply(detail::list_chunks(*owner.session, owner.id(), proto::chunk_set::draft),
+    mapped.apply(detail::list_chunks(*owner->session, owner->id(), proto::chunk_set::draft),
                  Access::read_write);
   }
 };
+
+Reservation::impl::~impl() {
+  for (ReservationDraft::impl* draft : open_drafts) draft->orphan();
+}
 
 Reservation Reservation::create(Client& client, std::size_t max_bytes,
                                 const ReserveOptions& options) {
@@ -461,33 +491,37 @@ std::uint64_t ReservationDraft::version() const noexcept {
 
 void ReservationDraft::commit() {
   impl& self = *self_;
-  if (!self.open) {
+  if (!self.open()) {
     throw Error(errc::wrong_state,
-                "version " + std::to_string(self.version) + " was committed or abandoned already");
+                "version " + std::to_string(self.version) +
+                    (self.orphaned ? ": its reservation was released before it was committed"
+                                   : " was committed or abandoned already"));
   }
+  Reservation::impl& owner = *self.owner;
   // The host daemon seals the chunks, which it cannot while a writable mapping is left.
   self.mapped.clear();
   try {
-    self.owner.session->call<proto::reservation_reply>(
-        message_type::commit_version, proto::version_request{self.owner.id(), self.version});
+    owner.session->call<proto::reservation_reply>(message_type::commit_version,
+                                                  proto::version_request{owner.id(), self.version});
   } catch (...) {
     self.map();  // refused: the draft is as it was
     throw;
   }
   // The range stays reserved until the draft goes: a stale data() faults instead of reaching
   // whatever the process maps next.
-  self.open = false;
-  self.owner.must_ask = true;
-  self.owner.refresh();
+  self.close();
+  owner.must_ask = true;
+  owner.refresh();
 }
 
 void ReservationDraft::abandon() {
-  if (!self_ || !self_->open) return;
+  if (!self_ || !self_->open()) return;
   impl& self = *self_;
-  self.open = false;
+  Reservation::impl& owner = *self.owner;
+  self.close();
   self.mapped.clear();
-  self.owner.session->call<proto::empty_payload>(
-      message_type::abandon_version, proto::version_request{self.owner.id(), self.version});
+  owner.session->call<proto::empty_payload>(message_type::abandon_version,
+                                            proto::version_request{owner.id(), self.version});
 }
 
 ReservationDraft::ReservationDraft(std::unique_ptr<impl> self) : self_(std::move(self)) {}

@@ -106,7 +106,9 @@ GPUMEM_API gpumem_status gpumem_reserve(gpumem_client* client, size_t max_bytes,
                                         gpumem_reservation** reservation);
 GPUMEM_API gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name,
                                                  int read_only, gpumem_reservation** reservation);
-/** Unmaps, lets go of it and frees the handle, whatever the status. NULL is ignored. */
+/** Unmaps, lets go of it and frees the handle, whatever the status. NULL is ignored. A draft
+ *  of it not yet committed goes with it: gpumem_commit() then says GPUMEM_WRONG_STATE, and
+ *  gpumem_abandon() only frees the draft's handle. */
 GPUMEM_API gpumem_status gpumem_release_reservation(gpumem_reservation* reservation);
 
 /** Fixed for the reservation's life, across versions, sleep and wake. */

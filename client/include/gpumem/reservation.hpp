@@ -78,7 +78,8 @@ class Reservation;
 
 /// @brief The next version of a reservation while its owner writes it: fresh chunks, mapped
 /// writable at an address of their own (data()), invisible to holders until commit().
-/// Destroying it uncommitted abandons it. It must not outlive its Reservation.
+/// Destroying it uncommitted abandons it. Releasing its Reservation first abandons it too:
+/// its chunks are unmapped, commit() throws Error(wrong_state) and abandon() does nothing.
 class GPUMEM_API ReservationDraft {
  public:
   ReservationDraft(ReservationDraft&&) noexcept;
