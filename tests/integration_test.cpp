@@ -396,11 +396,20 @@ TEST(Integration, TheCApiAllocatesOpensAndReleases) {
   ASSERT_EQ(gpumem_open(reader, "c-api", 1, &opened), GPUMEM_OK);
   EXPECT_EQ(gpumem_buffer_id(opened), gpumem_buffer_id(written));
   EXPECT_EQ(first_mismatch(gpumem_buffer_data(opened), 10000, 4), 10000u);
-  gpumem_buffer* missing = nullptr;
+  // A failure leaves the out-parameter as it was, and a later success clears the text.
+  gpumem_buffer* missing = written;
   EXPECT_EQ(gpumem_open(reader, "nope", 0, &missing), GPUMEM_NOT_FOUND);
+  EXPECT_EQ(missing, written);
   EXPECT_NE(std::string(gpumem_last_error()).find("nope"), std::string::npos);
   EXPECT_STREQ(gpumem_status_string(GPUMEM_NOT_FOUND), "no such object");
   EXPECT_EQ(gpumem_allocate(nullptr, 1, GPUMEM_HOST, nullptr, &missing), GPUMEM_INVALID_ARGUMENT);
+  EXPECT_EQ(missing, written);
+  gpumem_reservation* reservation = nullptr;
+  ASSERT_EQ(gpumem_reserve(writer, 1 << 20, 0, GPUMEM_HOST, nullptr, &reservation), GPUMEM_OK);
+  EXPECT_STREQ(gpumem_last_error(), "");
+  EXPECT_EQ(gpumem_sleep(reservation, 0, 600001), GPUMEM_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpumem_last_error()).find("600000 ms allowed"), std::string::npos);
+  EXPECT_EQ(gpumem_release_reservation(reservation), GPUMEM_OK);
   EXPECT_EQ(gpumem_release(opened), GPUMEM_OK);
   EXPECT_EQ(gpumem_release(written), GPUMEM_OK);
   gpumem_disconnect(reader);

@@ -1,9 +1,13 @@
 /**
  * @file
- * @brief C API of libgpumem, for other languages. Same operations as <gpumem/gpumem.hpp>.
+ * @brief C API of libgpumem, for other languages: connecting, buffers and reservations, as in
+ * <gpumem/gpumem.hpp> and <gpumem/reservation.hpp>. Locks, barriers, channels, slabs, events
+ * and the daemon's listings are in the C++ (and Python) API only.
  *
- * Every function that can fail returns a gpumem_status; GPUMEM_OK is 0. The text of the last
- * failure on the calling thread is available from gpumem_last_error().
+ * Every function that can fail returns a gpumem_status; GPUMEM_OK is 0. A call that fails
+ * leaves its out-parameters as they were. gpumem_last_error() has the text of the calling
+ * thread's last call: its failure, or "" once a call succeeded. Host memory that libgpumem
+ * itself could not get is GPUMEM_INTERNAL, "out of host memory".
  */
 #ifndef GPUMEM_GPUMEM_H
 #define GPUMEM_GPUMEM_H
@@ -119,7 +123,8 @@ GPUMEM_API size_t gpumem_reservation_size(const gpumem_reservation* reservation)
 GPUMEM_API uint64_t gpumem_reservation_version(const gpumem_reservation* reservation);
 GPUMEM_API uint64_t gpumem_reservation_id(const gpumem_reservation* reservation);
 
-/** Owner only, version 1 only: @p bytes are backed afterwards. */
+/** Owner only, version 1 only: @p bytes are backed afterwards. As for gpumem_commit(), a
+ *  failure can come after the change, from mapping it here; gpumem_refresh() tries again. */
 GPUMEM_API gpumem_status gpumem_resize_reservation(gpumem_reservation* reservation, size_t bytes);
 /** Maps what is current. @param size NULL, or where the bytes mapped afterwards go. */
 GPUMEM_API gpumem_status gpumem_refresh(gpumem_reservation* reservation, size_t* size);
@@ -136,8 +141,10 @@ GPUMEM_API gpumem_status gpumem_begin_version(gpumem_reservation* reservation, s
 GPUMEM_API void* gpumem_draft_data(const gpumem_reservation_draft* draft);
 GPUMEM_API size_t gpumem_draft_size(const gpumem_reservation_draft* draft);
 GPUMEM_API uint64_t gpumem_draft_version(const gpumem_reservation_draft* draft);
-/** Makes the draft the current version. On failure nothing changed (GPUMEM_BUSY: its memory
- *  is mapped writable elsewhere); the handle stays for gpumem_abandon() either way. */
+/** Makes the draft the current version and maps it in the reservation. A refusal changes
+ *  nothing (GPUMEM_BUSY: its memory is mapped writable elsewhere). One failure comes after the
+ *  commit: mapping the new version here (the reservation's version still says the old one);
+ *  gpumem_refresh() tries again. The handle stays for gpumem_abandon() either way. */
 GPUMEM_API gpumem_status gpumem_commit(gpumem_reservation_draft* draft);
 /** Drops the draft unless it was committed, and frees the handle, whatever the status. NULL is
  *  ignored. */
@@ -145,6 +152,7 @@ GPUMEM_API gpumem_status gpumem_abandon(gpumem_reservation_draft* draft);
 
 /** Puts it to sleep (its bytes to the host, or dropped with @p discard nonzero) and waits.
  *  @param deadline_ms how long other holders get to let go; 0: the daemon's default (5 s).
+ *  At most 600000 (10 minutes): gpumemd refuses a longer one with GPUMEM_INVALID_ARGUMENT.
  *  GPUMEM_BUSY names each holder that did not; it stays awake then. */
 GPUMEM_API gpumem_status gpumem_sleep(gpumem_reservation* reservation, int discard,
                                       uint32_t deadline_ms);

@@ -93,7 +93,9 @@ class GPUMEM_API ReservationDraft {
   /// @brief Unmaps the draft, makes it the current version, and maps it in the reservation's
   /// own range (read-only from now on). Let the GPU work writing it finish first.
   /// @throws Error(busy) on the host backend when the draft's memory is still mapped writable
-  /// elsewhere (the daemon seals it and cannot): nothing changes then.
+  /// elsewhere (the daemon seals it and cannot): nothing changes then. The error of mapping
+  /// it here when that fails after the commit: the version is current then, version() still
+  /// says the old one, and refresh() tries again.
   void commit();
   /// @brief Unmaps the draft and frees its chunks; the current version is untouched.
   void abandon();

@@ -29,7 +29,7 @@ namespace gpumem::proto {
   X(unexpected_handle, 11, "unexpected or missing file descriptor") \
   X(connection_closed, 12, "connection closed")                     \
   X(io_error, 13, "socket error")                                   \
-  X(internal, 14, "internal daemon error")                          \
+  X(internal, 14, "internal error")                                 \
   X(cuda_error, 15, "CUDA error")                                   \
   X(not_supported, 16, "not supported by this daemon")              \
   X(not_lock_owner, 17, "not the holder of the lock")               \
