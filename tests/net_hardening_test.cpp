@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -119,25 +120,40 @@ long cpu_ticks(pid_t pid) {
   return user + system;
 }
 
-/// gpumemd started through a shell that first runs @p setup, its log (at info) in a file.
+/// gpumemd with its log (at info) in a file, which the tests read.
 struct shell_daemon {
-  shell_daemon(const std::string& setup, const std::string& args = "")
+  shell_daemon()
       : folder(make_temporary_folder("net")),
         socket(folder + "/gpumemd.sock"),
         log(folder + "/gpumemd.log"),
-        process({"/bin/sh", "-c",
-                 setup + "; exec " + daemon_binary() + " --socket " + socket +
-                     " --log-level info " + args + " 2>" + log}) {
+        process(
+            {"/bin/sh", "-c",
+             "exec " + daemon_binary() + " --socket " + socket + " --log-level info 2>" + log}) {
     const auto deadline = clock_type::now() + 20s;
     for (;;) {
       try {
         connect().ping();
         return;
       } catch (const Error&) {
-        if (clock_type::now() > deadline) throw std::runtime_error("gpumemd did not start");
+        if (const auto ended = process.wait(0ms)) {
+          throw std::runtime_error("gpumemd exited with " + std::to_string(exit_code(*ended)) +
+                                   " before it served: " + log_text());
+        }
+        if (clock_type::now() > deadline) {
+          throw std::runtime_error("gpumemd did not start: " + log_text());
+        }
         std::this_thread::sleep_for(5ms);
       }
     }
+  }
+  /// Lowers the running daemon's descriptor limit to what it has open now and @p more: set at
+  /// its start instead, the limit would have to fit what the CUDA driver opens there, which
+  /// grows with the node's GPUs (two H200s did not start within 64).
+  void limit_descriptors_to_open_and(rlim_t more) const {
+    rlimit limit{};
+    ASSERT_EQ(::prlimit(process.pid(), RLIMIT_NOFILE, nullptr, &limit), 0) << strerror(errno);
+    limit.rlim_cur = open_fd_count(process.pid()) + more;
+    ASSERT_EQ(::prlimit(process.pid(), RLIMIT_NOFILE, &limit, nullptr), 0) << strerror(errno);
   }
   ~shell_daemon() {
     process.signal(SIGTERM);
@@ -180,8 +196,9 @@ std::vector<unique_fd> crowd_of(const std::string& socket, std::size_t count) {
 }
 
 TEST(NetHardening, AtTheDescriptorLimitAcceptingPausesInsteadOfSpinning) {
-  shell_daemon daemon("ulimit -n 64");
-  // Each session takes two descriptors (socket and pidfd): 64 run out well before 120.
+  shell_daemon daemon;
+  // Each session takes two descriptors (socket and pidfd): 32 more run out well before 120.
+  daemon.limit_descriptors_to_open_and(32);
   std::vector<unique_fd> crowd;
   for (int i = 0; i < 120; ++i) crowd.push_back(raw_connect(daemon.socket));
   std::this_thread::sleep_for(300ms);
@@ -210,7 +227,8 @@ TEST(NetHardening, AtTheDescriptorLimitAcceptingPausesInsteadOfSpinning) {
 // stands without it, and the client that then cannot get the page closes what it opened instead
 // of being told of a failure while the daemon holds the lock for it.
 TEST(NetHardening, AtTheDescriptorLimitAnOpenThatFailsLeavesNothingOpen) {
-  shell_daemon daemon("ulimit -n 64");
+  shell_daemon daemon;
+  daemon.limit_descriptors_to_open_and(32);
   auto steady = daemon.connect();
   auto own = steady.lock("own");  // its slot and own page, while descriptors are free
   auto other = daemon.connect();
@@ -431,7 +449,7 @@ TEST(NetHardening, ARequestStalledHalfwayIsClosedAfterTheFrameDeadlineAndIdleOne
 }
 
 TEST(NetHardening, SighupAndSigusr1AreAnsweredInTheLogAndSigpipeIsIgnored) {
-  shell_daemon daemon("true");
+  shell_daemon daemon;
   auto client = daemon.connect();
   for (const int signal : {SIGHUP, SIGUSR1, SIGPIPE}) {
     daemon.process.signal(signal);
