@@ -20,6 +20,7 @@
 #include "gpumem/shared/fd_passing.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
+#include "support/feature_hiding_proxy.hpp"
 #include "support/pattern.hpp"
 #include "support/temporary_file.hpp"
 
@@ -418,6 +419,53 @@ TEST(Integration, TheCApiAllocatesOpensAndReleases) {
   gpumem_client* nobody = nullptr;
   EXPECT_EQ(gpumem_connect("/nonexistent/gpumemd.sock", &nobody), GPUMEM_IO_ERROR);
   EXPECT_NE(std::string(gpumem_last_error()).find("/nonexistent/gpumemd.sock"), std::string::npos);
+}
+
+// This libgpumem with an earlier gpumemd, which announces none of the later features: requests go
+// on the socket (no mailbox), an open asks for its sync page (none comes with it), and a channel
+// opens with open_sync, so that the daemon checks no opener's slots, as such a daemon did not.
+TEST(Integration, AClientOfAnEarlierDaemonUsesWhatThatDaemonHad) {
+  daemon_process daemon;
+  const feature_hiding_proxy earlier(daemon.socket_path(), proto::kFeatureMailbox |
+                                                               proto::kFeatureSendsSyncPage |
+                                                               proto::kFeatureChannelLayout);
+  auto client = Client::connect({.socket_path = earlier.socket_path()});
+  auto direct = daemon.connect();
+  const std::size_t before = earlier.bytes_from_clients();
+  for (int i = 0; i < 10; ++i) client.ping();
+  EXPECT_GE(earlier.bytes_from_clients() - before, 10 * sizeof(proto::header))
+      << "the client asked through a mailbox that the daemon did not announce";
+
+  auto written = client.allocate(8192, {.device = kHost, .name = "earlier", .mode = 0600});
+  fill_pattern(written.data(), written.size(), 6);
+  EXPECT_EQ(first_mismatch(direct.open("earlier").data(), 8192, 6), 8192u);
+
+  auto held = client.lock("earlier.lock");
+  held.lock();
+  auto contender = direct.lock("earlier.lock");
+  EXPECT_FALSE(contender.try_lock());
+  held.unlock();
+  EXPECT_TRUE(contender.try_lock());
+  contender.unlock();
+
+  const ChannelOptions options{.slots = 2, .slot_bytes = 64, .consumers = 2};
+  auto producer = client.channel("earlier.items", ChannelRole::producer, options);
+  ChannelOptions other_cut = options;
+  other_cut.slots = 4;
+  other_cut.slot_bytes = 32;
+  // Refused had the producer named its layout (Channel.AConsumerThatCutsTheSlotsOtherwise...).
+  auto unchecked = direct.channel("earlier.items", ChannelRole::consumer, other_cut);
+  auto consumer = client.channel("earlier.items", ChannelRole::consumer, options);
+  const auto slot = producer.acquire_slot();
+  ASSERT_EQ(slot.status, BarrierStatus::ok);
+  std::memset(slot.data, 5, 64);
+  producer.publish();
+  for (Channel* each : {&consumer, &unchecked}) {
+    const auto got = each->acquire();
+    ASSERT_EQ(got.status, BarrierStatus::ok);
+    EXPECT_EQ(static_cast<const unsigned char*>(got.data)[63], 5);
+    each->release();
+  }
 }
 
 TEST(Integration, ASecondDaemonOnTheSameSocketRefusesAndAStaleSocketIsReplaced) {
