@@ -76,6 +76,11 @@ void books::check_connection(client_id client) const {
   quotas.check_connection(rows, client);
 }
 
+void books::check_new_connection(const credentials& who) const {
+  access.check_connect(who);
+  quotas.check_new_connection(rows, who);
+}
+
 void books::remove_client(client_id client) noexcept {
   rows.remove_client(client, [&](object_id id, const object_row& row) {
     switch (family_of(row.kind)) {

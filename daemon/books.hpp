@@ -61,6 +61,9 @@ class books {
   /// @brief The policy's say on a new connection, once it is in the ledger.
   /// @throws request_error(permission_denied, quota_exceeded)
   void check_connection(client_id client) const;
+  /// @brief The same for a connection of @p who just accepted, before it is in the ledger: a
+  /// connection that never says hello is held to the rules all the same.
+  void check_new_connection(const credentials& who) const;
   /// @brief Lets go of everything the client held; what others still hold survives.
   void remove_client(client_id client) noexcept;
   /// @brief The client is gone: remove_client(), told as events (disconnected or died, the

@@ -281,6 +281,32 @@ TEST(NetHardening, AConnectionBeyondMaxConnectionsIsToldWhyAndClosed) {
   daemon.connect().ping();
 }
 
+// A connection counts against its uid's quota from its accept: those that never say hello are
+// held to it too, told why and closed, instead of taking places that max_connections shares
+// among every user (so a uid that may not connect at all is refused from the first as well).
+TEST(NetHardening, ConnectionsThatNeverSayHelloAreHeldToTheirUidsQuota) {
+  const auto config = write_config("quotas:\n  default:\n    connections: 4\n");
+  daemon_process daemon({"--config", config.path()});
+  auto steady = daemon.connect();
+  std::vector<unique_fd> crowd;
+  for (int i = 0; i < 12; ++i) crowd.push_back(raw_connect(daemon.socket_path()));
+  std::this_thread::sleep_for(1500ms);  // past the refusal's second for a hello
+  std::size_t closed = 0;
+  for (const auto& fd : crowd) closed += closed_within(fd.get(), 200ms) ? 1 : 0;
+  EXPECT_EQ(closed, 12u - 3u) << "the uid's quota of 4, the steady client's connection among them";
+  try {
+    Client::connect({.socket_path = daemon.socket_path()});
+    ADD_FAILURE() << "a connection past the uid's quota was served";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::quota_exceeded) << error.what();
+    EXPECT_NE(std::string(error.what()).find("connections"), std::string::npos) << error.what();
+  }
+  steady.ping();
+  crowd.clear();
+  ASSERT_TRUE(wait_for_clients(steady, 1));
+  daemon.connect().ping();
+}
+
 TEST(NetHardening, APipelinedFloodOfListRequestsIsHeldBackNotBuffered) {
   daemon_process daemon;
   auto owner = daemon.connect();

@@ -570,6 +570,24 @@ TEST(Restart, AClientResumingIntoADaemonFullOfNewClientsWaitsForAPlace) {
   EXPECT_EQ(client.id(), id) << "the session was not resumed";
 }
 
+// Its sessions awaiting their resumes count as a uid's connections after a restart, and each
+// connection coming back is one of them: a uid at its quota gets every session back.
+TEST(Restart, AUidAtItsConnectionQuotaResumesEachOfItsSessions) {
+  const temporary_file config("gpumemd-quota", "quotas:\n  default:\n    connections: 2\n");
+  systemd_supervisor daemon({.args = {"--config", config.path()}});
+  daemon.start();
+  auto first = daemon.connect("first");
+  auto second = daemon.connect("second");
+  const std::uint64_t first_id = first.id();
+  const std::uint64_t second_id = second.id();
+  daemon.kill(SIGKILL);
+  daemon.start();
+  EXPECT_NO_THROW(first.ping());
+  EXPECT_NO_THROW(second.ping());
+  EXPECT_EQ(first.id(), first_id);
+  EXPECT_EQ(second.id(), second_id);
+}
+
 TEST(Restart, AKeptReplyIsSentAgainWithItsDescriptors) {
   systemd_supervisor daemon({});
   daemon.start();

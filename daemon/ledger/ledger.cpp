@@ -219,6 +219,16 @@ usage ledger::usage_of_gid(gid_t gid) const {
   return found == by_gid_.end() ? usage{} : found->second;
 }
 
+ledger::unserved_sessions ledger::unserved_of(const credentials& who) const {
+  unserved_sessions found;
+  for (const auto& [id, row] : clients_) {
+    if (row.serving) continue;
+    found.of_uid += row.who.uid == who.uid ? 1 : 0;
+    found.of_gid += row.who.gid == who.gid ? 1 : 0;
+  }
+  return found;
+}
+
 std::optional<object_id> ledger::find_name(object_family family, std::string_view name) const {
   const auto& names = names_[index(family)];
   const auto found = names.find(name);

@@ -259,6 +259,14 @@ class ledger {
   /// @brief Every uid that owns something or is connected, with what it owns, by uid.
   std::map<uid_t, usage> usage_by_uid() const;
   usage usage_of_gid(gid_t gid) const;
+  /// Sessions that no connection serves (awaiting their processes' resumes), of one uid and of
+  /// one gid.
+  struct unserved_sessions {
+    std::uint64_t of_uid = 0;
+    std::uint64_t of_gid = 0;
+  };
+  /// @brief Those of @p who's uid and gid. Looks at every client: for rare paths only.
+  unserved_sessions unserved_of(const credentials& who) const;
   std::size_t count(object_family family) const noexcept { return ids_[index(family)].size(); }
   const std::map<object_id, object_row>& objects() const noexcept { return objects_; }
 

@@ -18,6 +18,8 @@
 
 #include "config/reload_plan.hpp"
 #include "gpumem/shared/socket_path.hpp"
+#include "net/peer_process.hpp"
+#include "request_error.hpp"
 #include "systemd/notify.hpp"
 #include "systemd/watchdog.hpp"
 
@@ -320,6 +322,17 @@ asio::awaitable<void> server::accept_loop() {
 }
 
 void server::admit(stream::socket socket) {
+  // The connection rules and the uid's connection quota are the hello's to check too, but a
+  // connection counts from here: one that never says hello would otherwise escape them, and
+  // a uid that may not connect at all could fill max_connections for everyone.
+  const credentials who = peer_credentials(socket.native_handle());
+  try {
+    books_.check_new_connection(who);
+  } catch (const request_error& refused) {
+    refusal_log_.warn("refusing a connection of uid {}: {}", who.uid, refused.what());
+    refusal_.refuse(std::move(socket), refused.code(), refused.what());
+    return;
+  }
   if (sessions_.size() >= config_.max_connections) {
     refusal_log_.warn("{} connections are open (max_connections): refusing a new one",
                       sessions_.size());

@@ -97,7 +97,7 @@ class server {
   /// Accepting pauses on it when the process is out of descriptors.
   boost::asio::steady_timer accept_pause_;
   rate_limited_log accept_log_;
-  rate_limited_log refusal_log_;  ///< connections beyond max_connections
+  rate_limited_log refusal_log_;  ///< connections refused as they are accepted
   connection_refusal refusal_;    ///< tells them why
   bool settling_ = false;
   /// False when systemd's socket unit made the socket file: it must outlive this daemon.

@@ -99,16 +99,32 @@ quota_limits quota_policy::limits_of_uid(uid_t uid) const {
 }
 
 void quota_policy::check_connection(const ledger& rows, client_id client) const {
+  check_connection_of(rows, rows.client(client).who, {.of_uid = 1, .of_gid = 1});
+}
+
+void quota_policy::check_new_connection(const ledger& rows, const credentials& who) const {
+  try {
+    check_connection_of(rows, who, {});
+  } catch (const request_error&) {
+    // Sessions awaiting their processes' resumes count as connections, and this one may be
+    // such a process coming back (after a restart, each of a uid at its quota is): they are
+    // left out, and the hello counts them. Counted only on the way to a refusal: it looks at
+    // every client.
+    check_connection_of(rows, who, rows.unserved_of(who));
+  }
+}
+
+void quota_policy::check_connection_of(const ledger& rows, const credentials& who,
+                                       ledger::unserved_sessions left_out) const {
   // Checked as if the connection were asked for now: usage without it, plus one.
-  const credentials& who = rows.client(client).who;
   charge one;
   one.connections = 1;
   usage by_uid = rows.usage_of_uid(who.uid);
-  --by_uid.connections;
+  by_uid.connections -= left_out.of_uid;
   check_entry(limits_of_uid(who.uid), by_uid, one, uid_scope(config_, who.uid), who);
   if (const auto group = config_.gids.find(who.gid); group != config_.gids.end()) {
     usage by_gid = rows.usage_of_gid(who.gid);
-    --by_gid.connections;
+    by_gid.connections -= left_out.of_gid;
     check_entry(group->second, by_gid, one, gid_scope(who.gid), who);
   }
 }

@@ -37,12 +37,18 @@ class quota_policy {
   /// @brief A new connection, already counted in the ledger, fits its uid's and group's
   /// connection quotas. @throws request_error(quota_exceeded)
   void check_connection(const ledger& rows, client_id client) const;
+  /// @brief The same for a connection of @p who not yet in the ledger (one just accepted).
+  void check_new_connection(const ledger& rows, const credentials& who) const;
 
   /// @brief The limits for one uid: its entry over the default.
   quota_limits limits_of_uid(uid_t uid) const;
   const quota_config& config() const noexcept { return config_; }
 
  private:
+  /// @param left_out @p who's connections in the ledger not to count (the one asked for).
+  void check_connection_of(const ledger& rows, const credentials& who,
+                           ledger::unserved_sessions left_out) const;
+
   quota_config config_;
 };
 
