@@ -618,6 +618,54 @@ TEST_F(Tenants, ListsShowOnlyWhatTheAskerMaySee) {
   EXPECT_EQ(owner.verdict(), "");
 }
 
+// A channel's items live in the allocation NAME.slots, which the library opens when it exists.
+// One that another user made first (the tenant audit of 2026-11-29) read and changed every item
+// of B's private channel: a channel whose slots are of another uid is refused. Shared on
+// purpose, by one owner's mode, channels still join across users.
+TEST_F(Tenants, AChannelWhoseSlotsAnotherUserMadeIsRefused) {
+  tenant_daemon daemon;
+  const ChannelOptions one_slot{.slots = 1, .slot_bytes = kKiB, .mode = 0666};
+  tenant_process squatter(a(), [&](const tenant_process::line& back) {
+    auto client = daemon.connect("tenant-a");
+    auto slots = client.allocate(4 * kKiB, {.name = "frames.slots", .mode = 0666});
+    auto team = client.channel("team", ChannelRole::producer, one_slot);
+    back.say("ready");
+    back.hold();
+    const auto slot = team.acquire_slot();
+    if (slot.status != BarrierStatus::ok) return std::string("A's channel broke");
+    std::memset(slot.data, 7, kKiB);
+    team.publish();
+    // The one slot comes back once B released the item: A stays until then.
+    (void)team.acquire_slot();
+    return std::string();
+  });
+  ASSERT_EQ(squatter.next(), "ready");
+  tenant_process victim(b(), [&](const tenant_process::line& back) {
+    findings found;
+    auto client = daemon.connect("tenant-b");
+    found.expect_refused("B's channel on A's slots", errc::permission_denied,
+                         {"channel 'frames'", "allocation 'frames.slots'", "another user"},
+                         [&] {
+                           (void)client.channel("frames", ChannelRole::producer,
+                                                {.slots = 4, .slot_bytes = kKiB});
+                         },
+                         {"uid " + uid_of(a())});
+    auto team = client.channel("team", ChannelRole::consumer, one_slot);
+    back.say("joined");
+    const auto item = team.acquire();
+    found.expect(item.status == BarrierStatus::ok &&
+                     static_cast<const unsigned char*>(item.data)[kKiB - 1] == 7,
+                 "B did not read the item of the channel A shared");
+    team.release();
+    return found.text();
+  });
+  ASSERT_EQ(victim.next(), "joined");
+  EXPECT_EQ(squatter.verdict(), "");
+  EXPECT_EQ(victim.verdict(), "");
+  EXPECT_TRUE(contains(daemon.log(), "the allocation's owner is uid " + uid_of(a())))
+      << daemon.log();
+}
+
 // --- finding 5: quotas ------------------------------------------------------------------
 
 TEST_F(Tenants, AUidsQuotaHoldsItAndLeavesOthersTheRest) {

@@ -244,6 +244,21 @@ std::uint32_t sync_book::take_party(cell_entry& entry, const object_row& row, cl
                       fmt::format("{} '{}': {} is taken", kind_name(row.kind), row.name, which));
 }
 
+void sync_book::check_slots_owner(const std::string& channel, uid_t channel_owner) const {
+  const std::string slots = channel + ".slots";
+  const auto found = rows_.find_name(object_family::allocation, slots);
+  if (!found) return;
+  const uid_t slots_owner = rows_.find(*found)->owner_uid;
+  if (slots_owner == channel_owner) return;
+  throw request_error(errc::permission_denied,
+                      fmt::format("channel '{}': its slots, allocation '{}', were made by another "
+                                  "user than the channel, who could read and change every item "
+                                  "(was the name taken before the channel was made?)",
+                                  channel, slots),
+                      fmt::format("the allocation's owner is uid {}, the channel's uid {}",
+                                  slots_owner, channel_owner));
+}
+
 sync_book::opened sync_book::open(client_id client, const proto::sync_open_request& request,
                                   const proto::channel_layout* layout) {
   const auto attached = attached_.find(client);
@@ -276,6 +291,7 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
           fmt::format("'{}' is a {}, not a {}", name, kind_name(existing.kind), kind_name(kind)));
     }
     access_.check_open(rows_.client(client).who, id, existing, wanted_access::read_write);
+    if (kind == object_kind::channel) check_slots_owner(name, existing.owner_uid);
     cell_entry& known_entry = objects_.at(id);
     if (known_entry.parties != request.parties) {
       throw request_error(errc::invalid_argument,
@@ -301,6 +317,7 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
     set_kept(id, known_entry, false);
     rows_.hold(id, client);
   } else {
+    if (kind == object_kind::channel) check_slots_owner(name, rows_.client(client).who.uid);
     charge one_object;
     one_object.sync_objects = 1;
     quotas_.check(rows_, client, one_object);

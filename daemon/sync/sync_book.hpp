@@ -205,6 +205,11 @@ class sync_book {
   /// @return the page and the cell's index on it.
   /// @throws request_error(out_of_memory) when every page id is taken.
   std::pair<sync_page*, std::uint32_t> take_cell(object_id id, const access_class& tenant);
+  /// @brief A channel's items live in the allocation CHANNEL.slots, which libgpumem makes or
+  /// opens before it opens the channel: one of another uid than @p channel_owner would let that
+  /// user read and change every item (a name taken before the channel was made).
+  /// @throws request_error(permission_denied) naming both; the owners go to the log only.
+  void check_slots_owner(const std::string& channel, uid_t channel_owner) const;
   std::uint32_t take_party(cell_entry& entry, const object_row& row, client_id client,
                            proto::sync_role role);
   /// @return in_flight while a hand-off is in flight; a corrupt cell is marked.
