@@ -18,6 +18,7 @@
 #include "support/eventually.hpp"
 #include "support/pattern.hpp"
 #include "support/raw_client.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -305,6 +306,52 @@ TEST(HostReservation, AReadOnlyHandleInTheOwnersProcessChangesNothing) {
   EXPECT_EQ(drafted, errc::permission_denied) << draft_words;
   EXPECT_EQ(owner.refresh(), kChunk) << "the refused resize changed the reservation";
   commit_version(owner, kChunk);  // the owner's own handle may
+}
+
+// Earlier versions that readers still map are memory the owner keeps: a new version needs room
+// for them within the owner's quota (the tenant audit of 2026-11-29 kept 840 MiB under a 64 MiB
+// quota through readers that never refresh), and the room comes back as those readers let go.
+TEST(HostReservation, VersionsReadersStillMapCountAgainstTheOwnersQuota) {
+  const temporary_file config(
+      "gpumemd-retained",
+      "quotas:\n  default:\n    bytes: " + std::to_string(4 * kChunk / (1 << 20)) + "MiB\n");
+  daemon_process daemon({"--config", config.path()});
+  auto client = daemon.connect();
+  auto owner =
+      Reservation::create(client, kChunk, {.device = kHost, .name = "kept", .initial = kChunk});
+  fill_pattern(owner.data(), kChunk, 1);
+  // Each reader maps the version current when it opens, and never refreshes.
+  std::vector<child_process> readers;
+  for (std::uint32_t version = 1; version <= 2; ++version) {
+    readers.push_back(peer(daemon, {"hold", "kept", std::to_string(version)}));
+    ASSERT_EQ(next_line(readers.back()).rfind("ready", 0), 0u);
+    commit_version(owner, kChunk);
+  }
+  // Current (1 chunk) + versions 1 and 2 (2) + the draft (1): the quota's 4 chunks. Then
+  // versions 1 to 3 are kept, and a draft no longer fits.
+  readers.push_back(peer(daemon, {"hold", "kept", "3"}));
+  ASSERT_EQ(next_line(readers.back()).rfind("ready", 0), 0u);
+  commit_version(owner, kChunk);
+  try {
+    owner.begin_version(kChunk);
+    ADD_FAILURE() << "a fifth chunk was drafted under a quota of four";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::quota_exceeded) << error.what();
+    EXPECT_NE(std::string(error.what())
+                  .find("6291456 bytes asked are earlier versions readers still map; quota"),
+              std::string::npos)
+        << error.what();
+  }
+  readers.front().signal(SIGKILL);
+  ASSERT_TRUE(readers.front().wait());
+  EXPECT_TRUE(eventually([&] {
+    try {
+      commit_version(owner, kChunk);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  })) << "version 1's reader left, and its chunk did not come back";
 }
 
 TEST(HostReservation, SleepMovesTheBytesToTheHostAndWakeBringsThemBackForEveryHolder) {

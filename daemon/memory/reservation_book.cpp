@@ -219,7 +219,23 @@ proto::reservation_reply reservation_book::begin_version(
                                     request.reservation_id, entry.max_size()));
   }
   const std::uint64_t count = whole_chunks(request.size, entry.chunk_size());
-  quotas_.check(rows_, client, charge::memory(entry.device(), count * entry.chunk_size(), 0));
+  // Earlier versions that readers still map take memory as the current one does, and the ledger
+  // has only the current one's bytes: a new version must leave room for them too, or readers
+  // that never refresh would let an owner keep many times its quota (the tenant audit of
+  // 2026-11-29: 840 MiB under a 64 MiB one).
+  const std::uint64_t retained =
+      retained_bytes_of(rows_.client(client).who.uid, entry.device() == proto::kHostDevice);
+  try {
+    quotas_.check(rows_, client,
+                  charge::memory(entry.device(), count * entry.chunk_size() + retained, 0));
+  } catch (const request_error& refused) {
+    if (retained == 0) throw;
+    // First: the quota's words are long, and the reply's text ends at 240 characters.
+    throw request_error(refused.code(),
+                        fmt::format("{} bytes asked are earlier versions readers still map; {}",
+                                    retained, refused.what()),
+                        refused.logged_only());
+  }
   std::unique_ptr<reservation> chunks = make(entry.device(), entry.max_size(), entry.chunk_size());
   chunks->resize(count);
   const std::uint64_t bytes = chunks->committed();
@@ -230,6 +246,19 @@ proto::reservation_reply reservation_book::begin_version(
   reply.version = version;
   reply.committed = bytes;
   return reply;
+}
+
+std::uint64_t reservation_book::retained_bytes_of(uid_t owner_uid, bool host) const {
+  std::uint64_t bytes = 0;
+  for (const auto& [id, entry] : entries_) {
+    const object_row* row = rows_.find(id);
+    if (row == nullptr || row->owner_uid != owner_uid ||
+        (entry->device() == proto::kHostDevice) != host) {
+      continue;
+    }
+    bytes += entry->retained_bytes();
+  }
+  return bytes;
 }
 
 proto::reservation_reply reservation_book::commit_version(client_id client,
