@@ -21,6 +21,7 @@
 #include "gpumem/gpumem.h"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/proto/codec.hpp"
+#include "gpumem/shared/socket_path.hpp"
 #include "support/child_process.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -555,6 +556,34 @@ TEST(NetHardening, TheDaemonRefusesASocketFolderOfAnotherUser) {
   EXPECT_NE(line.find("belongs to uid 65534"), std::string::npos) << line;
   EXPECT_NE(line.find("rm -r " + folder), std::string::npos) << line;
   std::filesystem::remove_all(folder);
+}
+
+// Without $GPUMEM_SOCKET a user's client looks at its own path first, under /tmp for most: one
+// that another user made first is passed over for the system daemon's socket, not connected to
+// and refused.
+TEST(NetHardening, AClientPassesOverASocketOfAnotherUserAtItsOwnPathForTheSystemDaemons) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a folder to another uid";
+  const std::string system_folder = make_temporary_folder("system");
+  const std::string squatted_folder = make_temporary_folder("own");
+  const auto bound = [](const std::string& path) {
+    unique_fd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, path.c_str(), path.size());
+    EXPECT_EQ(::bind(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    return socket;
+  };
+  const std::string system = system_folder + "/gpumemd.sock";
+  const std::string own = squatted_folder + "/gpumemd.sock";
+  const auto system_socket = bound(system);
+  const auto own_socket = bound(own);
+  EXPECT_EQ(client_socket_among(own, system), own) << "a socket of root's own was passed over";
+  ASSERT_EQ(::chown(squatted_folder.c_str(), kNobody, kNobody), 0);
+  EXPECT_EQ(client_socket_among(own, system), system);
+  EXPECT_EQ(client_socket_among(own, system_folder + "/none.sock"), own)
+      << "with no system daemon, connecting is what says why the own socket is refused";
+  std::filesystem::remove_all(system_folder);
+  std::filesystem::remove_all(squatted_folder);
 }
 
 TEST(NetHardening, AClientRefusesASocketOfAnUnexpectedOwner) {

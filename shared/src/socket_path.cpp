@@ -69,11 +69,21 @@ std::string default_daemon_socket_path() {
 }
 
 std::string default_client_socket_path() {
-  std::string path = default_daemon_socket_path();
-  if (non_empty_env(kSocketEnv) == nullptr && !is_socket(path) && is_socket(kSystemSocketPath)) {
-    return kSystemSocketPath;
+  const std::string path = default_daemon_socket_path();
+  return non_empty_env(kSocketEnv) != nullptr ? path : client_socket_among(path, kSystemSocketPath);
+}
+
+std::string client_socket_among(const std::string& own, const std::string& system) {
+  if (own == system || !is_socket(system)) return own;
+  if (!is_socket(own)) return system;
+  // A socket at the caller's own path that its client would refuse, as one in a folder
+  // /tmp/gpumemd-<uid> that another user made first, must not hide the system daemon's (the
+  // tenant audit of 2026-11-29).
+  try {
+    return untrusted_socket(own, trusted_daemon_uids(-1)).empty() ? own : system;
+  } catch (const std::invalid_argument&) {  // $GPUMEM_DAEMON_UID names nobody: connecting says so
+    return own;
   }
-  return path;
 }
 
 std::string unsafe_socket_folder(const std::string& socket_path, uid_t daemon_uid) {

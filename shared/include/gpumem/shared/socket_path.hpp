@@ -4,7 +4,8 @@
 ///
 /// Rules, first match wins: `$GPUMEM_SOCKET`; `/run/gpumemd/gpumemd.sock` for root;
 /// `$XDG_RUNTIME_DIR/gpumemd.sock`; `/tmp/gpumemd-<uid>/gpumemd.sock`. A client that finds no
-/// socket at its per-user path but finds the system daemon's uses that one.
+/// socket at its per-user path, or one of an owner it does not trust, but finds the system
+/// daemon's uses that one.
 ///
 /// Ownership: a folder under /tmp can be made by anyone, and whoever owns the socket's folder
 /// can replace the socket with one of their own. So the daemon listens only in a folder that
@@ -32,6 +33,11 @@ std::string default_daemon_socket_path();
 
 /// @brief The path a client connects to when the caller names none.
 std::string default_client_socket_path();
+
+/// @brief Of the caller's own path @p own and the system daemon's @p system: @p system when it
+/// is a socket and @p own is none, or one of an owner that the caller's client would refuse
+/// (untrusted_socket() with the default trusted uids); else @p own.
+std::string client_socket_among(const std::string& own, const std::string& system);
 
 /// @brief Why the daemon (running as @p daemon_uid) must not listen in the folder of
 /// @p socket_path, with how to fix it; empty when it may. The folder must belong to
