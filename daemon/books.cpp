@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpumem/proto/codec.hpp"
+
 namespace gpumem::daemon {
 
 namespace {
@@ -79,6 +81,17 @@ void books::check_connection(client_id client) const {
 void books::check_new_connection(const credentials& who) const {
   access.check_connect(who);
   quotas.check_new_connection(rows, who);
+}
+
+void books::publish_refused(client_id client, const credentials& who, const std::string& label,
+                            std::uint16_t request_type, const request_error& refusal) noexcept {
+  proto::event_record refused = event_hub::about(proto::event_kind::refused, client, who, label);
+  refused.code = static_cast<std::uint32_t>(refusal.code());
+  refused.request_type = request_type;
+  const proto::error_reply text = proto::make_error_reply(refusal.code(), refusal.what());
+  static_assert(sizeof refused.reason <= sizeof text.text);
+  std::memcpy(refused.reason, text.text, sizeof refused.reason - 1);
+  events.publish_refusal(refused);
 }
 
 void books::remove_client(client_id client) noexcept {

@@ -22,6 +22,7 @@
 #include "memory/reservation_book.hpp"
 #include "metrics/activity_counters.hpp"
 #include "metrics/request_counters.hpp"
+#include "request_error.hpp"
 #include "sync/sync_book.hpp"
 
 namespace gpumem::daemon {
@@ -64,6 +65,10 @@ class books {
   /// @brief The same for a connection of @p who just accepted, before it is in the ledger: a
   /// connection that never says hello is held to the rules all the same.
   void check_new_connection(const credentials& who) const;
+  /// @brief Tells a refusal (permission_denied, quota_exceeded) of @p request_type as a
+  /// `refused` event: client 0 for a connection refused before it had one.
+  void publish_refused(client_id client, const credentials& who, const std::string& label,
+                       std::uint16_t request_type, const request_error& refusal) noexcept;
   /// @brief Lets go of everything the client held; what others still hold survives.
   void remove_client(client_id client) noexcept;
   /// @brief The client is gone: remove_client(), told as events (disconnected or died, the

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpumem/events.hpp"
 #include "gpumem/gpumem.h"
 #include "gpumem/gpumem.hpp"
 #include "gpumem/proto/codec.hpp"
@@ -284,17 +285,26 @@ TEST(NetHardening, AConnectionBeyondMaxConnectionsIsToldWhyAndClosed) {
 
 // A connection counts against its uid's quota from its accept: those that never say hello are
 // held to it too, told why and closed, instead of taking places that max_connections shares
-// among every user (so a uid that may not connect at all is refused from the first as well).
+// among every user (a uid that connect_users does not name is refused there too:
+// Tenants.AUserTheConnectPolicyDoesNotNameIsTurnedAway), and the refusal is an event.
 TEST(NetHardening, ConnectionsThatNeverSayHelloAreHeldToTheirUidsQuota) {
   const auto config = write_config("quotas:\n  default:\n    connections: 4\n");
   daemon_process daemon({"--config", config.path()});
   auto steady = daemon.connect();
+  ASSERT_TRUE(wait_for_clients(steady, 1));  // the start's probe connection gone
+  auto events = EventStream::open({.socket_path = daemon.socket_path()});
   std::vector<unique_fd> crowd;
   for (int i = 0; i < 12; ++i) crowd.push_back(raw_connect(daemon.socket_path()));
   std::this_thread::sleep_for(1500ms);  // past the refusal's second for a hello
   std::size_t closed = 0;
   for (const auto& fd : crowd) closed += closed_within(fd.get(), 200ms) ? 1 : 0;
-  EXPECT_EQ(closed, 12u - 3u) << "the uid's quota of 4, the steady client's connection among them";
+  EXPECT_EQ(closed, 12u - 2u) << "the uid's quota of 4, the steady client and events among them";
+  bool told = false;
+  while (const auto event = events.next(500ms)) {
+    told = told || (event->kind == EventKind::refused && event->request == "hello" &&
+                    event->code == errc::quota_exceeded);
+  }
+  EXPECT_TRUE(told) << "a connection refused at its accept is no refused event";
   try {
     Client::connect({.socket_path = daemon.socket_path()});
     ADD_FAILURE() << "a connection past the uid's quota was served";
@@ -304,7 +314,7 @@ TEST(NetHardening, ConnectionsThatNeverSayHelloAreHeldToTheirUidsQuota) {
   }
   steady.ping();
   crowd.clear();
-  ASSERT_TRUE(wait_for_clients(steady, 1));
+  ASSERT_TRUE(wait_for_clients(steady, 2));
   daemon.connect().ping();
 }
 

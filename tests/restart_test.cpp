@@ -571,7 +571,9 @@ TEST(Restart, AClientResumingIntoADaemonFullOfNewClientsWaitsForAPlace) {
 }
 
 // Its sessions awaiting their resumes count as a uid's connections after a restart, and each
-// connection coming back is one of them: a uid at its quota gets every session back.
+// connection coming back is one of them: a uid at its quota gets every session back, even with
+// a connection of its own that has not said hello yet (which the hello's quota check once
+// counted against the resume, ending the session it came to carry on).
 TEST(Restart, AUidAtItsConnectionQuotaResumesEachOfItsSessions) {
   const temporary_file config("gpumemd-quota", "quotas:\n  default:\n    connections: 2\n");
   systemd_supervisor daemon({.args = {"--config", config.path()}});
@@ -582,6 +584,7 @@ TEST(Restart, AUidAtItsConnectionQuotaResumesEachOfItsSessions) {
   const std::uint64_t second_id = second.id();
   daemon.kill(SIGKILL);
   daemon.start();
+  raw_client not_yet_greeted(daemon.socket_path());
   EXPECT_NO_THROW(first.ping());
   EXPECT_NO_THROW(second.ping());
   EXPECT_EQ(first.id(), first_id);

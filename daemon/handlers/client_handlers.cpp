@@ -43,7 +43,14 @@ proto::hello_reply request_handler::on_hello(client_state& client,
   books_.rows.set_label(client.client, std::string(message.client_label.view()),
                         message.client_pid);
   try {
-    books_.check_connection(client.client);
+    if (client.resumed) {
+      // A resume takes no connection more: the session it carries on was counted, and the new
+      // row it came in on is gone. Refused for a quota that others of its uid fill, it would
+      // end the very session it came to keep.
+      books_.access.check_connect(books_.rows.client(client.client).who);
+    } else {
+      books_.check_connection(client.client);
+    }
   } catch (const request_error&) {
     client.refused = true;  // the dispatch logs the refusal
     throw;

@@ -169,14 +169,7 @@ reply_attachment request_handler::dispatch(client_state& client, const proto::fr
                 client.client, access_policy::describe(row.who, row.label), error.what(),
                 error.logged_only().empty() ? std::string()
                                             : " [not told to it: " + error.logged_only() + "]");
-      proto::event_record refused =
-          event_hub::about(proto::event_kind::refused, client.client, row.who, row.label);
-      refused.code = static_cast<std::uint32_t>(error.code());
-      refused.request_type = frame.head.type;
-      const proto::error_reply text = proto::make_error_reply(error.code(), error.what());
-      static_assert(sizeof refused.reason <= sizeof text.text);
-      std::memcpy(refused.reason, text.text, sizeof refused.reason - 1);
-      books_.events.publish_refusal(refused);
+      books_.publish_refused(client.client, row.who, row.label, frame.head.type, error);
     } else {
       spdlog::debug("client {}: request {} failed: {}", client.client, id, error.what());
     }

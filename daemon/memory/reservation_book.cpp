@@ -144,7 +144,7 @@ proto::reservation_reply reservation_book::resize(client_id client,
   }
   backing.resize(chunks);
   entry.resized();
-  rows_.set_bytes(request.reservation_id, backing.committed());
+  recharge(request.reservation_id);
   return grant(request.reservation_id, entry, proto::access_mode::read_write);
 }
 
@@ -173,7 +173,10 @@ proto::chunks_reply reservation_book::chunks(client_id client, const proto::chun
     }
     backing = entry.current();
     rows_.touch(id);
-    if (request.first == 0) entry.maps_current(client);
+    if (request.first == 0) {
+      entry.maps_current(client);
+      recharge(id);  // the version it mapped before may be free now
+    }
   }
   proto::chunks_reply reply;
   reply.head.version = version;
@@ -201,6 +204,7 @@ proto::chunks_reply reservation_book::chunks(client_id client, const proto::chun
 
 void reservation_book::quiesce(client_id client, object_id id) {
   held(client, id, false, "quiesce").maps_nothing(client);
+  recharge(id);
   rows_.touch(id);
   copy_out_when_ready(id);
 }
@@ -218,28 +222,23 @@ proto::reservation_reply reservation_book::begin_version(
                         fmt::format("{} bytes exceed reservation {}'s {}", request.size,
                                     request.reservation_id, entry.max_size()));
   }
+  entry.check_draft_may_begin();  // before the quota, which counts an open draft already
   const std::uint64_t count = whole_chunks(request.size, entry.chunk_size());
-  // Earlier versions that readers still map take memory as the current one does, and the ledger
-  // has only the current one's bytes: a new version must leave room for them too, or readers
-  // that never refresh would let an owner keep many times its quota (the tenant audit of
-  // 2026-11-29: 840 MiB under a 64 MiB one).
-  const std::uint64_t retained =
-      retained_bytes_of(rows_.client(client).who.uid, entry.device() == proto::kHostDevice);
   try {
-    quotas_.check(rows_, client,
-                  charge::memory(entry.device(), count * entry.chunk_size() + retained, 0));
+    quotas_.check(rows_, client, charge::memory(entry.device(), count * entry.chunk_size(), 0));
   } catch (const request_error& refused) {
-    if (retained == 0) throw;
-    // First: the quota's words are long, and the reply's text ends at 240 characters.
+    // The quota's words are long, and the reply's text ends at 240 characters: this first.
+    if (entry.retained_bytes() == 0) throw;
     throw request_error(refused.code(),
-                        fmt::format("{} bytes asked are earlier versions readers still map; {}",
-                                    retained, refused.what()),
+                        fmt::format("{} bytes in use are earlier versions readers still map; {}",
+                                    entry.retained_bytes(), refused.what()),
                         refused.logged_only());
   }
   std::unique_ptr<reservation> chunks = make(entry.device(), entry.max_size(), entry.chunk_size());
   chunks->resize(count);
   const std::uint64_t bytes = chunks->committed();
   const std::uint64_t version = entry.begin_draft(client, std::move(chunks));
+  recharge(request.reservation_id);
   rows_.touch(request.reservation_id);
   proto::reservation_reply reply =
       grant(request.reservation_id, entry, proto::access_mode::read_write);
@@ -248,24 +247,11 @@ proto::reservation_reply reservation_book::begin_version(
   return reply;
 }
 
-std::uint64_t reservation_book::retained_bytes_of(uid_t owner_uid, bool host) const {
-  std::uint64_t bytes = 0;
-  for (const auto& [id, entry] : entries_) {
-    const object_row* row = rows_.find(id);
-    if (row == nullptr || row->owner_uid != owner_uid ||
-        (entry->device() == proto::kHostDevice) != host) {
-      continue;
-    }
-    bytes += entry->retained_bytes();
-  }
-  return bytes;
-}
-
 proto::reservation_reply reservation_book::commit_version(client_id client,
                                                           const proto::version_request& request) {
   versioned_reservation& entry = held(client, request.reservation_id, true, "commit a version of");
   entry.commit_draft(client, request.version);
-  rows_.set_bytes(request.reservation_id, entry.committed());
+  recharge(request.reservation_id);
   rows_.touch(request.reservation_id);
   spdlog::info("reservation {}: version {} committed ({} bytes)", request.reservation_id,
                request.version, entry.committed());
@@ -275,6 +261,7 @@ proto::reservation_reply reservation_book::commit_version(client_id client,
 void reservation_book::abandon_version(client_id client, const proto::version_request& request) {
   held(client, request.reservation_id, true, "abandon a version of")
       .abandon_draft(client, request.version);
+  recharge(request.reservation_id);
   rows_.touch(request.reservation_id);
 }
 
@@ -549,6 +536,7 @@ void reservation_book::let_go(object_id id, const object_row& row) noexcept {
       gone.push_back(entry.draft_writer());
     }
     for (const client_id holder : gone) entry.forget(holder);
+    recharge(id);
     rows_.touch(id);
     lose_if_owner_left(id, entry);
     copy_out_when_ready(id);
@@ -585,6 +573,14 @@ proto::reservation_list_reply reservation_book::list(client_id asker, object_id 
         record.holders_behind = entry.holders_behind();
         return record;
       });
+}
+
+void reservation_book::recharge(object_id id) noexcept {
+  const auto found = entries_.find(id);
+  const object_row* row = rows_.find(id);
+  if (found == entries_.end() || row == nullptr) return;
+  const std::uint64_t bytes = found->second->committed() + found->second->retained_bytes();
+  if (row->bytes != bytes) rows_.set_bytes(id, bytes);
 }
 
 void reservation_book::adopt(object_id id, std::unique_ptr<versioned_reservation> adopted) {

@@ -93,9 +93,10 @@ class reservation_book {
   /// Whether @p entry is still what the book holds under @p id (a copy may outlive it).
   bool still_held(object_id id, const versioned_reservation* entry) const noexcept;
   std::string describe_holder(client_id holder) const;
-  /// Bytes of earlier versions (and drafts) that the reservations of @p owner_uid on the host
-  /// (@p host) or on devices keep. Looks at every reservation: for begin_version only.
-  std::uint64_t retained_bytes_of(uid_t owner_uid, bool host) const;
+  /// @brief Charges @p id's owner (the ledger's bytes of it) for what it takes: the current
+  /// version, and the earlier versions readers still map and the draft it keeps. Called
+  /// wherever those change: commits, drafts, holders mapping, quiescing or going.
+  void recharge(object_id id) noexcept;
   /// Hands @p copy to the worker to be let go of: freeing many GiB must not hold the loop up.
   void let_go_off_loop(std::optional<sleep_copy> copy) noexcept;
 

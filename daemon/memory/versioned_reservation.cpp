@@ -149,8 +149,7 @@ std::uint64_t versioned_reservation::retained_bytes() const noexcept {
   return bytes;
 }
 
-std::uint64_t versioned_reservation::begin_draft(client_id writer,
-                                                 std::unique_ptr<reservation> chunks) {
+void versioned_reservation::check_draft_may_begin() const {
   if (phase_ != phase::awake) {
     throw request_error(errc::wrong_state, "a sleeping reservation takes no new version");
   }
@@ -158,6 +157,11 @@ std::uint64_t versioned_reservation::begin_draft(client_id writer,
     throw request_error(errc::wrong_state,
                         fmt::format("version {} is being written already", version_ + 1));
   }
+}
+
+std::uint64_t versioned_reservation::begin_draft(client_id writer,
+                                                 std::unique_ptr<reservation> chunks) {
+  check_draft_may_begin();
   draft_ = std::move(chunks);
   draft_writer_ = writer;
   return version_ + 1;

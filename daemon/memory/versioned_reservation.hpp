@@ -78,6 +78,8 @@ class versioned_reservation {
   /// @name The owner's draft of the next version.
   /// @{
   /// @throws request_error(wrong_state) while a draft is open or unless awake.
+  void check_draft_may_begin() const;
+  /// @throws request_error(wrong_state) as check_draft_may_begin().
   std::uint64_t begin_draft(client_id writer, std::unique_ptr<reservation> chunks);
   const reservation* draft(client_id writer, std::uint64_t draft_version) const;
   std::uint64_t draft_version() const noexcept { return draft_ ? version_ + 1 : 0; }

@@ -330,6 +330,9 @@ void server::admit(stream::socket socket) {
     books_.check_new_connection(who);
   } catch (const request_error& refused) {
     refusal_log_.warn("refusing a connection of uid {}: {}", who.uid, refused.what());
+    books_.publish_refused(0, who, {}, static_cast<std::uint16_t>(proto::message_type::hello),
+                           refused);
+    books_.requests.record_error(static_cast<std::uint32_t>(refused.code()));
     refusal_.refuse(std::move(socket), refused.code(), refused.what());
     return;
   }

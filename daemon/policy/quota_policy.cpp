@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "policy/access_policy.hpp"
 #include "request_error.hpp"
 
@@ -107,10 +109,12 @@ void quota_policy::check_new_connection(const ledger& rows, const credentials& w
     check_connection_of(rows, who, {});
   } catch (const request_error&) {
     // Sessions awaiting their processes' resumes count as connections, and this one may be
-    // such a process coming back (after a restart, each of a uid at its quota is): they are
-    // left out, and the hello counts them. Counted only on the way to a refusal: it looks at
-    // every client.
-    check_connection_of(rows, who, rows.unserved_of(who));
+    // such a process coming back (after a restart, each of a uid at its quota is), while
+    // others of its uid are already in: each such session is left out and has one more place
+    // kept for its return; the hello counts again. Looked for only on the way to a refusal, as
+    // it takes a look at every client.
+    const ledger::unserved_sessions awaiting = rows.unserved_of(who);
+    check_connection_of(rows, who, {2 * awaiting.of_uid, 2 * awaiting.of_gid});
   }
 }
 
@@ -120,11 +124,11 @@ void quota_policy::check_connection_of(const ledger& rows, const credentials& wh
   charge one;
   one.connections = 1;
   usage by_uid = rows.usage_of_uid(who.uid);
-  by_uid.connections -= left_out.of_uid;
+  by_uid.connections -= std::min(by_uid.connections, left_out.of_uid);
   check_entry(limits_of_uid(who.uid), by_uid, one, uid_scope(config_, who.uid), who);
   if (const auto group = config_.gids.find(who.gid); group != config_.gids.end()) {
     usage by_gid = rows.usage_of_gid(who.gid);
-    by_gid.connections -= left_out.of_gid;
+    by_gid.connections -= std::min(by_gid.connections, left_out.of_gid);
     check_entry(group->second, by_gid, one, gid_scope(who.gid), who);
   }
 }

@@ -2,12 +2,13 @@
  * @file
  * @brief C API of libgpumem, for other languages: connecting, buffers and reservations, as in
  * <gpumem/gpumem.hpp> and <gpumem/reservation.hpp>. Locks, barriers, channels, slabs, events
- * and the daemon's listings are in the C++ (and Python) API only.
+ * and the daemon's listings are in the C++ API only (all but slabs and events in Python too).
  *
  * Every function that can fail returns a gpumem_status; GPUMEM_OK is 0. A call that fails
  * leaves its out-parameters as they were. gpumem_last_error() has the text of the calling
- * thread's last call: its failure, or "" once a call succeeded. Host memory that libgpumem
- * itself could not get is GPUMEM_INTERNAL, "out of host memory".
+ * thread's last failure, and "" once a call that can fail succeeded (the accessors, and
+ * releasing NULL, leave it). Host memory that libgpumem itself could not get is
+ * GPUMEM_INTERNAL, "out of host memory".
  */
 #ifndef GPUMEM_GPUMEM_H
 #define GPUMEM_GPUMEM_H

@@ -369,7 +369,8 @@ class GPUMEM_API Client {
   /// @brief Joins the channel named @p name as its producer or as one of its consumers; its
   /// slots are a buffer named "<name>.slots" made by whoever comes first.
   /// @throws Error: as barrier(), and invalid_argument for a shape it cannot have or slots
-  /// cut otherwise than the channel's (checked by a daemon with proto::kFeatureChannelLayout).
+  /// cut otherwise than the channel's (checked by a daemon with proto::kFeatureChannelLayout);
+  /// permission_denied for slots that another uid than the channel's made.
   Channel channel(std::string_view name, ChannelRole role, const ChannelOptions& options);
   std::vector<SyncInfo> sync_objects();
   /// @brief This client's uid's use and quotas; every uid's for an administrator.
