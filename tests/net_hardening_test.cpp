@@ -39,12 +39,17 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr uid_t kNobody = 65534;
 
-unique_fd raw_connect(const std::string& path) {
-  unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+sockaddr_un unix_address(const std::string& path) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size());
-  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0)
+  return address;
+}
+
+unique_fd raw_connect(const std::string& path) {
+  unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const sockaddr_un address = unix_address(path);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0)
       << std::strerror(errno);
   return fd;
 }
@@ -577,10 +582,8 @@ TEST(NetHardening, AClientPassesOverASocketOfAnotherUserAtItsOwnPathForTheSystem
   const std::string squatted_folder = make_temporary_folder("own");
   const auto bound = [](const std::string& path) {
     unique_fd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::memcpy(address.sun_path, path.c_str(), path.size());
-    EXPECT_EQ(::bind(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    const sockaddr_un address = unix_address(path);
+    EXPECT_EQ(::bind(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
     return socket;
   };
   const std::string system = system_folder + "/gpumemd.sock";
