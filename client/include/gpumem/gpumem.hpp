@@ -259,7 +259,8 @@ struct ClientInfo {
   /// Allocations and reservations it made and holds, as the allocations quota counts them.
   std::uint32_t allocations_owned = 0;
   std::uint32_t allocations_opened = 0;  ///< allocations and reservations another client made
-  /// Their bytes: an allocation's size, a reservation's committed bytes.
+  /// Their bytes: an allocation's size; a reservation's committed bytes, with those of the
+  /// earlier versions its readers still map and of its open draft.
   std::uint64_t bytes_owned = 0;
   std::uint64_t connected_ms = 0;
   std::string label;
