@@ -30,6 +30,7 @@
 #include "support/scoped_env.hpp"
 #include "support/temporary_file.hpp"
 #include "support/temporary_folder.hpp"
+#include "support/unix_address.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -38,13 +39,6 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
 constexpr uid_t kNobody = 65534;
-
-sockaddr_un unix_address(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.c_str(), path.size());
-  return address;
-}
 
 unique_fd raw_connect(const std::string& path) {
   unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -19,6 +19,7 @@
 #include "gpumem/proto/wire.hpp"
 #include "gpumem/shared/fd_passing.hpp"
 #include "support/temporary_folder.hpp"
+#include "support/unix_address.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -26,14 +27,6 @@ namespace {
 /// Where the features word lies in what the daemon sends on a connection: in the payload of its
 /// first frame, the hello's reply.
 constexpr std::size_t kFeaturesAt = sizeof(proto::header) + offsetof(proto::hello_reply, features);
-
-sockaddr_un address_of(const std::string& path) {
-  sockaddr_un address{};
-  if (path.size() >= sizeof address.sun_path) throw std::invalid_argument("socket path too long");
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.c_str(), path.size());
-  return address;
-}
 
 unique_fd unix_socket() {
   unique_fd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -87,7 +80,7 @@ feature_hiding_proxy::feature_hiding_proxy(std::string daemon_socket, std::uint3
       folder_(make_temporary_folder("proxy")),
       socket_path_(folder_ + "/gpumemd.sock"),
       listener_(unix_socket()) {
-  const sockaddr_un address = address_of(socket_path_);
+  const sockaddr_un address = unix_address(socket_path_);
   if (::bind(listener_.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 ||
       ::listen(listener_.get(), 64) != 0) {
     throw std::system_error(errno, std::generic_category(), "listen at " + socket_path_);
@@ -119,7 +112,7 @@ void feature_hiding_proxy::serve() {
     if (watched[1].revents != 0) {
       unique_fd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       unique_fd daemon = unix_socket();
-      const sockaddr_un address = address_of(daemon_socket_);
+      const sockaddr_un address = unix_address(daemon_socket_);
       // A client the daemon does not take is closed, as the daemon would close it.
       if (client && ::connect(daemon.get(), reinterpret_cast<const sockaddr*>(&address),
                               sizeof address) == 0) {

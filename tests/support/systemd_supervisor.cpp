@@ -22,6 +22,7 @@
 #include "daemon_process.hpp"
 #include "notification.hpp"
 #include "temporary_folder.hpp"
+#include "unix_address.hpp"
 
 extern char** environ;
 
@@ -40,20 +41,10 @@ constexpr std::size_t kPidDigits = 24;
   throw std::runtime_error("systemd_supervisor: " + what + ": " + std::strerror(errno));
 }
 
-sockaddr_un address_of(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (path.size() >= sizeof address.sun_path) {
-    throw std::runtime_error("systemd_supervisor: socket path too long: " + path);
-  }
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  return address;
-}
-
 unique_fd bound_socket(int type, const std::string& path) {
   unique_fd socket(::socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
   if (!socket) fail("socket");
-  const sockaddr_un address = address_of(path);
+  const sockaddr_un address = unix_address(path);
   if (::bind(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     fail("bind " + path);
   }
@@ -340,7 +331,7 @@ void systemd_supervisor::flush() {
     mark = ++flushes_sent_;
   }
   const std::string message = std::string(kFlushMarker) + std::to_string(mark);
-  const sockaddr_un address = address_of(notify_path_);
+  const sockaddr_un address = unix_address(notify_path_);
   unique_fd sender(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!sender || ::sendto(sender.get(), message.data(), message.size(), 0,
                           reinterpret_cast<const sockaddr*>(&address), sizeof address) < 0) {
