@@ -109,16 +109,6 @@ void feature_hiding_proxy::serve() {
     }
     if (::poll(watched.data(), watched.size(), -1) < 0) continue;  // EINTR
     if (watched[0].revents != 0) return;
-    if (watched[1].revents != 0) {
-      unique_fd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      unique_fd daemon = unix_socket();
-      const sockaddr_un address = unix_address(daemon_socket_);
-      // A client the daemon does not take is closed, as the daemon would close it.
-      if (client && ::connect(daemon.get(), reinterpret_cast<const sockaddr*>(&address),
-                              sizeof address) == 0) {
-        connections.push_back({std::move(client), std::move(daemon)});
-      }
-    }
     auto polled = watched.begin() + 2;
     for (auto each = connections.begin(); each != connections.end(); polled += 2) {
       std::size_t from_client = from_clients_.load();
@@ -130,6 +120,17 @@ void feature_hiding_proxy::serve() {
           polled[1].revents == 0 ||
           relay_once(each->daemon.get(), each->client.get(), each->from_daemon, true, hidden_);
       each = client_open && daemon_open ? std::next(each) : connections.erase(each);
+    }
+    // After the relays: a connection accepted now has no entry in this round's poll.
+    if (watched[1].revents != 0) {
+      unique_fd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      unique_fd daemon = unix_socket();
+      const sockaddr_un address = unix_address(daemon_socket_);
+      // A client the daemon does not take is closed, as the daemon would close it.
+      if (client && ::connect(daemon.get(), reinterpret_cast<const sockaddr*>(&address),
+                              sizeof address) == 0) {
+        connections.push_back({std::move(client), std::move(daemon)});
+      }
     }
   }
 }
