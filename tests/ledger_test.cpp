@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "request_error.hpp"
@@ -156,6 +157,28 @@ TEST_F(Ledger, RowsErasedBetweenOthersOrRestoredOutOfOrderKeepPagesAndLookupsExa
   EXPECT_EQ(rows.count(object_family::allocation), 5u);
   EXPECT_EQ(rows.objects().size(), 5u);
   EXPECT_EQ(rows.add(object_kind::allocation, "", alice, 1), above + 1);
+}
+
+TEST_F(Ledger, SessionsAwaitingTheirResumesAreCountedByUidAndGid) {
+  const auto awaiting = [&] {
+    return std::vector<std::uint64_t>{rows.usage_of_uid(1000).awaiting_resume,
+                                      rows.usage_of_gid(1000).awaiting_resume,
+                                      rows.usage_of_uid(1000).connections};
+  };
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{0, 0, 2}));
+  rows.set_serving(alice, false);  // its connection broke; its process lives
+  rows.set_serving(alice, false);  // told twice, counted once
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{1, 1, 2}));
+  client_row kept = rows.client(alice_too);
+  const client_id restored = alice_too + 100;
+  rows.restore_client(restored, kept);  // a restart's: no connection serves it yet
+  rows.restore_client(restored, kept);  // restored again, not counted again
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{2, 2, 3}));
+  rows.set_serving(restored, true);  // its process came back
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{1, 1, 3}));
+  rows.remove_client(alice, [](object_id, const object_row&) {});
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{0, 0, 2}));
+  EXPECT_EQ(rows.usage_of_uid(2000).awaiting_resume, 0u);
 }
 
 }  // namespace

@@ -801,5 +801,43 @@ TEST_F(Tenants, AUserTheConnectPolicyDoesNotNameIsTurnedAway) {
   EXPECT_EQ(a_found, "");
 }
 
+TEST_F(Tenants, AUserHoldingItsRefusedConnectionsOpenLeavesOthersRefusalsAnswered) {
+  tenant_daemon daemon;
+  const tenant nobody = look_up("nobody").value_or(tenant{"nobody", 65534, 65534, {65534}});
+  const tenant stranger{"uid 64999", 64999, 64999, {64999}};  // no user: the policy names neither
+  // nobody's refused connections say nothing and stay open past the refusal's second for a
+  // hello, opened again and again: as many as gpumemd answers at once, and more.
+  tenant_process crowd(nobody, [&](const tenant_process::line& line) {
+    std::vector<raw_client> silent;
+    for (int round = 0; round < 3; ++round) {
+      silent.clear();
+      for (int i = 0; i < 48; ++i) silent.emplace_back(daemon.socket());
+      if (round == 0) line.say("crowding");
+      std::this_thread::sleep_for(800ms);
+    }
+    return std::string();
+  });
+  ASSERT_EQ(crowd.next(), "crowding");
+  const std::string stranger_found = run_as(stranger, [&] {
+    findings found;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      try {
+        raw_client raw(daemon.socket());
+        const auto answer = raw.hello();
+        found.expect(
+            answer.code == errc::permission_denied && contains(answer.text, "access.connect_users"),
+            "attempt " + std::to_string(attempt) + " was answered '" + answer.text + "'");
+      } catch (const std::exception& error) {
+        found.expect(false, "attempt " + std::to_string(attempt) +
+                                " was closed unanswered: " + error.what());
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return found.text();
+  });
+  EXPECT_EQ(stranger_found, "");
+  EXPECT_EQ(crowd.verdict(), "");
+}
+
 }  // namespace
 }  // namespace gpumem::testing

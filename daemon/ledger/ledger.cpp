@@ -38,9 +38,9 @@ const char* family_name(object_family family) noexcept {
 
 client_id ledger::add_client(const credentials& who, const proto::session_token& token) {
   const client_id id = next_client_id_++;
-  clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}, token, true, {}, 0});
-  ++by_uid_[who.uid].connections;
-  ++by_gid_[who.gid].connections;
+  const auto [added, inserted] =
+      clients_.emplace(id, client_row{who, {}, clock::now(), {}, {}, token, true, {}, 0});
+  count_connection(added->second, +1);
   touch_client(id);
   return id;
 }
@@ -57,9 +57,11 @@ void ledger::restore_client(client_id id, client_row row) {
   row.owns = {};
   // No connection serves it until its process resumes the session.
   row.serving = false;
-  ++by_uid_[row.who.uid].connections;
-  ++by_gid_[row.who.gid].connections;
-  clients_.insert_or_assign(id, std::move(row));
+  if (const auto replaced = clients_.find(id); replaced != clients_.end()) {
+    count_connection(replaced->second, -1);
+  }
+  const auto [restored, inserted] = clients_.insert_or_assign(id, std::move(row));
+  count_connection(restored->second, +1);
 }
 
 void ledger::restore_object(object_id id, object_row row) {
@@ -87,8 +89,18 @@ void ledger::restore_next_ids(object_id next_object, client_id next_client) noex
 }
 
 void ledger::set_serving(client_id client, bool serving) noexcept {
-  if (const auto found = clients_.find(client); found != clients_.end()) {
-    found->second.serving = serving;
+  const auto found = clients_.find(client);
+  if (found == clients_.end() || found->second.serving == serving) return;
+  count_connection(found->second, -1);
+  found->second.serving = serving;
+  count_connection(found->second, +1);
+}
+
+void ledger::count_connection(const client_row& client, int sign) noexcept {
+  const auto add = [sign](std::uint64_t& field) { field = sign > 0 ? field + 1 : field - 1; };
+  for (usage* account : {&by_uid_[client.who.uid], &by_gid_[client.who.gid]}) {
+    add(account->connections);
+    if (!client.serving) add(account->awaiting_resume);
   }
 }
 
@@ -217,16 +229,6 @@ std::map<uid_t, usage> ledger::usage_by_uid() const {
 usage ledger::usage_of_gid(gid_t gid) const {
   const auto found = by_gid_.find(gid);
   return found == by_gid_.end() ? usage{} : found->second;
-}
-
-ledger::unserved_sessions ledger::unserved_of(const credentials& who) const {
-  unserved_sessions found;
-  for (const auto& [id, row] : clients_) {
-    if (row.serving) continue;
-    found.of_uid += row.who.uid == who.uid ? 1 : 0;
-    found.of_gid += row.who.gid == who.gid ? 1 : 0;
-  }
-  return found;
 }
 
 std::optional<object_id> ledger::find_name(object_family family, std::string_view name) const {

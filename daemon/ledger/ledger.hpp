@@ -105,6 +105,9 @@ struct usage {
   std::uint64_t memory_objects = 0;  ///< allocations and reservations
   std::uint64_t sync_objects = 0;
   std::uint64_t connections = 0;
+  /// Of the connections, sessions that no connection serves now: each awaits its process's
+  /// resume (after a restart, or a connection that broke while its process lives).
+  std::uint64_t awaiting_resume = 0;
 
   friend bool operator==(const usage&, const usage&) = default;
 };
@@ -259,14 +262,6 @@ class ledger {
   /// @brief Every uid that owns something or is connected, with what it owns, by uid.
   std::map<uid_t, usage> usage_by_uid() const;
   usage usage_of_gid(gid_t gid) const;
-  /// Sessions that no connection serves (awaiting their processes' resumes), of one uid and of
-  /// one gid.
-  struct unserved_sessions {
-    std::uint64_t of_uid = 0;
-    std::uint64_t of_gid = 0;
-  };
-  /// @brief Those of @p who's uid and gid. Looks at every client: for rare paths only.
-  unserved_sessions unserved_of(const credentials& who) const;
   std::size_t count(object_family family) const noexcept { return ids_[index(family)].size(); }
   const std::map<object_id, object_row>& objects() const noexcept { return objects_; }
 
@@ -322,6 +317,9 @@ class ledger {
   void add_holdings(holdings_by_family& into, client_id client, const client_row& row) const;
   /// Adds (sign +1) or takes off (-1) what @p row takes to or from @p into.
   static void count(usage& into, const object_row& row, int sign) noexcept;
+  /// Adds (+1) or takes off (-1) @p client's connection, and its wait for a resume while no
+  /// connection serves it, in its uid's and gid's usage.
+  void count_connection(const client_row& client, int sign) noexcept;
   /// The owner client let go: what it owns no longer counts for it.
   void disown(object_row& row) noexcept;
 
@@ -367,8 +365,7 @@ void ledger::remove_client(client_id client, LetGo&& let_go) noexcept {
   const std::set<object_id> held = std::move(found->second.holds);
   touch_client(client);
   for (const object_id id : held) touch(id);
-  --by_uid_[found->second.who.uid].connections;
-  --by_gid_[found->second.who.gid].connections;
+  count_connection(found->second, -1);
   for (const object_id id : held) {
     object_row* row = find(id);
     if (row == nullptr) continue;

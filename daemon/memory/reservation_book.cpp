@@ -585,6 +585,9 @@ void reservation_book::recharge(object_id id) noexcept {
 
 void reservation_book::adopt(object_id id, std::unique_ptr<versioned_reservation> adopted) {
   entries_.insert_or_assign(id, std::shared_ptr<versioned_reservation>(std::move(adopted)));
+  // The saved row's bytes are what the daemon before charged, and an earlier gpumemd charged
+  // the current version only: charged again from what was adopted.
+  recharge(id);
 }
 
 const versioned_reservation* reservation_book::find(object_id id) const noexcept {

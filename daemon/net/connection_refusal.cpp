@@ -16,18 +16,31 @@ namespace gpumem::daemon {
 
 namespace asio = boost::asio;
 
-void connection_refusal::refuse(socket connection, proto::errc code, std::string reason) {
-  if (*answering_ >= kMostAtOnce) return;  // the socket closes here, unanswered
+connection_refusal::answering_slot::~answering_slot() {
+  if (!counts) return;  // moved into the coroutine
+  --counts->all;
+  const auto of_uid = counts->of_uid.find(uid);
+  if (--of_uid->second == 0) counts->of_uid.erase(of_uid);
+}
+
+void connection_refusal::refuse(socket connection, uid_t uid, proto::errc code,
+                                std::string reason) {
+  if (answering_->all >= kMostAtOnce) return;  // the socket closes here, unanswered
+  std::size_t& of_uid = answering_->of_uid[uid];
+  if (of_uid >= kMostOfAUid) return;
+  // Counted before the spawn: a spawn that throws gives the place back with the slot.
+  ++answering_->all;
+  ++of_uid;
+  answering_slot counted{answering_, uid};
   auto shared = std::make_shared<socket>(std::move(connection));
-  asio::co_spawn(io_, answer(std::move(shared), answering_, code, std::move(reason)),
+  asio::co_spawn(io_, answer(std::move(shared), std::move(counted), code, std::move(reason)),
                  asio::detached);
-  ++*answering_;  // once spawned, so that a spawn that threw leaves the count as it was
 }
 
 asio::awaitable<void> connection_refusal::answer(std::shared_ptr<socket> connection,
-                                                 std::shared_ptr<std::size_t> answering,
+                                                 [[maybe_unused]] answering_slot counted,
                                                  proto::errc code, std::string reason) {
-  const answering_slot counted{std::move(answering)};
+  // counted lives in the coroutine's frame: its place is given back when the frame goes.
   // A client that sends no hello in time is closed: the timer owns a reference to the socket,
   // so it may fire after this coroutine has ended.
   asio::steady_timer deadline(co_await asio::this_coro::executor, kHelloWait);

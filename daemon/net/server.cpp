@@ -333,13 +333,13 @@ void server::admit(stream::socket socket) {
     books_.publish_refused(0, who, {}, static_cast<std::uint16_t>(proto::message_type::hello),
                            refused);
     books_.requests.record_error(static_cast<std::uint32_t>(refused.code()));
-    refusal_.refuse(std::move(socket), refused.code(), refused.what());
+    refusal_.refuse(std::move(socket), who.uid, refused.code(), refused.what());
     return;
   }
   if (sessions_.size() >= config_.max_connections) {
     refusal_log_.warn("{} connections are open (max_connections): refusing a new one",
                       sessions_.size());
-    refusal_.refuse(std::move(socket), proto::errc::quota_exceeded,
+    refusal_.refuse(std::move(socket), who.uid, proto::errc::quota_exceeded,
                     fmt::format("gpumemd serves at most {} connections at once (max_connections) "
                                 "and has that many open: try again later",
                                 config_.max_connections));

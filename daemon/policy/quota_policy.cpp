@@ -101,35 +101,33 @@ quota_limits quota_policy::limits_of_uid(uid_t uid) const {
 }
 
 void quota_policy::check_connection(const ledger& rows, client_id client) const {
-  check_connection_of(rows, rows.client(client).who, {.of_uid = 1, .of_gid = 1});
+  check_connection_of(rows, rows.client(client).who, connection_stage::said_hello);
 }
 
 void quota_policy::check_new_connection(const ledger& rows, const credentials& who) const {
-  try {
-    check_connection_of(rows, who, {});
-  } catch (const request_error&) {
-    // Sessions awaiting their processes' resumes count as connections, and this one may be
-    // such a process coming back (after a restart, each of a uid at its quota is), while
-    // others of its uid are already in: each such session is left out and has one more place
-    // kept for its return; the hello counts again. Looked for only on the way to a refusal, as
-    // it takes a look at every client.
-    const ledger::unserved_sessions awaiting = rows.unserved_of(who);
-    check_connection_of(rows, who, {2 * awaiting.of_uid, 2 * awaiting.of_gid});
-  }
+  check_connection_of(rows, who, connection_stage::accepted);
 }
 
 void quota_policy::check_connection_of(const ledger& rows, const credentials& who,
-                                       ledger::unserved_sessions left_out) const {
+                                       connection_stage stage) const {
   // Checked as if the connection were asked for now: usage without it, plus one.
+  const auto without_it = [stage](usage used) {
+    // A hello's own connection is in the ledger. An accepted one may be a process coming back
+    // to a session that awaits its resume (after a restart, each of a uid at its quota is),
+    // while others of its uid are already in: each such session is left out and keeps one
+    // more place for its return, and the hello counts again.
+    const std::uint64_t left_out =
+        stage == connection_stage::said_hello ? 1 : 2 * used.awaiting_resume;
+    used.connections -= std::min(used.connections, left_out);
+    return used;
+  };
   charge one;
   one.connections = 1;
-  usage by_uid = rows.usage_of_uid(who.uid);
-  by_uid.connections -= std::min(by_uid.connections, left_out.of_uid);
-  check_entry(limits_of_uid(who.uid), by_uid, one, uid_scope(config_, who.uid), who);
+  check_entry(limits_of_uid(who.uid), without_it(rows.usage_of_uid(who.uid)), one,
+              uid_scope(config_, who.uid), who);
   if (const auto group = config_.gids.find(who.gid); group != config_.gids.end()) {
-    usage by_gid = rows.usage_of_gid(who.gid);
-    by_gid.connections -= std::min(by_gid.connections, left_out.of_gid);
-    check_entry(group->second, by_gid, one, gid_scope(who.gid), who);
+    check_entry(group->second, without_it(rows.usage_of_gid(who.gid)), one, gid_scope(who.gid),
+                who);
   }
 }
 

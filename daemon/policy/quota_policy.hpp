@@ -45,9 +45,11 @@ class quota_policy {
   const quota_config& config() const noexcept { return config_; }
 
  private:
-  /// @param left_out @p who's connections in the ledger not to count (the one asked for).
+  /// Where the connection asked for is: just accepted (not in the ledger), or at its hello (in
+  /// the ledger already).
+  enum class connection_stage { accepted, said_hello };
   void check_connection_of(const ledger& rows, const credentials& who,
-                           ledger::unserved_sessions left_out) const;
+                           connection_stage stage) const;
 
   quota_config config_;
 };
