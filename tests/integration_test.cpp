@@ -394,9 +394,14 @@ TEST(Integration, TheCApiAllocatesOpensAndReleases) {
   ASSERT_EQ(gpumem_allocate(writer, 10000, GPUMEM_HOST, "c-api", &written), GPUMEM_OK);
   fill_pattern(gpumem_buffer_data(written), gpumem_buffer_size(written), 4);
   gpumem_buffer* opened = nullptr;
-  ASSERT_EQ(gpumem_open(reader, "c-api", 1, &opened), GPUMEM_OK);
+  ASSERT_EQ(gpumem_open(reader, "c-api", GPUMEM_OPEN_READ_ONLY, &opened), GPUMEM_OK);
   EXPECT_EQ(gpumem_buffer_id(opened), gpumem_buffer_id(written));
   EXPECT_EQ(first_mismatch(gpumem_buffer_data(opened), 10000, 4), 10000u);
+  gpumem_buffer* own = nullptr;  // the writer's uid is the reader's
+  ASSERT_EQ(gpumem_open(reader, "c-api", GPUMEM_OPEN_OWN_ONLY, &own), GPUMEM_OK);
+  EXPECT_EQ(gpumem_release(own), GPUMEM_OK);
+  EXPECT_EQ(gpumem_open(reader, "c-api", 4, &own), GPUMEM_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpumem_last_error()).find("open flags 4"), std::string::npos);
   // A failure leaves the out-parameter as it was, and a later success clears the text.
   gpumem_buffer* missing = written;
   EXPECT_EQ(gpumem_open(reader, "nope", 0, &missing), GPUMEM_NOT_FOUND);
@@ -422,13 +427,14 @@ TEST(Integration, TheCApiAllocatesOpensAndReleases) {
 }
 
 // This libgpumem with an earlier gpumemd, which announces none of the later features: requests go
-// on the socket (no mailbox), an open asks for its sync page (none comes with it), and a channel
-// opens with open_sync, so that the daemon checks no opener's slots, as such a daemon did not.
+// on the socket (no mailbox), an open asks for its sync page (none comes with it), a channel
+// opens with open_sync, so that the daemon checks no opener's slots, as such a daemon did not,
+// and an open that asks for the caller's own objects only is refused, not sent as a plain one.
 TEST(Integration, AClientOfAnEarlierDaemonUsesWhatThatDaemonHad) {
   daemon_process daemon;
-  const feature_hiding_proxy earlier(daemon.socket_path(), proto::kFeatureMailbox |
-                                                               proto::kFeatureSendsSyncPage |
-                                                               proto::kFeatureChannelLayout);
+  const feature_hiding_proxy earlier(daemon.socket_path(),
+                                     proto::kFeatureMailbox | proto::kFeatureSendsSyncPage |
+                                         proto::kFeatureChannelLayout | proto::kFeatureOwnOnly);
   auto client = Client::connect({.socket_path = earlier.socket_path()});
   auto direct = daemon.connect();
   const std::size_t before = earlier.bytes_from_clients();
@@ -439,6 +445,13 @@ TEST(Integration, AClientOfAnEarlierDaemonUsesWhatThatDaemonHad) {
   auto written = client.allocate(8192, {.device = kHost, .name = "earlier", .mode = 0600});
   fill_pattern(written.data(), written.size(), 6);
   EXPECT_EQ(first_mismatch(direct.open("earlier").data(), 8192, 6), 8192u);
+  try {
+    client.open("earlier", {.own_only = true});
+    ADD_FAILURE() << "own_only went to a daemon that did not say it honours it";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::not_supported) << error.what();
+    EXPECT_NE(std::string(error.what()).find("own_only"), std::string::npos) << error.what();
+  }
 
   auto held = client.lock("earlier.lock");
   held.lock();

@@ -522,7 +522,7 @@ TEST(Lock, OpenSendsAPageOtherThanTheClientsOwnOnlyWhenAsked) {
   EXPECT_EQ(inode_of(asked.fds.front().get()), inode_of(page.fds.front().get()))
       << "open_sync sent another page than get_sync_page does";
 
-  const auto stray = open_lock(raw, "stray.bits", proto::kFlagSendPage | (1u << 29));
+  const auto stray = open_lock(raw, "stray.bits", proto::kFlagSendPage | (1u << 28));
   EXPECT_EQ(stray.code, proto::errc::bad_message) << "flags beyond the known ones were taken";
 }
 

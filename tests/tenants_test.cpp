@@ -35,6 +35,7 @@
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/proto/codec.hpp"
+#include "gpumem/reservation.hpp"
 #include "gpumem/shared/fd_passing.hpp"
 #include "support/daemon_process.hpp"
 #include "support/raw_client.hpp"
@@ -664,6 +665,65 @@ TEST_F(Tenants, AChannelWhoseSlotsAnotherUserMadeIsRefused) {
   EXPECT_EQ(victim.verdict(), "");
   EXPECT_TRUE(contains(daemon.log(), "the allocation's owner is uid " + uid_of(a())))
       << daemon.log();
+}
+
+// A name is first come, first served: A takes B's names first, with a mode that lets B in.
+// Opened with own_only, none of them is joined; each refusal names the rule, not A's uid.
+TEST_F(Tenants, AnOpenOfOwnObjectsOnlyRefusesWhatAnotherUserTookFirst) {
+  tenant_daemon daemon;
+  tenant_process squatter(a(), [&](const tenant_process::line& back) {
+    auto client = daemon.connect("tenant-a");
+    auto weights = client.allocate(4 * kKiB, {.name = "weights", .mode = 0666});
+    fill_with_secret(weights.data(), weights.size());
+    auto llama =
+        Reservation::create(client, 4 << 20, {.device = kHost, .name = "llama", .mode = 0666});
+    auto jobs = client.lock("jobs", {.mode = 0666});
+    auto round = client.barrier("round", 2, {.mode = 0666});
+    auto frames = client.channel("frames", ChannelRole::producer,
+                                 {.slots = 1, .slot_bytes = kKiB, .mode = 0666});
+    back.say("ready");
+    back.hold();
+    return std::string();
+  });
+  ASSERT_EQ(squatter.next(), "ready");
+  const std::string b_found = run_as(b(), [&] {
+    findings found;
+    auto client = daemon.connect("tenant-b");
+    found.expect_refused("B's own-only open of A's 'weights'", errc::permission_denied,
+                         {"own_only", "allocation 'weights'", "another user"},
+                         [&] { (void)client.open("weights", {.own_only = true}); });
+    found.expect_refused("B's own-only open of A's reservation", errc::permission_denied,
+                         {"own_only", "reservation 'llama'"},
+                         [&] { (void)Reservation::open(client, "llama", {.own_only = true}); });
+    found.expect_refused("B's own-only lock", errc::permission_denied, {"own_only", "lock 'jobs'"},
+                         [&] { (void)client.lock("jobs", {.own_only = true}); });
+    found.expect_refused("B's own-only barrier", errc::permission_denied,
+                         {"own_only", "barrier 'round'"},
+                         [&] { (void)client.barrier("round", 2, {.own_only = true}); });
+    found.expect_refused("B's own-only channel", errc::permission_denied,
+                         {"own_only", "allocation 'frames.slots'"}, [&] {
+                           (void)client.channel("frames", ChannelRole::consumer,
+                                                {.slots = 1, .slot_bytes = kKiB, .own_only = true});
+                         });
+    // The refused join took no party: the second of A's barrier's two is still there.
+    try {
+      auto joined = client.barrier("round", 2);
+    } catch (const Error& error) {
+      found.expect(false, std::string("B's plain join of A's barrier: ") + error.what());
+    }
+    // B's own names: own_only makes them, and joins them again.
+    auto mine = client.lock("b.jobs", {.mode = 0600, .own_only = true});
+    auto mine_again = client.lock("b.jobs", {.own_only = true});
+    mine.lock();
+    found.expect(!mine_again.try_lock(), "B's two opens of its own lock are two locks");
+    mine.unlock();
+    auto own_buffer = client.allocate(kKiB, {.name = "b.weights"});
+    found.expect(client.open("b.weights", {.own_only = true}).id() == own_buffer.id(),
+                 "B's own-only open of its own buffer found another");
+    return found.text();
+  });
+  EXPECT_EQ(b_found, "");
+  EXPECT_EQ(squatter.verdict(), "");
 }
 
 // --- finding 5: quotas ------------------------------------------------------------------

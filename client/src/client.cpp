@@ -250,6 +250,7 @@ Buffer Client::open(std::string_view name, const OpenOptions& options) {
   request.name = detail::checked_name(name, "allocation name");
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
+  request.flags = connection_->open_flags(options.own_only);
   return connection_->adopt(connection_->call<proto::allocation_reply>(message_type::open, request),
                             options.stream);
 }

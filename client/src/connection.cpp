@@ -18,6 +18,17 @@ connection::connection(const ConnectOptions& options) : link_(options), imports_
 
 connection::~connection() = default;
 
+std::uint32_t connection::open_flags(bool own_only) const {
+  if (!own_only) return 0;
+  if ((daemon_features() & proto::kFeatureOwnOnly) == 0) {
+    throw Error(errc::not_supported,
+                "this gpumemd cannot open only objects of the caller's own uid (own_only): it "
+                "would join another user's object of the name; upgrade gpumemd, or open without "
+                "own_only");
+  }
+  return proto::kFlagOwnOnly;
+}
+
 Buffer connection::adopt(const proto::allocation_reply& grant, Stream stream) {
   Buffer buffer;
   buffer.connection_ = shared_from_this();

@@ -72,6 +72,9 @@ class connection : public std::enable_shared_from_this<connection> {
   bool in_owner_process() const noexcept { return link_.in_owner_process(); }
   pid_t owner_pid() const noexcept { return link_.owner_pid(); }
   std::uint32_t daemon_features() const noexcept { return link_.daemon_features(); }
+  /// @brief An open's flags: proto::kFlagOwnOnly for @p own_only. @throws Error(not_supported)
+  /// for own_only when the daemon does not honour it, as it would join another user's object.
+  std::uint32_t open_flags(bool own_only) const;
   std::uint64_t greetings() const noexcept { return link_.greetings(); }
   const std::string& path() const noexcept { return link_.path(); }
 

@@ -331,6 +331,7 @@ Reservation Reservation::open(Client& client, std::string_view name,
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
   auto session = client.connection_;
+  request.flags = session->open_flags(options.own_only);
   std::vector<unique_fd> fds;
   // The device is known only now: adopt() gives the grant back when it cannot be mapped here.
   const auto grant =

@@ -274,8 +274,7 @@ void memory_book::zero_free_space() {
 }
 
 proto::allocation_reply memory_book::open(client_id client, const proto::open_request& request) {
-  const object_id id = open_named(rows_, access_, client, object_family::allocation,
-                                  request.name.view(), request.access);
+  const object_id id = open_named(rows_, access_, client, object_family::allocation, request);
   return grant(client, id, *rows_.find(id), request.access);
 }
 

@@ -10,9 +10,9 @@
 
 namespace gpumem::daemon {
 
-/// @brief The id of the object named @p name in @p family, held once more by @p client.
-/// @throws request_error not_found, permission_denied.
+/// @brief The id of the object that @p request names in @p family, held once more by
+/// @p client. @throws request_error not_found, permission_denied.
 object_id open_named(ledger& rows, const access_policy& access, client_id client,
-                     object_family family, std::string_view name, proto::access_mode wanted);
+                     object_family family, const proto::open_request& request);
 
 }  // namespace gpumem::daemon

@@ -106,8 +106,7 @@ proto::reservation_reply reservation_book::reserve(client_id client,
 
 proto::reservation_reply reservation_book::open(client_id client,
                                                 const proto::open_request& request) {
-  const object_id id = open_named(rows_, access_, client, object_family::reservation,
-                                  request.name.view(), request.access);
+  const object_id id = open_named(rows_, access_, client, object_family::reservation, request);
   versioned_reservation& entry = *entries_.at(id);
   if (entry.current_phase() == versioned_reservation::phase::lost) {
     release(client, id);

@@ -21,11 +21,19 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "gpumem/proto/messages.hpp"
 #include "ledger/ledger.hpp"
 
 namespace gpumem::daemon {
 
 enum class wanted_access { read, read_write };
+/// Whose object an open may join: any whose mode lets the opener in, or only one its own uid
+/// made (proto::kFlagOwnOnly).
+enum class whose_object { any_allowed, own_only };
+constexpr whose_object whose_from(std::uint32_t open_flags) noexcept {
+  return (open_flags & proto::kFlagOwnOnly) != 0 ? whose_object::own_only
+                                                 : whose_object::any_allowed;
+}
 
 class access_policy {
  public:
@@ -40,9 +48,9 @@ class access_policy {
   mode_t mode_for(std::uint32_t creation_flags) const noexcept;
 
   /// @throws request_error(permission_denied) naming the object (describe_to()), the client
-  /// and the rule.
-  void check_open(const credentials& who, object_id id, const object_row& row,
-                  wanted_access wanted) const;
+  /// and the rule: its mode, or, for whose_object::own_only, that another uid made it.
+  void check_open(const credentials& who, object_id id, const object_row& row, wanted_access wanted,
+                  whose_object whose) const;
   bool may_open(const credentials& who, const object_row& row, wanted_access wanted) const noexcept;
   /// @brief Lists show an object to its owner uid, to whoever may open it, and to
   /// administrators.

@@ -290,7 +290,8 @@ sync_book::opened sync_book::open(client_id client, const proto::sync_open_reque
           errc::already_exists,
           fmt::format("'{}' is a {}, not a {}", name, kind_name(existing.kind), kind_name(kind)));
     }
-    access_.check_open(rows_.client(client).who, id, existing, wanted_access::read_write);
+    access_.check_open(rows_.client(client).who, id, existing, wanted_access::read_write,
+                       whose_from(request.flags));
     if (kind == object_kind::channel) check_slots_owner(name, existing.owner_uid);
     cell_entry& known_entry = objects_.at(id);
     if (known_entry.parties != request.parties) {

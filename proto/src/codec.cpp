@@ -85,7 +85,7 @@ std::error_code validate(const allocate_request& m) noexcept {
 }
 
 std::error_code validate(const open_request& m) noexcept {
-  if (m.reserved != 0 || !is_known_access(m.access)) return bad();
+  if ((m.flags & ~kFlagOwnOnly) != 0 || !is_known_access(m.access)) return bad();
   return check_wire_name(m.name, false);
 }
 
@@ -219,7 +219,9 @@ std::error_code validate(const sync_attach_reply& m) noexcept {
 }
 
 std::error_code validate(const sync_open_request& m) noexcept {
-  if (!valid_creation_flags(m.flags & ~kFlagSendPage) || !is_known_kind(m.kind)) return bad();
+  if (!valid_creation_flags(m.flags & ~(kFlagSendPage | kFlagOwnOnly)) || !is_known_kind(m.kind)) {
+    return bad();
+  }
   if (static_cast<std::uint32_t>(m.role) > static_cast<std::uint32_t>(sync_role::consumer)) {
     return bad();
   }

@@ -37,21 +37,25 @@ shared_buffer allocate(Client& client, std::size_t bytes, int device, const opti
   return shared_buffer(client.allocate(bytes, options));
 }
 
-shared_buffer open(Client& client, const std::string& name, bool read_only, py::handle stream) {
+shared_buffer open(Client& client, const std::string& name, bool read_only, py::handle stream,
+                   bool own_only) {
   const OpenOptions options{.access = read_only ? Access::read_only : Access::read_write,
-                            .stream = stream_from(stream)};
+                            .stream = stream_from(stream),
+                            .own_only = own_only};
   py::gil_scoped_release released;
   return shared_buffer(client.open(name, options));
 }
 
 held_channel channel(Client& client, const std::string& name, ChannelRole role, std::uint32_t slots,
-                     std::size_t slot_bytes, std::uint32_t consumers, int device, Mode mode) {
+                     std::size_t slot_bytes, std::uint32_t consumers, int device, Mode mode,
+                     bool own_only) {
   return make_channel(client, name, role,
                       {.slots = slots,
                        .slot_bytes = slot_bytes,
                        .consumers = consumers,
                        .device = device,
-                       .mode = mode});
+                       .mode = mode,
+                       .own_only = own_only});
 }
 
 // Seconds, as Python counts time; milliseconds for ConnectOptions. Checked here, where the
@@ -79,16 +83,21 @@ void bind_client(py::module_& module) {
            "the daemon's default). CUDA buffers are ready in stream order on `stream`, and "
            "released in its order.")
       .def("open", &open, "name"_a, py::kw_only(), "read_only"_a = false, "stream"_a = py::none(),
-           "Opens a named allocation of any process.")
+           "own_only"_a = false,
+           "Opens a named allocation of any process whose mode lets this uid in; with "
+           "`own_only`, only one this uid made (another user's of the name: PermissionError).")
       .def("ping", &Client::ping, py::call_guard<py::gil_scoped_release>())
-      .def("lock", &make_lock, "name"_a, py::kw_only(), "mode"_a = py::none(),
+      .def("lock", &make_lock, "name"_a, py::kw_only(), "mode"_a = py::none(), "own_only"_a = false,
            py::call_guard<py::gil_scoped_release>(),
-           "The lock of that name, made on first use (with `mode`, as for allocate).")
+           "The lock of that name, made on first use (with `mode`, as for allocate). With "
+           "`own_only`, another user's lock of the name is refused (PermissionError), not "
+           "joined; so for barrier() and channel().")
       .def("barrier", &make_barrier, "name"_a, "parties"_a, py::kw_only(), "mode"_a = py::none(),
-           py::call_guard<py::gil_scoped_release>(), "Joins the barrier as one of its parties.")
+           "own_only"_a = false, py::call_guard<py::gil_scoped_release>(),
+           "Joins the barrier as one of its parties.")
       .def("channel", &channel, "name"_a, "role"_a, py::kw_only(), "slots"_a = 4,
            "slot_bytes"_a = 0, "consumers"_a = 1, "device"_a = kHost, "mode"_a = py::none(),
-           py::call_guard<py::gil_scoped_release>(),
+           "own_only"_a = false, py::call_guard<py::gil_scoped_release>(),
            "Joins the channel as its producer or one of its consumers.")
       .def("reset", &Client::reset, "name"_a, "parties"_a = 0,
            py::call_guard<py::gil_scoped_release>(),

@@ -142,9 +142,18 @@ struct AllocateOptions {
   Mode mode{};
 };
 
-/// How a lock or barrier is made when this call creates it.
+/// @brief Whether an open by name may join another user's object. false: any object whose
+/// mode lets this uid in, as a file's. true: only one this uid made; another user's object of
+/// the name is refused (permission_denied), not joined. A name is first come, first served:
+/// another user may take yours first, with a mode that lets you in, and read or write what
+/// you then put there. Opening with own_only is how a job keeps to its own objects. A daemon
+/// older than the flag refuses the call (not_supported) rather than ignore it.
+using OwnOnly = bool;
+
+/// How a lock or barrier is made when this call creates it, and which it may join.
 struct SyncOptions {
   Mode mode{};
+  OwnOnly own_only = false;
 };
 
 struct OpenOptions {
@@ -152,6 +161,7 @@ struct OpenOptions {
   /// cannot be mapped read-only by the driver; there it is a statement of intent.
   Access access = Access::read_write;
   Stream stream = nullptr;  ///< as in AllocateOptions
+  OwnOnly own_only = false;
 };
 
 struct SlabPiece;

@@ -52,6 +52,7 @@ struct ReserveOptions {
 
 struct OpenReservationOptions {
   Access access = Access::read_write;
+  OwnOnly own_only = false;  ///< open only a reservation this uid made (see gpumem::OwnOnly)
 };
 
 struct SleepOptions {

@@ -35,6 +35,9 @@ inline constexpr std::uint32_t kFeatureMailbox = 1u << 4;
 /// The daemon answers open_channel: it keeps each channel's slot layout and refuses an opener
 /// that asks for another (a client without the feature opens channels with open_sync, unchecked).
 inline constexpr std::uint32_t kFeatureChannelLayout = 1u << 5;
+/// The daemon honours kFlagOwnOnly (an older one ignores it: a client sends it only to a daemon
+/// that says so, and refuses the call otherwise).
+inline constexpr std::uint32_t kFeatureOwnOnly = 1u << 6;
 
 enum class access_mode : std::uint32_t { read_write = 0, read_only = 1 };
 
@@ -54,6 +57,10 @@ constexpr bool valid_creation_flags(std::uint32_t flags) noexcept {
 /// reply unless the client has it mapped (its own page, attach_sync's, or one it has another
 /// object open on), so that it needs no get_sync_page round trip.
 inline constexpr std::uint32_t kFlagSendPage = 1u << 30;
+/// open, open_reservation, open_sync and open_channel: open only an object that the opener's
+/// uid made; another user's of that name is refused, not joined. A name another user took
+/// first (with a mode that lets others in) is then no way into the opener's work.
+inline constexpr std::uint32_t kFlagOwnOnly = 1u << 29;
 
 struct empty_payload {};
 
@@ -131,7 +138,7 @@ static_assert(offsetof(allocate_request, name) == 16);
 struct open_request {
   wire_name name;
   access_mode access;
-  std::uint32_t reserved;
+  std::uint32_t flags;  ///< kFlagOwnOnly, or zero
 };
 static_assert(sizeof(open_request) == 72);
 
@@ -416,7 +423,8 @@ struct sync_open_request {
   sync_kind kind;
   std::uint32_t parties;  ///< barrier: parties; channel: consumers + 1; lock: 0
   sync_role role;
-  /// Creation flags (kFlagModeGiven), or zero, used when it creates; and kFlagSendPage.
+  /// Creation flags (kFlagModeGiven), or zero, used when it creates; kFlagSendPage and
+  /// kFlagOwnOnly.
   std::uint32_t flags;
 };
 static_assert(sizeof(sync_open_request) == 80);
