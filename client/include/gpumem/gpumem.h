@@ -120,8 +120,8 @@ GPUMEM_API gpumem_status gpumem_reserve(gpumem_client* client, size_t max_bytes,
                                         int device, const char* name,
                                         gpumem_reservation** reservation);
 /** @param flags as gpumem_open()'s. */
-GPUMEM_API gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name,
-                                                 int flags, gpumem_reservation** reservation);
+GPUMEM_API gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name, int flags,
+                                                 gpumem_reservation** reservation);
 /** Unmaps, lets go of it and frees the handle, whatever the status. NULL is ignored. A draft
  *  of it not yet committed goes with it: gpumem_commit() then says GPUMEM_WRONG_STATE, and
  *  gpumem_abandon() only frees the draft's handle. */
