@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
+#include <string>
+#include <thread>
+
 #include "gpumem/gpumem.hpp"
 #include "gpumem/reservation.hpp"
 #include "support/pattern.hpp"
@@ -81,6 +85,47 @@ TEST(ReservationRestart, ASleepingReservationWakesWithItsBytesAfterASigkill) {
   ASSERT_EQ(weights.size(), 4 * kChunk);
   EXPECT_EQ(first_mismatch(weights.data(), weights.size(), 5), weights.size());
   EXPECT_EQ(weights.status().host_bytes, 0u);
+}
+
+// A SIGKILL while the sleep copy is copied back: the restarted daemon has the copy and the
+// reservation asleep, and the wake cut short says it did not take effect (not that it did).
+// The copy was once stored again under a new name as the wake began, which the fd store
+// dropped as a descriptor it held already; removing the old name then lost the bytes.
+TEST(ReservationRestart, AWakeCutShortByASigkillLosesNoByte) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto client = daemon.connect("owner");
+  auto watcher = daemon.connect("watcher");
+  constexpr std::size_t kBytes = 64 * kChunk;
+  auto weights =
+      Reservation::create(client, kBytes, {.device = kHost, .name = "big", .initial = kBytes});
+  fill_pattern(weights.data(), weights.size(), 9);
+  weights.sleep();
+  std::string wake_failure;
+  std::thread waking([&] {
+    try {
+      weights.wake();
+    } catch (const Error& error) {
+      wake_failure = error.what();
+      if (error.status() != errc::wrong_state) wake_failure = "unexpected: " + wake_failure;
+    }
+  });
+  bool copying = false;
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       !copying && std::chrono::steady_clock::now() < until;) {
+    copying = reservation_status(watcher, "big").busy;
+  }
+  daemon.restart(SIGKILL);
+  waking.join();
+  EXPECT_TRUE(copying) << "the wake was never seen under way";
+  EXPECT_EQ(wake_failure.find("unexpected"), std::string::npos) << wake_failure;
+  if (!wake_failure.empty()) {
+    EXPECT_NE(wake_failure.find("did not take effect"), std::string::npos) << wake_failure;
+    ASSERT_EQ(weights.status().state, ReservationState::asleep);
+    weights.wake();
+  }
+  ASSERT_EQ(weights.size(), kBytes);
+  EXPECT_EQ(first_mismatch(weights.data(), kBytes, 9), kBytes);
 }
 
 TEST(ReservationRestart, AHolderOfAReservationTheRestartCouldNotKeepLearnsItAtItsNextRefresh) {

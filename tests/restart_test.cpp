@@ -628,6 +628,60 @@ TEST(Restart, AKeptReplyIsSentAgainWithItsDescriptors) {
             opened.cell);
 }
 
+/// SIGKILLs and restarts @p daemon, then resumes @p session and sends @p request again under
+/// @p request_id, as a client whose call was in flight; the answer it gets.
+template <class Reply, class Request>
+raw_answer<Reply> in_flight_across_a_sigkill(systemd_supervisor& daemon,
+                                             const proto::hello_reply& session,
+                                             std::uint32_t request_id, proto::message_type type,
+                                             const Request& request) {
+  daemon.kill(SIGKILL);
+  daemon.start();
+  raw_client raw(daemon.socket_path());
+  const auto resumed = raw.resume(session);
+  EXPECT_EQ(resumed.code, proto::errc::ok) << resumed.text;
+  raw.number_next_request(request_id);
+  return raw.call<Reply>(type, request);
+}
+
+// A version begun or committed whose reply the dead daemon never sent: sent again, the call
+// gets the reply it had, not a second execution's refusal ("version 2 is being written
+// already", "this client writes no version 2"), which left the draft with no one to abandon it.
+TEST(Restart, AVersionBegunOrCommittedJustBeforeASigkillIsAnsweredOnce) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  raw_client raw(daemon.socket_path());
+  const auto hello = raw.hello();
+  ASSERT_EQ(hello.code, proto::errc::ok) << hello.text;
+  proto::reserve_request reserve{};
+  reserve.max_size = 4 << 20;
+  reserve.initial_size = 2 << 20;
+  reserve.device = proto::kHostDevice;
+  ASSERT_FALSE(proto::make_wire_name("kept.versions", reserve.name));
+  const auto reserved = answered_with_one_descriptor<proto::reservation_reply>(
+      raw, proto::message_type::reserve, reserve);
+
+  const proto::begin_version_request begin{reserved.reservation_id, 4 << 20};
+  const auto begun = raw.call<proto::reservation_reply>(proto::message_type::begin_version, begin);
+  ASSERT_EQ(begun.code, proto::errc::ok) << begun.text;
+  const auto begun_again = in_flight_across_a_sigkill<proto::reservation_reply>(
+      daemon, hello.reply, raw.last_request_id(), proto::message_type::begin_version, begin);
+  ASSERT_EQ(begun_again.code, proto::errc::ok) << begun_again.text;
+  EXPECT_EQ(begun_again.reply.version, begun.reply.version);
+
+  raw_client resumed(daemon.socket_path());
+  ASSERT_EQ(resumed.resume(hello.reply).code, proto::errc::ok);
+  resumed.number_next_request(raw.last_request_id() + 1);
+  const proto::version_request commit{reserved.reservation_id, begun.reply.version};
+  const auto committed =
+      resumed.call<proto::reservation_reply>(proto::message_type::commit_version, commit);
+  ASSERT_EQ(committed.code, proto::errc::ok) << committed.text;
+  const auto committed_again = in_flight_across_a_sigkill<proto::reservation_reply>(
+      daemon, hello.reply, resumed.last_request_id(), proto::message_type::commit_version, commit);
+  ASSERT_EQ(committed_again.code, proto::errc::ok) << committed_again.text;
+  EXPECT_EQ(committed_again.reply.version, committed.reply.version);
+}
+
 // A restarted daemon does not know which pages a client has mapped: it sends them again with
 // the next open there, and the client closes the copy.
 TEST(Restart, APageSentAgainAfterTheRestartIsNotKeptTwice) {

@@ -87,7 +87,7 @@ proto::reservation_status await_outcome(detail::connection& session,
                                         const proto::reservation_target& target,
                                         proto::reservation_status status,
                                         const reservation_notice* notice, milliseconds limit,
-                                        const char* what) {
+                                        const char* what, proto::reservation_state wanted) {
   const auto give_up = clock::now() + limit;
   milliseconds pause = kFirstPoll;
   // The generation is read before each ask, so that a change after it ends the wait at once.
@@ -118,6 +118,15 @@ proto::reservation_status await_outcome(detail::connection& session,
   if (status.error != 0) {
     throw Error(static_cast<errc>(status.error),
                 std::string(what) + " of " + describe(target) + " failed: " + status.reason);
+  }
+  // Ended without an error but not where it was to go: a gpumemd that restarted during it
+  // starts from where it was before (its copy was not complete), or another process asked for
+  // the opposite since.
+  if (status.state != wanted) {
+    throw Error(errc::wrong_state,
+                std::string(what) + " of " + describe(target) + " did not take effect: it is " +
+                    proto::to_string(status.state) + " (gpumemd restarted during the " + what +
+                    ", or another process changed it since); ask again");
   }
   return status;
 }
@@ -431,8 +440,9 @@ void Reservation::sleep(const SleepOptions& options) {
   try {
     const auto asked =
         self.session->call<proto::reservation_status>(message_type::sleep_reservation, request);
-    const auto ended = await_outcome(*self.session, request.target, asked, &self.notice(),
-                                     sleep_wait_limit(options), "sleep");
+    const auto ended =
+        await_outcome(*self.session, request.target, asked, &self.notice(),
+                      sleep_wait_limit(options), "sleep", proto::reservation_state::asleep);
     self.state = detail::to_state(ended.state);
   } catch (const Error&) {
     // Failed, it stays awake: map it here again, as the holders that kept theirs. Still under
@@ -447,7 +457,8 @@ void Reservation::wake(milliseconds timeout) {
   const auto target = target_of(id());
   const auto asked =
       self.session->call<proto::reservation_status>(message_type::wake_reservation, target);
-  await_outcome(*self.session, target, asked, &self.notice(), timeout, "wake");
+  await_outcome(*self.session, target, asked, &self.notice(), timeout, "wake",
+                proto::reservation_state::awake);
   self.must_ask = true;
   self.refresh();
 }
@@ -549,7 +560,8 @@ void sleep_reservation(Client& client, std::string_view name, const SleepOptions
   const proto::sleep_request request = sleep_request_for(target_named(name), options);
   const auto asked =
       session->call<proto::reservation_status>(message_type::sleep_reservation, request);
-  await_outcome(*session, request.target, asked, nullptr, sleep_wait_limit(options), "sleep");
+  await_outcome(*session, request.target, asked, nullptr, sleep_wait_limit(options), "sleep",
+                proto::reservation_state::asleep);
 }
 
 void wake_reservation(Client& client, std::string_view name, milliseconds timeout) {
@@ -557,7 +569,7 @@ void wake_reservation(Client& client, std::string_view name, milliseconds timeou
   const auto target = target_named(name);
   const auto asked =
       session->call<proto::reservation_status>(message_type::wake_reservation, target);
-  await_outcome(*session, target, asked, nullptr, timeout, "wake");
+  await_outcome(*session, target, asked, nullptr, timeout, "wake", proto::reservation_state::awake);
 }
 
 }  // namespace gpumem

@@ -28,6 +28,12 @@ constexpr bool keeps_reply(proto::message_type type) noexcept {
     case open_reservation:
     case resize_reservation:
     case release_reservation:
+    case begin_version:
+    case commit_version:
+    case abandon_version:
+    case quiesce_reservation:
+    case sleep_reservation:
+    case wake_reservation:
     case open_sync:
     case open_channel:
     case close_sync:

@@ -254,7 +254,6 @@ void versioned_reservation::check_may_wake(std::string_view named) const {
 }
 
 reservation& versioned_reservation::begin_copy_in(std::unique_ptr<reservation> fresh) {
-  ++attempt_;
   failure_ = errc::ok;
   failure_reason_.clear();
   waking_ = std::move(fresh);

@@ -124,7 +124,10 @@ class versioned_reservation {
   std::uint64_t kept_bytes() const noexcept { return kept_copy_ ? kept_copy_->bytes : 0; }
   /// @brief Hands the kept copy over, to reuse or to let go of off the loop; none is kept after.
   std::optional<sleep_copy> take_kept_copy() noexcept { return std::exchange(kept_copy_, {}); }
-  /// Counts sleeps and wakes begun: a deadline set for one attempt ignores later ones.
+  /// Counts sleeps begun: a deadline set for one ignores later ones. It also names the sleep
+  /// copy in systemd's fd store, so a wake leaves it as it is: stored again under a new name,
+  /// the copy would be dropped as a descriptor the store holds already, and the old name's
+  /// removal would then lose the only one kept.
   std::uint64_t attempt() const noexcept { return attempt_; }
   proto::reservation_status status(object_id id) const;
   /// @}
