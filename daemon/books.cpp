@@ -202,7 +202,7 @@ bool books::end_connection(client_id client) noexcept {
 }
 
 std::uint32_t books::features() const noexcept {
-  return memory.features() | (keeper_ != nullptr ? proto::kFeatureStateKept : 0u) |
+  return memory.features() | (state_kept() ? proto::kFeatureStateKept : 0u) |
          proto::kFeatureSendsSyncPage | proto::kFeatureMailbox | proto::kFeatureChannelLayout |
          proto::kFeatureOwnOnly;
 }

@@ -36,6 +36,9 @@ class state_keeper {
   /// @param pidfd the client's process; the keeper dups what it keeps.
   virtual void keep_process(client_id client, int pidfd) = 0;
   virtual void write_changes() noexcept = 0;
+  /// @brief Whether the last write failed: what was told since is not kept until one succeeds.
+  virtual bool failing() const noexcept = 0;
+  virtual std::uint64_t failed_writes() const noexcept = 0;
 };
 
 class books {
@@ -98,6 +101,12 @@ class books {
   void start_deferred_work() noexcept { memory.start_deferred_work(); }
   /// @brief Finishes the frees made since the last call (memory_book::settle_frees()), then
   /// writes what changed down, when a keeper is set; before every reply.
+  /// @brief Whether a restart finds what clients were told: systemd keeps the state, and its
+  /// last write succeeded.
+  bool state_kept() const noexcept { return keeper_ != nullptr && !keeper_->failing(); }
+  std::uint64_t state_write_failures() const noexcept {
+    return keeper_ != nullptr ? keeper_->failed_writes() : 0;
+  }
   void write_changes() noexcept {
     memory.settle_frees();
     // A new event counts as a change: its number is written down with the rest (the meta

@@ -129,6 +129,37 @@ TEST(Restart, WhatAClientThatDiedWhileNoDaemonRanHeldIsFreed) {
   EXPECT_EQ(metric_value(metrics, "gpumemd_readopted_clients"), 0) << metrics;
 }
 
+// The fd store out of reach (here its notify socket moved away): writes fail, and gpumemd says
+// that what it tells is not kept; once a write succeeds again (a whole snapshot), it is, and
+// a SIGKILL then loses nothing that was told meanwhile.
+TEST(Restart, AFailedStateWriteIsShownUntilAWriteSucceedsAndLosesNothingAfter) {
+  systemd_supervisor daemon({});
+  daemon.start();
+  auto client = daemon.connect();
+  auto before = client.allocate(4096, {.name = "before"});
+  ASSERT_TRUE(client.stats().state_kept);
+  const std::string folder = daemon.socket_path().substr(0, daemon.socket_path().rfind('/'));
+  const std::string notify = folder + "/notify.sock";
+  const std::string moved = folder + "/notify.moved";
+  ASSERT_EQ(::rename(notify.c_str(), moved.c_str()), 0);
+  // A new client's pidfd is a descriptor to store: the write fails.
+  auto newcomer = daemon.connect("newcomer");
+  auto meanwhile = newcomer.allocate(4096, {.name = "meanwhile"});
+  const Stats failing = client.stats();
+  const std::string metrics = client.metrics();
+  ASSERT_EQ(::rename(moved.c_str(), notify.c_str()), 0);
+  EXPECT_FALSE(failing.state_kept);
+  EXPECT_EQ(metric_value(metrics, "gpumemd_state_kept"), 0) << metrics;
+  EXPECT_GE(metric_value(metrics, "gpumemd_state_write_failures_total"), 1) << metrics;
+
+  auto after = client.allocate(4096, {.name = "after"});
+  EXPECT_TRUE(client.stats().state_kept);
+  daemon.restart(SIGKILL);
+  for (const char* name : {"before", "meanwhile", "after"}) {
+    EXPECT_TRUE(opens(client, name)) << name << " was lost";
+  }
+}
+
 TEST(Restart, EventNumbersGoOnAfterTheRestartSoAReaderSeesWhatItMissedAsAGap) {
   systemd_supervisor daemon({});
   daemon.start();

@@ -250,6 +250,14 @@ snapshot collect(const books& state, const audience& who) {
           static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::seconds>(state.started_at.time_since_epoch())
                   .count()));
+  out.one("gpumemd_state_kept",
+          "1 while a restart finds what clients were told: systemd keeps the state and its last "
+          "write succeeded",
+          state.state_kept() ? 1 : 0);
+  out.one("gpumemd_state_write_failures_total",
+          "Writes of the state for a restart that failed; until one succeeds, gpumemd_state_kept "
+          "is 0",
+          state.state_write_failures(), metric_type::counter);
   out.one("gpumemd_readopted_clients",
           "Clients this gpumemd took over at start from the gpumemd before it",
           state.readopted_clients);

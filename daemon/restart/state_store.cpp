@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <system_error>
+#include <utility>
 
 #include "gpumem/shared/os/mapping.hpp"
 #include "gpumem/shared/os/pidfd.hpp"
@@ -489,10 +490,17 @@ void state_store::write_changes() noexcept {
     if (stored_.size() > stored_before) wait_for_store();
     append_or_write_snapshot(batch_buffer_);
     for (const std::string& name : removed) remove_fd(name);
+    if (std::exchange(failing_, false)) {
+      spdlog::warn("the state is written down for a restart again, after {} failed write(s)",
+                   failed_writes_);
+    }
   } catch (const std::exception& error) {
-    // The daemon goes on serving. What changed is written with the next change, in a whole
-    // snapshot: a batch written in part ends the journal for its readers.
+    // The daemon goes on serving, and says that its state is not kept (status, metrics) until
+    // a write succeeds. What changed is written with the next change, in a whole snapshot: a
+    // batch written in part ends the journal for its readers.
     snapshot_due_ = true;
+    failing_ = true;
+    ++failed_writes_;
     for (const auto id : changes.objects) books_->rows.touch(id);
     for (const auto id : changes.clients) books_->rows.touch_client(id);
     for (const auto id : changes.pools) books_->rows.touch_pool(id);

@@ -56,6 +56,8 @@ class state_store final : public state_keeper {
 
   /// @brief Whether state is kept: the daemon runs under systemd's notify socket.
   bool active() const noexcept { return active_; }
+  bool failing() const noexcept override { return failing_; }
+  std::uint64_t failed_writes() const noexcept override { return failed_writes_; }
 
   /// @brief For the books' constructor: re-adopts the newest readable snapshot among the
   /// passed fds, if any. @throws format_error when no passed snapshot is readable (the caller
@@ -140,6 +142,8 @@ class state_store final : public state_keeper {
   /// A write or a fold failed, or the journal read back ends in a torn batch or could not be
   /// taken on: the next write is a whole snapshot.
   bool snapshot_due_ = false;
+  bool failing_ = false;  ///< the last write failed
+  std::uint64_t failed_writes_ = 0;
   bool adopted_ = false;  ///< adopt() read a state back whole
   std::map<std::string, unique_fd> passed_;
   std::set<std::string> stored_;  ///< names systemd keeps for this service
