@@ -8,6 +8,8 @@
 /// drive it directly.
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -39,6 +41,9 @@ class state_keeper {
   /// @brief Whether the last write failed: what was told since is not kept until one succeeds.
   virtual bool failing() const noexcept = 0;
   virtual std::uint64_t failed_writes() const noexcept = 0;
+  /// @brief The descriptors asked to be kept: systemd drops those past the unit's
+  /// FileDescriptorStoreMax without a word, so only a count kept here can warn of it.
+  virtual std::size_t stored_descriptors() const noexcept = 0;
 };
 
 class books {
@@ -106,6 +111,9 @@ class books {
   bool state_kept() const noexcept { return keeper_ != nullptr && !keeper_->failing(); }
   std::uint64_t state_write_failures() const noexcept {
     return keeper_ != nullptr ? keeper_->failed_writes() : 0;
+  }
+  std::size_t state_descriptors() const noexcept {
+    return keeper_ != nullptr ? keeper_->stored_descriptors() : 0;
   }
   void write_changes() noexcept {
     memory.settle_frees();

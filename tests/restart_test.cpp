@@ -154,6 +154,9 @@ TEST(Restart, AFailedStateWriteIsShownUntilAWriteSucceedsAndLosesNothingAfter) {
 
   auto after = client.allocate(4096, {.name = "after"});
   EXPECT_TRUE(client.stats().state_kept);
+  // What it asked systemd to keep, which no notification tells it: the store's size here.
+  EXPECT_EQ(metric_value(client.metrics(), "gpumemd_state_descriptors"),
+            static_cast<double>(daemon.stored_count()));
   daemon.restart(SIGKILL);
   for (const char* name : {"before", "meanwhile", "after"}) {
     EXPECT_TRUE(opens(client, name)) << name << " was lost";

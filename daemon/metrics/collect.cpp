@@ -258,6 +258,10 @@ snapshot collect(const books& state, const audience& who) {
           "Writes of the state for a restart that failed; until one succeeds, gpumemd_state_kept "
           "is 0",
           state.state_write_failures(), metric_type::counter);
+  out.one("gpumemd_state_descriptors",
+          "Descriptors gpumemd asked systemd to keep for a restart; systemd drops those past the "
+          "unit's FileDescriptorStoreMax without a word, and what they held is lost at a restart",
+          state.state_descriptors());
   out.one("gpumemd_readopted_clients",
           "Clients this gpumemd took over at start from the gpumemd before it",
           state.readopted_clients);

@@ -58,6 +58,7 @@ class state_store final : public state_keeper {
   bool active() const noexcept { return active_; }
   bool failing() const noexcept override { return failing_; }
   std::uint64_t failed_writes() const noexcept override { return failed_writes_; }
+  std::size_t stored_descriptors() const noexcept override { return stored_.size(); }
 
   /// @brief For the books' constructor: re-adopts the newest readable snapshot among the
   /// passed fds, if any. @throws format_error when no passed snapshot is readable (the caller
