@@ -104,8 +104,6 @@ class books {
   /// @brief Starts the background work the requests just answered left (memory_book::
   /// start_deferred_work()); after the replies went out.
   void start_deferred_work() noexcept { memory.start_deferred_work(); }
-  /// @brief Finishes the frees made since the last call (memory_book::settle_frees()), then
-  /// writes what changed down, when a keeper is set; before every reply.
   /// @brief Whether a restart finds what clients were told: systemd keeps the state, and its
   /// last write succeeded.
   bool state_kept() const noexcept { return keeper_ != nullptr && !keeper_->failing(); }
@@ -115,6 +113,8 @@ class books {
   std::size_t state_descriptors() const noexcept {
     return keeper_ != nullptr ? keeper_->stored_descriptors() : 0;
   }
+  /// @brief Finishes the frees made since the last call (memory_book::settle_frees()), then
+  /// writes what changed down, when a keeper is set; before every reply.
   void write_changes() noexcept {
     memory.settle_frees();
     // A new event counts as a change: its number is written down with the rest (the meta

@@ -612,9 +612,7 @@ TEST(HostReservation, TheCApiReservesCommitsWaitsSleepsAndWakes) {
   EXPECT_EQ(gpumem_reservation_size(owned), kChunk);
   fill_pattern(gpumem_reservation_data(owned), kChunk, 1);
   gpumem_reservation* opened = nullptr;
-  ASSERT_EQ(gpumem_open_reservation(reader, "c-res", GPUMEM_OPEN_READ_ONLY | GPUMEM_OPEN_OWN_ONLY,
-                                    &opened),
-            GPUMEM_OK);
+  ASSERT_EQ(gpumem_open_reservation(reader, "c-res", 1, &opened), GPUMEM_OK);
   EXPECT_EQ(gpumem_reservation_id(opened), gpumem_reservation_id(owned));
   EXPECT_EQ(first_mismatch(gpumem_reservation_data(opened), kChunk, 1), kChunk);
 

@@ -667,9 +667,10 @@ TEST_F(Tenants, AChannelWhoseSlotsAnotherUserMadeIsRefused) {
       << daemon.log();
 }
 
-// A name is first come, first served: A takes B's names first, with a mode that lets B in.
-// Opened with own_only, none of them is joined; each refusal names the rule, not A's uid.
-TEST_F(Tenants, AnOpenOfOwnObjectsOnlyRefusesWhatAnotherUserTookFirst) {
+// A name is first come, first served: A takes B's names first, with a mode that lets B in. A
+// client of B's that keeps to its own objects joins none of them; each refusal names the rule
+// and the object (its owner too, as the lists show it to whoever its mode lets in).
+TEST_F(Tenants, AClientOfOwnObjectsOnlyJoinsNothingAnotherUserTookFirst) {
   tenant_daemon daemon;
   tenant_process squatter(a(), [&](const tenant_process::line& back) {
     auto client = daemon.connect("tenant-a");
@@ -689,37 +690,41 @@ TEST_F(Tenants, AnOpenOfOwnObjectsOnlyRefusesWhatAnotherUserTookFirst) {
   const std::string b_found = run_as(b(), [&] {
     findings found;
     auto client = daemon.connect("tenant-b");
-    found.expect_refused("B's own-only open of A's 'weights'", errc::permission_denied,
-                         {"own_only", "allocation 'weights'", "another user"},
-                         [&] { (void)client.open("weights", {.own_only = true}); });
-    found.expect_refused("B's own-only open of A's reservation", errc::permission_denied,
-                         {"own_only", "reservation 'llama'"},
-                         [&] { (void)Reservation::open(client, "llama", {.own_only = true}); });
-    found.expect_refused("B's own-only lock", errc::permission_denied, {"own_only", "lock 'jobs'"},
-                         [&] { (void)client.lock("jobs", {.own_only = true}); });
-    found.expect_refused("B's own-only barrier", errc::permission_denied,
-                         {"own_only", "barrier 'round'"},
-                         [&] { (void)client.barrier("round", 2, {.own_only = true}); });
-    found.expect_refused("B's own-only channel", errc::permission_denied,
-                         {"own_only", "allocation 'frames.slots'"}, [&] {
+    client.open_own_objects_only();
+    found.expect(client.opens_own_objects_only(), "B's client does not say it keeps to its own");
+    found.expect_refused("B's own-objects-only open of A's 'weights'", errc::permission_denied,
+                         {"its own uid", "allocation 'weights'", "another user"},
+                         [&] { (void)client.open("weights"); });
+    found.expect_refused("B's own-objects-only open of A's reservation", errc::permission_denied,
+                         {"its own uid", "reservation 'llama'"},
+                         [&] { (void)Reservation::open(client, "llama"); });
+    found.expect_refused("B's own-objects-only lock", errc::permission_denied,
+                         {"its own uid", "lock 'jobs'"}, [&] { (void)client.lock("jobs"); });
+    found.expect_refused("B's own-objects-only barrier", errc::permission_denied,
+                         {"its own uid", "barrier 'round'"},
+                         [&] { (void)client.barrier("round", 2); });
+    found.expect_refused("B's own-objects-only channel", errc::permission_denied,
+                         {"its own uid", "allocation 'frames.slots'"}, [&] {
                            (void)client.channel("frames", ChannelRole::consumer,
-                                                {.slots = 1, .slot_bytes = kKiB, .own_only = true});
+                                                {.slots = 1, .slot_bytes = kKiB});
                          });
-    // The refused join took no party: the second of A's barrier's two is still there.
+    // The refused join took no party: the second of A's barrier's two is still there, for a
+    // client of B's that joins as modes allow.
+    auto sharing = daemon.connect("tenant-b-sharing");
     try {
-      auto joined = client.barrier("round", 2);
+      auto joined = sharing.barrier("round", 2);
     } catch (const Error& error) {
       found.expect(false, std::string("B's plain join of A's barrier: ") + error.what());
     }
-    // B's own names: own_only makes them, and joins them again.
-    auto mine = client.lock("b.jobs", {.mode = 0600, .own_only = true});
-    auto mine_again = client.lock("b.jobs", {.own_only = true});
+    // B's own names: made, and joined again.
+    auto mine = client.lock("b.jobs", {.mode = 0600});
+    auto mine_again = client.lock("b.jobs");
     mine.lock();
     found.expect(!mine_again.try_lock(), "B's two opens of its own lock are two locks");
     mine.unlock();
     auto own_buffer = client.allocate(kKiB, {.name = "b.weights"});
-    found.expect(client.open("b.weights", {.own_only = true}).id() == own_buffer.id(),
-                 "B's own-only open of its own buffer found another");
+    found.expect(client.open("b.weights").id() == own_buffer.id(),
+                 "B's own-objects-only open of its own buffer found another");
     return found.text();
   });
   EXPECT_EQ(b_found, "");

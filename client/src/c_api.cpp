@@ -45,19 +45,6 @@ gpumem_status refuse_null(const char* what) noexcept {
   last_error = std::string(what) + " is NULL";
   return GPUMEM_INVALID_ARGUMENT;
 }
-
-constexpr int kOpenFlags = GPUMEM_OPEN_READ_ONLY | GPUMEM_OPEN_OWN_ONLY;
-
-gpumem_status refuse_open_flags(int flags) noexcept {
-  last_error = "open flags " + std::to_string(flags) +
-               ": only GPUMEM_OPEN_READ_ONLY (1) and GPUMEM_OPEN_OWN_ONLY (2) are flags";
-  return GPUMEM_INVALID_ARGUMENT;
-}
-
-gpumem::Access access_of(int flags) noexcept {
-  return (flags & GPUMEM_OPEN_READ_ONLY) != 0 ? gpumem::Access::read_only
-                                              : gpumem::Access::read_write;
-}
 }  // namespace
 
 extern "C" {
@@ -103,16 +90,19 @@ gpumem_status gpumem_allocate(gpumem_client* client, size_t bytes, int device, c
   });
 }
 
-gpumem_status gpumem_open(gpumem_client* client, const char* name, int flags,
+gpumem_status gpumem_open_own_objects_only(gpumem_client* client, int only) {
+  if (client == nullptr) return refuse_null("client");
+  return guarded([&] { client->client.open_own_objects_only(only != 0); });
+}
+
+gpumem_status gpumem_open(gpumem_client* client, const char* name, int read_only,
                           gpumem_buffer** buffer) {
   if (client == nullptr || buffer == nullptr || name == nullptr) {
     return refuse_null("client, name or buffer");
   }
-  if ((flags & ~kOpenFlags) != 0) return refuse_open_flags(flags);
   return guarded([&] {
     gpumem::OpenOptions options;
-    options.access = access_of(flags);
-    options.own_only = (flags & GPUMEM_OPEN_OWN_ONLY) != 0;
+    options.access = read_only ? gpumem::Access::read_only : gpumem::Access::read_write;
     *buffer = new gpumem_buffer{client->client.open(name, options)};
   });
 }
@@ -149,16 +139,14 @@ gpumem_status gpumem_reserve(gpumem_client* client, size_t max_bytes, size_t ini
   });
 }
 
-gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name, int flags,
+gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name, int read_only,
                                       gpumem_reservation** reservation) {
   if (client == nullptr || reservation == nullptr || name == nullptr) {
     return refuse_null("client, name or reservation");
   }
-  if ((flags & ~kOpenFlags) != 0) return refuse_open_flags(flags);
   return guarded([&] {
     gpumem::OpenReservationOptions options;
-    options.access = access_of(flags);
-    options.own_only = (flags & GPUMEM_OPEN_OWN_ONLY) != 0;
+    options.access = read_only ? gpumem::Access::read_only : gpumem::Access::read_write;
     *reservation = new gpumem_reservation{gpumem::Reservation::open(client->client, name, options)};
   });
 }

@@ -26,8 +26,8 @@ static_assert(kMostSlots < device::kBrokenLead / 2);
 struct Channel::state {
   state(std::shared_ptr<detail::connection> link, std::string_view name, bool producing,
         const ChannelOptions& options, Buffer slots_buffer)
-      : object(std::move(link), name, SyncOptions{options.mode, options.own_only},
-               proto::sync_kind::channel, options.consumers + 1,
+      : object(std::move(link), name, SyncOptions{options.mode}, proto::sync_kind::channel,
+               options.consumers + 1,
                producing ? proto::sync_role::producer : proto::sync_role::consumer,
                proto::channel_layout{options.slot_bytes, options.slots, 0}),
         counters(object.cell<sync::counter_cell>()),
@@ -252,7 +252,7 @@ Channel Client::channel(std::string_view name, ChannelRole role, const ChannelOp
     slots = allocate(bytes, {.device = options.device, .name = data_name, .mode = options.mode});
   } catch (const Error& error) {
     if (error.status() != errc::already_exists) throw;
-    slots = open(data_name, {.own_only = options.own_only});
+    slots = open(data_name);
   }
   if (slots.size() != bytes || slots.device() != options.device) {
     throw Error(errc::invalid_argument, "channel '" + std::string(name) +

@@ -250,9 +250,17 @@ Buffer Client::open(std::string_view name, const OpenOptions& options) {
   request.name = detail::checked_name(name, "allocation name");
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
-  request.flags = connection_->open_flags(options.own_only);
+  request.flags = connection_->open_flags();
   return connection_->adopt(connection_->call<proto::allocation_reply>(message_type::open, request),
                             options.stream);
+}
+
+void Client::open_own_objects_only(bool only) {
+  connection_->set_own_objects_only(only);
+}
+
+bool Client::opens_own_objects_only() const noexcept {
+  return connection_->own_objects_only();
 }
 
 void Client::ping() {

@@ -18,14 +18,24 @@ connection::connection(const ConnectOptions& options) : link_(options), imports_
 
 connection::~connection() = default;
 
-std::uint32_t connection::open_flags(bool own_only) const {
-  if (!own_only) return 0;
-  if ((daemon_features() & proto::kFeatureOwnOnly) == 0) {
-    throw Error(errc::not_supported,
-                "this gpumemd cannot open only objects of the caller's own uid (own_only): it "
-                "would join another user's object of the name; upgrade gpumemd, or open without "
-                "own_only");
-  }
+namespace {
+void check_own_only_honoured(std::uint32_t features) {
+  if ((features & proto::kFeatureOwnOnly) != 0) return;
+  throw Error(errc::not_supported,
+              "this gpumemd cannot open only objects of the caller's own uid "
+              "(open_own_objects_only): it would join another user's object of the name; "
+              "upgrade gpumemd");
+}
+}  // namespace
+
+void connection::set_own_objects_only(bool only) {
+  if (only) check_own_only_honoured(daemon_features());
+  own_objects_only_.store(only);
+}
+
+std::uint32_t connection::open_flags() const {
+  if (!own_objects_only()) return 0;
+  check_own_only_honoured(daemon_features());
   return proto::kFlagOwnOnly;
 }
 

@@ -14,6 +14,7 @@
 /// proto/ and shared/, never daemon/; cuda.h only in the cuda_* files and behind
 /// GPUMEM_WITH_CUDA, so that libgpumem builds without the CUDA toolkit.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -72,13 +73,20 @@ class connection : public std::enable_shared_from_this<connection> {
   bool in_owner_process() const noexcept { return link_.in_owner_process(); }
   pid_t owner_pid() const noexcept { return link_.owner_pid(); }
   std::uint32_t daemon_features() const noexcept { return link_.daemon_features(); }
-  /// @brief An open's flags: proto::kFlagOwnOnly for @p own_only. @throws Error(not_supported)
-  /// for own_only when the daemon does not honour it, as it would join another user's object.
-  std::uint32_t open_flags(bool own_only) const;
+  /// @brief Client::open_own_objects_only(). @throws Error(not_supported) when the daemon does
+  /// not honour proto::kFlagOwnOnly.
+  void set_own_objects_only(bool only);
+  bool own_objects_only() const noexcept { return own_objects_only_.load(); }
+  /// @brief An open by name's flags: proto::kFlagOwnOnly while own_objects_only().
+  /// @throws Error(not_supported) then for a daemon without it (one the session resumed on
+  /// after a downgrade): it would join another user's object unasked.
+  std::uint32_t open_flags() const;
   std::uint64_t greetings() const noexcept { return link_.greetings(); }
   const std::string& path() const noexcept { return link_.path(); }
 
  private:
+  /// Read by every open by name, from any thread.
+  std::atomic<bool> own_objects_only_{false};
   transport link_;
   import_cache imports_;
   std::mutex sync_mutex_;

@@ -121,8 +121,10 @@ proto::reservation_status await_outcome(detail::connection& session,
   }
   // Ended without an error but not where it was to go: a gpumemd that restarted during it
   // starts from where it was before (its copy was not complete), or another process asked for
-  // the opposite since.
-  if (status.state != wanted) {
+  // the opposite since. A sleep whose owner has let go ends lost, its memory freed as asked.
+  const bool lost_asleep =
+      wanted == proto::reservation_state::asleep && status.state == proto::reservation_state::lost;
+  if (status.state != wanted && !lost_asleep) {
     throw Error(errc::wrong_state,
                 std::string(what) + " of " + describe(target) + " did not take effect: it is " +
                     proto::to_string(status.state) + " (gpumemd restarted during the " + what +
@@ -340,7 +342,7 @@ Reservation Reservation::open(Client& client, std::string_view name,
   request.access = options.access == Access::read_only ? proto::access_mode::read_only
                                                        : proto::access_mode::read_write;
   auto session = client.connection_;
-  request.flags = session->open_flags(options.own_only);
+  request.flags = session->open_flags();
   std::vector<unique_fd> fds;
   // The device is known only now: adopt() gives the grant back when it cannot be mapped here.
   const auto grant =

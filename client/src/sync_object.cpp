@@ -55,7 +55,7 @@ sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name
   request.kind = kind;
   request.parties = parties;
   request.role = role;
-  request.flags = creation_flags(options.mode) | link_->open_flags(options.own_only);
+  request.flags = creation_flags(options.mode) | link_->open_flags();
   if ((link_->daemon_features() & proto::kFeatureSendsSyncPage) != 0) {
     request.flags |= proto::kFlagSendPage;
   }

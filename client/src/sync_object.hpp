@@ -34,8 +34,7 @@ class sync_object {
  public:
   /// @throws Error from the daemon: invalid_name, invalid_argument, no_party_left,
   /// wrong_state (a broken barrier or channel), ...
-  /// @param options the object's mode when this call creates it, and whether only one of this
-  /// uid's may be joined.
+  /// @param options the object's mode when this call creates it.
   /// @param layout a channel's slots, which the daemon checks against the channel's first
   /// opener's when it can (proto::kFeatureChannelLayout); none for locks and barriers.
   sync_object(std::shared_ptr<connection> link, std::string_view name, const SyncOptions& options,

@@ -59,7 +59,6 @@ void add_to(tally& into, const tally& more) {
   into.memory_objects += more.memory_objects;
   into.sync_objects += more.sync_objects;
   into.connections += more.connections;
-  into.awaiting_resume += more.awaiting_resume;
 }
 
 /// The @p cap keys owning the most, by name; the rest summed under "other".

@@ -92,12 +92,13 @@ bool access_policy::may_open(const credentials& who, const object_row& row,
 void access_policy::check_open(const credentials& who, object_id id, const object_row& row,
                                wanted_access wanted, whose_object whose) const {
   if (whose == whose_object::own_only && row.owner_uid != who.uid) {
-    throw request_error(errc::permission_denied,
-                        fmt::format("{} opens only objects of its own uid (own_only), and {} was "
-                                    "made by another user: not joined (was its name taken "
-                                    "first?)",
-                                    describe(who), describe_to(who, id, row)),
-                        withheld_from(who, id, row));
+    throw request_error(
+        errc::permission_denied,
+        fmt::format("{} opens only objects of its own uid (open_own_objects_only), and {} was "
+                    "made by another user: not joined (was its name taken "
+                    "first?)",
+                    describe(who), describe_to(who, id, row)),
+        withheld_from(who, id, row));
   }
   if (may_open(who, row, wanted)) return;
   // Naming the class (group or other) would tell a client that may not even read the object

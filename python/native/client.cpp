@@ -37,25 +37,21 @@ shared_buffer allocate(Client& client, std::size_t bytes, int device, const opti
   return shared_buffer(client.allocate(bytes, options));
 }
 
-shared_buffer open(Client& client, const std::string& name, bool read_only, py::handle stream,
-                   bool own_only) {
+shared_buffer open(Client& client, const std::string& name, bool read_only, py::handle stream) {
   const OpenOptions options{.access = read_only ? Access::read_only : Access::read_write,
-                            .stream = stream_from(stream),
-                            .own_only = own_only};
+                            .stream = stream_from(stream)};
   py::gil_scoped_release released;
   return shared_buffer(client.open(name, options));
 }
 
 held_channel channel(Client& client, const std::string& name, ChannelRole role, std::uint32_t slots,
-                     std::size_t slot_bytes, std::uint32_t consumers, int device, Mode mode,
-                     bool own_only) {
+                     std::size_t slot_bytes, std::uint32_t consumers, int device, Mode mode) {
   return make_channel(client, name, role,
                       {.slots = slots,
                        .slot_bytes = slot_bytes,
                        .consumers = consumers,
                        .device = device,
-                       .mode = mode,
-                       .own_only = own_only});
+                       .mode = mode});
 }
 
 // Seconds, as Python counts time; milliseconds for ConnectOptions. Checked here, where the
@@ -83,21 +79,23 @@ void bind_client(py::module_& module) {
            "the daemon's default). CUDA buffers are ready in stream order on `stream`, and "
            "released in its order.")
       .def("open", &open, "name"_a, py::kw_only(), "read_only"_a = false, "stream"_a = py::none(),
-           "own_only"_a = false,
-           "Opens a named allocation of any process whose mode lets this uid in; with "
-           "`own_only`, only one this uid made (another user's of the name: PermissionError).")
+           "Opens a named allocation of any process.")
       .def("ping", &Client::ping, py::call_guard<py::gil_scoped_release>())
-      .def("lock", &make_lock, "name"_a, py::kw_only(), "mode"_a = py::none(), "own_only"_a = false,
+      .def_property(
+          "own_objects_only", &Client::opens_own_objects_only,
+          [](Client& client, bool only) { client.open_own_objects_only(only); },
+          "True: this client's opens by name (open, open_reservation, lock, barrier, channel) "
+          "join only objects its uid made; another user's of the name raises PermissionError "
+          "instead of being joined. Names are first come, first served: another user may take "
+          "yours first, with a mode that lets you in.")
+      .def("lock", &make_lock, "name"_a, py::kw_only(), "mode"_a = py::none(),
            py::call_guard<py::gil_scoped_release>(),
-           "The lock of that name, made on first use (with `mode`, as for allocate). With "
-           "`own_only`, another user's lock of the name is refused (PermissionError), not "
-           "joined; so for barrier() and channel().")
+           "The lock of that name, made on first use (with `mode`, as for allocate).")
       .def("barrier", &make_barrier, "name"_a, "parties"_a, py::kw_only(), "mode"_a = py::none(),
-           "own_only"_a = false, py::call_guard<py::gil_scoped_release>(),
-           "Joins the barrier as one of its parties.")
+           py::call_guard<py::gil_scoped_release>(), "Joins the barrier as one of its parties.")
       .def("channel", &channel, "name"_a, "role"_a, py::kw_only(), "slots"_a = 4,
            "slot_bytes"_a = 0, "consumers"_a = 1, "device"_a = kHost, "mode"_a = py::none(),
-           "own_only"_a = false, py::call_guard<py::gil_scoped_release>(),
+           py::call_guard<py::gil_scoped_release>(),
            "Joins the channel as its producer or one of its consumers.")
       .def("reset", &Client::reset, "name"_a, "parties"_a = 0,
            py::call_guard<py::gil_scoped_release>(),

@@ -471,15 +471,14 @@ void bind_reservation_calls(py::class_<Client>& client_type) {
           "Named, other processes can open_reservation() it (who: `mode`, as for allocate).")
       .def(
           "open_reservation",
-          [](Client& client, const std::string& name, bool read_only, bool own_only) {
-            const OpenReservationOptions options{
-                .access = read_only ? Access::read_only : Access::read_write, .own_only = own_only};
+          [](Client& client, const std::string& name, bool read_only) {
+            const OpenReservationOptions options{.access = read_only ? Access::read_only
+                                                                     : Access::read_write};
             py::gil_scoped_release released;
             return shared_reservation(Reservation::open(client, name, options));
           },
-          "name"_a, py::kw_only(), "read_only"_a = false, "own_only"_a = false,
-          "Opens a named reservation of any process, mapped at an address of this process; "
-          "with `own_only`, only one this uid made.")
+          "name"_a, py::kw_only(), "read_only"_a = false,
+          "Opens a named reservation of any process, mapped at an address of this process.")
       .def(
           "reservation_status",
           [](Client& client, const std::string& name) {

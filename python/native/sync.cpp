@@ -290,14 +290,13 @@ void bind_channel(py::module_& module) {
 
 }  // namespace
 
-held_lock make_lock(Client& client, const std::string& name, Mode mode, bool own_only) {
-  return held_lock(new Lock(client.lock(name, {.mode = mode, .own_only = own_only})));
+held_lock make_lock(Client& client, const std::string& name, Mode mode) {
+  return held_lock(new Lock(client.lock(name, {.mode = mode})));
 }
 
-held_barrier make_barrier(Client& client, const std::string& name, std::uint32_t parties, Mode mode,
-                          bool own_only) {
-  return held_barrier(
-      new Barrier(client.barrier(name, parties, {.mode = mode, .own_only = own_only})));
+held_barrier make_barrier(Client& client, const std::string& name, std::uint32_t parties,
+                          Mode mode) {
+  return held_barrier(new Barrier(client.barrier(name, parties, {.mode = mode})));
 }
 
 held_channel make_channel(Client& client, const std::string& name, ChannelRole role,

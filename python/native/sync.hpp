@@ -19,9 +19,9 @@ using held_lock = gil_free_ptr<Lock>;
 using held_barrier = gil_free_ptr<Barrier>;
 using held_channel = std::shared_ptr<Channel>;  // shared: its slots' Buffer keeps it alive
 
-held_lock make_lock(Client& client, const std::string& name, Mode mode, bool own_only);
-held_barrier make_barrier(Client& client, const std::string& name, std::uint32_t parties, Mode mode,
-                          bool own_only);
+held_lock make_lock(Client& client, const std::string& name, Mode mode);
+held_barrier make_barrier(Client& client, const std::string& name, std::uint32_t parties,
+                          Mode mode);
 held_channel make_channel(Client& client, const std::string& name, ChannelRole role,
                           const ChannelOptions& options);
 

@@ -88,17 +88,13 @@ GPUMEM_API void gpumem_disconnect(gpumem_client* client);
 /** @param name NULL or "" for an anonymous allocation. */
 GPUMEM_API gpumem_status gpumem_allocate(gpumem_client* client, size_t bytes, int device,
                                          const char* name, gpumem_buffer** buffer);
-/** Flags of gpumem_open() and gpumem_open_reservation(), or'ed; 0 opens read-write any object
- *  whose mode lets this uid in. READ_ONLY opens it read-only (1 is the former "read_only"
- *  argument). OWN_ONLY opens only an object this uid made: another user's of the name is
- *  refused with GPUMEM_PERMISSION_DENIED, not joined (names are first come, first served, and
- *  another user may take one first with a mode that lets you in); a daemon older than the flag
- *  says GPUMEM_NOT_SUPPORTED. Other bits: GPUMEM_INVALID_ARGUMENT. */
-#define GPUMEM_OPEN_READ_ONLY 1
-#define GPUMEM_OPEN_OWN_ONLY 2
-
-/** @param flags GPUMEM_OPEN_READ_ONLY, GPUMEM_OPEN_OWN_ONLY, or'ed, or 0. */
-GPUMEM_API gpumem_status gpumem_open(gpumem_client* client, const char* name, int flags,
+/** From now on (only != 0) or no longer, this client's opens by name (gpumem_open,
+ *  gpumem_open_reservation) open only objects its uid made: another user's of the name is
+ *  GPUMEM_PERMISSION_DENIED, not opened (names are first come, first served, and another user
+ *  may take one first with a mode that lets you in). GPUMEM_NOT_SUPPORTED from a daemon that
+ *  cannot check it. As gpumem::Client::open_own_objects_only(). */
+GPUMEM_API gpumem_status gpumem_open_own_objects_only(gpumem_client* client, int only);
+GPUMEM_API gpumem_status gpumem_open(gpumem_client* client, const char* name, int read_only,
                                      gpumem_buffer** buffer);
 /** Lets go of the buffer and frees the handle, whatever the status. NULL is ignored. */
 GPUMEM_API gpumem_status gpumem_release(gpumem_buffer* buffer);
@@ -119,9 +115,8 @@ typedef struct gpumem_reservation_draft gpumem_reservation_draft;
 GPUMEM_API gpumem_status gpumem_reserve(gpumem_client* client, size_t max_bytes, size_t initial,
                                         int device, const char* name,
                                         gpumem_reservation** reservation);
-/** @param flags as gpumem_open()'s. */
-GPUMEM_API gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name, int flags,
-                                                 gpumem_reservation** reservation);
+GPUMEM_API gpumem_status gpumem_open_reservation(gpumem_client* client, const char* name,
+                                                 int read_only, gpumem_reservation** reservation);
 /** Unmaps, lets go of it and frees the handle, whatever the status. NULL is ignored. A draft
  *  of it not yet committed goes with it: gpumem_commit() then says GPUMEM_WRONG_STATE, and
  *  gpumem_abandon() only frees the draft's handle. */

@@ -142,18 +142,9 @@ struct AllocateOptions {
   Mode mode{};
 };
 
-/// @brief Whether an open by name may join another user's object. false: any object whose
-/// mode lets this uid in, as a file's. true: only one this uid made; another user's object of
-/// the name is refused (permission_denied), not joined. A name is first come, first served:
-/// another user may take yours first, with a mode that lets you in, and read or write what
-/// you then put there. Opening with own_only is how a job keeps to its own objects. A daemon
-/// older than the flag refuses the call (not_supported) rather than ignore it.
-using OwnOnly = bool;
-
-/// How a lock or barrier is made when this call creates it, and which it may join.
+/// How a lock or barrier is made when this call creates it.
 struct SyncOptions {
   Mode mode{};
-  OwnOnly own_only = false;
 };
 
 struct OpenOptions {
@@ -161,7 +152,6 @@ struct OpenOptions {
   /// cannot be mapped read-only by the driver; there it is a statement of intent.
   Access access = Access::read_write;
   Stream stream = nullptr;  ///< as in AllocateOptions
-  OwnOnly own_only = false;
 };
 
 struct SlabPiece;
@@ -369,6 +359,18 @@ class GPUMEM_API Client {
 
   /// @brief One round trip that does nothing: a liveness check and a latency floor.
   void ping();
+
+  /// @brief From now on (@p only) or no longer, this client's opens by name (open(),
+  /// Reservation::open(), lock(), barrier(), channel() and its slots) join only objects its uid
+  /// made: another user's object of the name is refused (permission_denied), not joined. A
+  /// name is first come, first served: another user may take yours first, with a mode that
+  /// lets you in, and read or write what you then put there. What a call creates is made as
+  /// before. Off by default: joining another user's object by name, as its mode allows, is how
+  /// users share on purpose.
+  /// @throws Error(not_supported) when the daemon cannot check it: it would join another
+  /// user's object unasked (a daemon before libgpumem 0.3's protocol).
+  void open_own_objects_only(bool only = true);
+  bool opens_own_objects_only() const noexcept;
 
   /// @brief The lock named @p name, made on first use (gpumem/sync.hpp).
   /// @throws Error: invalid_name, already_exists (the name is a barrier or channel).

@@ -52,7 +52,6 @@ struct ReserveOptions {
 
 struct OpenReservationOptions {
   Access access = Access::read_write;
-  OwnOnly own_only = false;  ///< open only a reservation this uid made (see gpumem::OwnOnly)
 };
 
 struct SleepOptions {

@@ -172,8 +172,6 @@ struct ChannelOptions {
   std::uint32_t consumers = 1;  ///< each consumer sees every item
   int device = kHost;           ///< where the slots live
   Mode mode{};                  ///< of the channel and its slots, when this call creates them
-  /// Join only a channel, and slots, this uid made (see gpumem::OwnOnly).
-  OwnOnly own_only = false;
 };
 
 /// @brief A ring of slots over a shared buffer, from one producer to consumers that each see
