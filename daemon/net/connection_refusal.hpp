@@ -33,8 +33,10 @@ class connection_refusal {
   void refuse(socket connection, uid_t uid, proto::errc code, std::string reason);
 
  private:
+  /// A uid's share is what all refusals had before there were shares: a node of one service
+  /// user is answered as before, and it takes four uids to fill the whole.
   static constexpr std::size_t kMostAtOnce = 64;
-  static constexpr std::size_t kMostOfAUid = 4;
+  static constexpr std::size_t kMostOfAUid = 16;
   static constexpr std::chrono::milliseconds kHelloWait{1000};
   /// A hello is a few hundred bytes: a larger frame is no hello, and gets no answer.
   static constexpr std::uint32_t kLargestHello = 4096;
