@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -552,30 +553,38 @@ TEST(Restart, AClientsCallsSpanTheRestartAndItsSessionStaysItsOwn) {
   EXPECT_GE(spanning->connected_ms, 300u) << "connected counts from the restart";
 }
 
-/// @p request's reply on @p raw, which must carry one descriptor.
-template <class Reply, class Request>
-Reply answered_with_one_descriptor(raw_client& raw, proto::message_type type,
-                                   const Request& request) {
-  const auto answer = raw.call<Reply>(type, request);
+/// @p answer's reply, which must be a success that carries one descriptor.
+template <class Reply>
+Reply with_one_descriptor(const raw_answer<Reply>& answer) {
   EXPECT_EQ(answer.code, proto::errc::ok) << answer.text;
   EXPECT_EQ(answer.fds.size(), 1u) << "a reply went without its descriptor";
   return answer.reply;
 }
 
-/// SIGKILLs and restarts @p daemon, then, as a client whose call was in flight, resumes
-/// @p session and sends @p request again under @p request_id: the kept reply must come with the
-/// one descriptor it announces.
+/// SIGKILLs and restarts @p daemon, then resumes @p session and sends @p request again under
+/// @p request_id, as a client whose call was in flight; the answer it gets.
 template <class Reply, class Request>
-Reply sent_again_after_a_sigkill(systemd_supervisor& daemon, const proto::hello_reply& session,
-                                 std::uint32_t request_id, proto::message_type type,
-                                 const Request& request) {
+raw_answer<Reply> in_flight_across_a_sigkill(systemd_supervisor& daemon,
+                                             const proto::hello_reply& session,
+                                             std::uint32_t request_id, proto::message_type type,
+                                             const Request& request) {
   daemon.kill(SIGKILL);
   daemon.start();
   raw_client raw(daemon.socket_path());
   const auto resumed = raw.resume(session);
   EXPECT_EQ(resumed.code, proto::errc::ok) << resumed.text;
   raw.number_next_request(request_id);
-  return answered_with_one_descriptor<Reply>(raw, type, request);
+  return raw.call<Reply>(type, request);
+}
+
+/// A host reservation named @p name: 4 MiB, 2 of them committed.
+proto::reserve_request host_reservation_named(std::string_view name) {
+  proto::reserve_request reserve{};
+  reserve.max_size = 4 << 20;
+  reserve.initial_size = 2 << 20;
+  reserve.device = proto::kHostDevice;
+  EXPECT_FALSE(proto::make_wire_name(name, reserve.name));
+  return reserve;
 }
 
 // The reply kept for a call in flight is sent again with the descriptors it announces: a
@@ -632,15 +641,12 @@ TEST(Restart, AKeptReplyIsSentAgainWithItsDescriptors) {
   const auto hello = raw.hello();
   ASSERT_EQ(hello.code, proto::errc::ok) << hello.text;
 
-  proto::reserve_request reserve{};
-  reserve.max_size = 4 << 20;
-  reserve.initial_size = 2 << 20;
-  reserve.device = proto::kHostDevice;
-  ASSERT_FALSE(proto::make_wire_name("kept.reservation", reserve.name));
-  const auto reserved = answered_with_one_descriptor<proto::reservation_reply>(
-      raw, proto::message_type::reserve, reserve);
-  EXPECT_EQ(sent_again_after_a_sigkill<proto::reservation_reply>(
-                daemon, hello.reply, raw.last_request_id(), proto::message_type::reserve, reserve)
+  const proto::reserve_request reserve = host_reservation_named("kept.reservation");
+  const auto reserved = with_one_descriptor(
+      raw.call<proto::reservation_reply>(proto::message_type::reserve, reserve));
+  EXPECT_EQ(with_one_descriptor(in_flight_across_a_sigkill<proto::reservation_reply>(
+                                    daemon, hello.reply, raw.last_request_id(),
+                                    proto::message_type::reserve, reserve))
                 .reservation_id,
             reserved.reservation_id);
 
@@ -654,28 +660,13 @@ TEST(Restart, AKeptReplyIsSentAgainWithItsDescriptors) {
   ASSERT_FALSE(proto::make_wire_name("kept.lock", lock.name));
   lock.kind = proto::sync_kind::lock;
   lock.flags = proto::mode_flags(0660) | proto::kFlagSendPage;
-  const auto opened = answered_with_one_descriptor<proto::sync_open_reply>(
-      again, proto::message_type::open_sync, lock);
-  EXPECT_EQ(sent_again_after_a_sigkill<proto::sync_open_reply>(
-                daemon, hello.reply, again.last_request_id(), proto::message_type::open_sync, lock)
+  const auto opened =
+      with_one_descriptor(again.call<proto::sync_open_reply>(proto::message_type::open_sync, lock));
+  EXPECT_EQ(with_one_descriptor(in_flight_across_a_sigkill<proto::sync_open_reply>(
+                                    daemon, hello.reply, again.last_request_id(),
+                                    proto::message_type::open_sync, lock))
                 .cell,
             opened.cell);
-}
-
-/// SIGKILLs and restarts @p daemon, then resumes @p session and sends @p request again under
-/// @p request_id, as a client whose call was in flight; the answer it gets.
-template <class Reply, class Request>
-raw_answer<Reply> in_flight_across_a_sigkill(systemd_supervisor& daemon,
-                                             const proto::hello_reply& session,
-                                             std::uint32_t request_id, proto::message_type type,
-                                             const Request& request) {
-  daemon.kill(SIGKILL);
-  daemon.start();
-  raw_client raw(daemon.socket_path());
-  const auto resumed = raw.resume(session);
-  EXPECT_EQ(resumed.code, proto::errc::ok) << resumed.text;
-  raw.number_next_request(request_id);
-  return raw.call<Reply>(type, request);
 }
 
 // A version begun or committed whose reply the dead daemon never sent: sent again, the call
@@ -687,13 +678,8 @@ TEST(Restart, AVersionBegunOrCommittedJustBeforeASigkillIsAnsweredOnce) {
   raw_client raw(daemon.socket_path());
   const auto hello = raw.hello();
   ASSERT_EQ(hello.code, proto::errc::ok) << hello.text;
-  proto::reserve_request reserve{};
-  reserve.max_size = 4 << 20;
-  reserve.initial_size = 2 << 20;
-  reserve.device = proto::kHostDevice;
-  ASSERT_FALSE(proto::make_wire_name("kept.versions", reserve.name));
-  const auto reserved = answered_with_one_descriptor<proto::reservation_reply>(
-      raw, proto::message_type::reserve, reserve);
+  const auto reserved = with_one_descriptor(raw.call<proto::reservation_reply>(
+      proto::message_type::reserve, host_reservation_named("kept.versions")));
 
   const proto::begin_version_request begin{reserved.reservation_id, 4 << 20};
   const auto begun = raw.call<proto::reservation_reply>(proto::message_type::begin_version, begin);
