@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cassert>
+
 #include "request_error.hpp"
 
 namespace gpumem::daemon {
@@ -97,7 +99,10 @@ void ledger::set_serving(client_id client, bool serving) noexcept {
 }
 
 void ledger::count_connection(const client_row& client, int sign) noexcept {
-  const auto add = [sign](std::uint64_t& field) { field = sign > 0 ? field + 1 : field - 1; };
+  const auto add = [sign](std::uint64_t& field) {
+    assert(sign > 0 || field > 0);  // taken off once more than counted: a transition missed
+    field = sign > 0 ? field + 1 : field - 1;
+  };
   for (usage* account : {&by_uid_[client.who.uid], &by_gid_[client.who.gid]}) {
     add(account->connections);
     if (!client.serving) add(account->awaiting_resume);

@@ -367,8 +367,8 @@ class GPUMEM_API Client {
   /// lets you in, and read or write what you then put there. What a call creates is made as
   /// before. Off by default: joining another user's object by name, as its mode allows, is how
   /// users share on purpose.
-  /// @throws Error(not_supported) when the daemon cannot check it: it would join another
-  /// user's object unasked (a daemon before libgpumem 0.3's protocol).
+  /// @throws Error(not_supported) when the daemon cannot check it (a gpumemd older than the
+  /// check): it would join another user's object unasked.
   void open_own_objects_only(bool only = true);
   bool opens_own_objects_only() const noexcept;
 
