@@ -14,8 +14,8 @@ using detail::cuda_sync::wait_kind;
 
 struct Barrier::state {
   state(std::shared_ptr<detail::connection> link, std::string_view name, std::uint32_t parties,
-        const SyncOptions& options)
-      : object(std::move(link), name, options, proto::sync_kind::barrier, parties,
+        Mode mode)
+      : object(std::move(link), name, mode, proto::sync_kind::barrier, parties,
                proto::sync_role::party),
         counters(object.cell<sync::counter_cell>()) {}
 
@@ -112,7 +112,7 @@ Barrier Client::barrier(std::string_view name, std::uint32_t parties, const Sync
                 "barrier '" + std::string(name) + "' of " + std::to_string(parties) +
                     " parties: a barrier has 1 to " + std::to_string(sync::kMaxParties));
   }
-  return Barrier(std::make_unique<Barrier::state>(connection_, name, parties, options));
+  return Barrier(std::make_unique<Barrier::state>(connection_, name, parties, options.mode));
 }
 
 const std::string& Barrier::name() const noexcept {

@@ -26,7 +26,7 @@ static_assert(kMostSlots < device::kBrokenLead / 2);
 struct Channel::state {
   state(std::shared_ptr<detail::connection> link, std::string_view name, bool producing,
         const ChannelOptions& options, Buffer slots_buffer)
-      : object(std::move(link), name, SyncOptions{options.mode}, proto::sync_kind::channel,
+      : object(std::move(link), name, options.mode, proto::sync_kind::channel,
                options.consumers + 1,
                producing ? proto::sync_role::producer : proto::sync_role::consumer,
                proto::channel_layout{options.slot_bytes, options.slots, 0}),

@@ -63,9 +63,8 @@ const bool live_locks_watch_forks = [] {
 
 /// A Lock's state: the part its inline fast paths reach (Lock::state) and the library's.
 struct detail::lock_state final : Lock::state {
-  lock_state(std::shared_ptr<detail::connection> link, std::string_view name,
-             const SyncOptions& options)
-      : object(std::move(link), name, options, proto::sync_kind::lock, 0, proto::sync_role::party),
+  lock_state(std::shared_ptr<detail::connection> link, std::string_view name, Mode mode)
+      : object(std::move(link), name, mode, proto::sync_kind::lock, 0, proto::sync_role::party),
         algorithm(object.cell<sync::lock_cell>(), object.slot()) {
     fast.bind(object.cell<sync::lock_cell>().word, algorithm.owner_bits());
     live_locks.add(fast);
@@ -273,7 +272,7 @@ device::lock_ref Lock::device(int device) {
 }
 
 Lock Client::lock(std::string_view name, const SyncOptions& options) {
-  return Lock(std::make_unique<detail::lock_state>(connection_, name, options));
+  return Lock(std::make_unique<detail::lock_state>(connection_, name, options.mode));
 }
 
 const std::string& Lock::name() const noexcept {

@@ -46,16 +46,16 @@ std::string domain_text(std::uint32_t word) {
 
 }  // namespace
 
-sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name,
-                         const SyncOptions& options, proto::sync_kind kind, std::uint32_t parties,
-                         proto::sync_role role, std::optional<proto::channel_layout> layout)
+sync_object::sync_object(std::shared_ptr<connection> link, std::string_view name, Mode mode,
+                         proto::sync_kind kind, std::uint32_t parties, proto::sync_role role,
+                         std::optional<proto::channel_layout> layout)
     : link_(std::move(link)), slot_(link_->sync().slot()), name_(name), kind_(kind) {
   proto::sync_open_request request{};
   request.name = checked_name(name, std::string(kind_name(kind)) + " name");
   request.kind = kind;
   request.parties = parties;
   request.role = role;
-  request.flags = creation_flags(options.mode) | link_->open_flags();
+  request.flags = creation_flags(mode) | link_->open_flags();
   if ((link_->daemon_features() & proto::kFeatureSendsSyncPage) != 0) {
     request.flags |= proto::kFlagSendPage;
   }

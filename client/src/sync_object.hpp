@@ -34,10 +34,10 @@ class sync_object {
  public:
   /// @throws Error from the daemon: invalid_name, invalid_argument, no_party_left,
   /// wrong_state (a broken barrier or channel), ...
-  /// @param options the object's mode when this call creates it.
+  /// @param mode of the object when this call creates it.
   /// @param layout a channel's slots, which the daemon checks against the channel's first
   /// opener's when it can (proto::kFeatureChannelLayout); none for locks and barriers.
-  sync_object(std::shared_ptr<connection> link, std::string_view name, const SyncOptions& options,
+  sync_object(std::shared_ptr<connection> link, std::string_view name, Mode mode,
               proto::sync_kind kind, std::uint32_t parties, proto::sync_role role,
               std::optional<proto::channel_layout> layout = std::nullopt);
   ~sync_object();
