@@ -871,6 +871,49 @@ TEST(PoolRoom, SparesAreMadeInTheRoomLeftAndGiveWayOnlyToTheirOwnTenantsAllocati
   EXPECT_EQ(book.memory.spares().at(0).second.served, 1u);
 }
 
+// A pool that only the previous daemon's state names, taken out of the configuration or on a
+// device that is gone, must not stop the restart (a crash loop): nothing is made for it at the
+// start, it takes no new allocation, and its instance closes once it holds nothing.
+TEST(UnconfiguredPools, AreNotMadeAtTheStartTakeNothingNewAndCloseOnceEmpty) {
+  pool_config gone = embedded_default_config().pools.at(0);
+  gone.name = "gone";
+  gone.device = 3;
+  const auto no_cuda = [](std::uint32_t id, const pool_config& settings,
+                          family_room& room) -> std::unique_ptr<pool> {
+    if (settings.device != proto::kHostDevice) {
+      throw std::runtime_error("no CUDA device " + std::to_string(settings.device));
+    }
+    return host_pools(id, settings, room);
+  };
+  constexpr std::uint32_t kAdoptedId = 7;
+  const auto adopt = [&](books& state) {
+    state.memory.adopt_pool(std::make_unique<host_pool>(kAdoptedId, gone),
+                            access_class::for_memory(1000, 1000, 0600));
+  };
+  std::optional<books> book;
+  ASSERT_NO_THROW(book.emplace(embedded_default_config(), no_cuda, reservation_maker{},
+                               signal_page_maker{}, adopt));
+  EXPECT_EQ(book->memory.pool_by_id(kAdoptedId), nullptr) << "held nothing: closed at the start";
+
+  const client_id client = book->add_client({100, 1000, 1000, {}});
+  proto::allocate_request named{};
+  named.size = 4096;
+  named.device = 3;
+  ASSERT_FALSE(proto::make_wire_name("gone", named.pool));
+  try {
+    book->memory.allocate(client, named);
+    ADD_FAILURE() << "allocated from a pool that is no longer configured";
+  } catch (const request_error& error) {
+    EXPECT_EQ(error.code(), errc::not_found);
+    EXPECT_NE(std::string(error.what()).find("pool 'gone' is no longer configured"),
+              std::string::npos)
+        << error.what();
+  }
+  proto::allocate_request unnamed = named;
+  unnamed.pool = {};
+  EXPECT_EQ(code_of([&] { book->memory.allocate(client, unnamed); }), errc::no_such_device);
+}
+
 /// What the pools of one books heard about their holders, in order.
 struct holder_log {
   std::vector<std::pair<std::uint64_t, bool>> released;  ///< holder, with an event

@@ -1,6 +1,7 @@
 // Versions and sleep survive a restart: a real gpumemd under the stand-in for systemd is
 // SIGKILLed while host reservations have a committed version a reader has not switched to, a
 // draft half written, and a sleeping copy; clients reconnect and carry on where they were.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -13,8 +14,10 @@
 
 #include "gpumem/gpumem.hpp"
 #include "gpumem/reservation.hpp"
+#include "gpumem/shared/unique_fd.hpp"
 #include "support/pattern.hpp"
 #include "support/systemd_supervisor.hpp"
+#include "support/temporary_file.hpp"
 
 namespace gpumem::testing {
 namespace {
@@ -149,6 +152,44 @@ TEST(ReservationRestart, AWakeCutShortByASigkillLosesNoByte) {
   }
   ASSERT_EQ(weights.size(), kBytes);
   EXPECT_EQ(first_unstamped_page(weights.data(), kBytes, 9), kBytes);
+}
+
+// A sleep copy that a wake kept and the next sleep reuses keeps its name in the fd store. Stored
+// under a second name, it was dropped by the store as a file it held already wherever the
+// removal of its first name had not reached systemd (put back by hand here, as a notification
+// lost under load leaves it): the restart found no copy under the name it looked for, and the
+// reservation was lost.
+TEST(ReservationRestart, ASleepCopyReusedByTheNextSleepIsFoundAfterASigkill) {
+  const temporary_file config("gpumemd-keeps-copies", "sleep_memory_kept: 64MiB\n");
+  systemd_supervisor daemon({.args = {"--config", config.path()}});
+  daemon.start();
+  auto client = daemon.connect("owner");
+  auto weights = Reservation::create(client, 2 * kChunk,
+                                     {.device = kHost, .name = "kept", .initial = 2 * kChunk});
+  weights.sleep();
+  const auto copy_name = [&]() -> std::string {
+    for (const std::string& name : daemon.stored_names()) {
+      if (name.starts_with("asleep.")) return name;
+    }
+    return {};
+  };
+  const std::string first_name = copy_name();
+  ASSERT_FALSE(first_name.empty());
+  unique_fd copy(::fcntl(daemon.stored_descriptor(first_name), F_DUPFD_CLOEXEC, 3));
+  ASSERT_TRUE(copy);
+  weights.wake();
+  // Awake, its copy is no longer kept for a restart (a removal has no barrier: waited for).
+  ASSERT_TRUE(daemon.wait_for([&] { return copy_name().empty(); }, 5s));
+  daemon.add_stored(first_name, std::move(copy));
+
+  stamp_pages(weights.data(), weights.size(), 4);
+  weights.sleep();
+  EXPECT_EQ(copy_name(), first_name);
+  daemon.restart(SIGKILL);
+  ASSERT_EQ(weights.status().state, ReservationState::asleep) << daemon.log_tail();
+  weights.wake();
+  ASSERT_EQ(weights.size(), 2 * kChunk);
+  EXPECT_EQ(first_unstamped_page(weights.data(), weights.size(), 4), weights.size());
 }
 
 TEST(ReservationRestart, AHolderOfAReservationTheRestartCouldNotKeepLearnsItAtItsNextRefresh) {

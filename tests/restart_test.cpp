@@ -104,6 +104,55 @@ TEST(Restart, NamedBufferKeepsItsBytesAndHoldersThroughASigkill) {
   ASSERT_TRUE(daemon.wait_for([&] { return client.allocations().at(0).holders == 1; }, 1s));
 }
 
+// A pool taken out of the configuration across a restart keeps what its clients hold: read as
+// before, it takes nothing new, and its instance closes once the last holder lets go.
+TEST(Restart, APoolTakenOutOfTheConfigurationServesWhatItHeldAndTakesNothingNew) {
+  const temporary_file two_pools(
+      "gpumemd-two-pools",
+      "pools:\n  - {name: host, device: host, size: 16MiB}\n"
+      "  - {name: scratch, device: host, size: 16MiB}\n");
+  const temporary_file one_pool("gpumemd-one-pool",
+                                "pools:\n  - {name: host, device: host, size: 16MiB}\n");
+  systemd_supervisor daemon({.args = {"--config", two_pools.path()}});
+  daemon.start();
+  auto client = daemon.connect("holder");
+  auto kept = client.allocate(kSize, {.name = "kept", .pool = "scratch"});
+  fill_pattern(kept.data(), kSize, 5);
+
+  daemon.set_args({"--config", one_pool.path()});
+  daemon.restart(SIGKILL);
+  auto reader = daemon.connect("reader");
+  auto seen = reader.open("kept");
+  EXPECT_EQ(first_mismatch(seen.data(), kSize, 5), kSize);
+  try {
+    reader.allocate(4096, {.pool = "scratch"});
+    ADD_FAILURE() << "a pool no longer configured took an allocation";
+  } catch (const gpumem::Error& error) {
+    EXPECT_EQ(error.status(), gpumem::errc::not_found);
+    EXPECT_NE(std::string(error.what()).find("pool 'scratch' is no longer configured"),
+              std::string::npos)
+        << error.what();
+  }
+  reader.allocate(4096);  // the configured pool serves as before
+
+  const auto pools_kept = [&] {
+    const auto names = daemon.stored_names();
+    return std::ranges::count_if(names, [](const std::string& name) {
+      return name.starts_with("pool.");
+    });
+  };
+  EXPECT_EQ(pools_kept(), 2);
+  seen = gpumem::Buffer();
+  kept = gpumem::Buffer();  // released through the resumed session
+  // Its instance closed: its memfd is out of the store, its pages back with the kernel.
+  EXPECT_TRUE(daemon.wait_for([&] { return pools_kept() == 1; }, 2s));
+  for (const auto& each : reader.stats().pools) {
+    if (each.name == "scratch") {
+      EXPECT_EQ(each.bytes_in_use, 0u);
+    }
+  }
+}
+
 /// A client holds "orphaned" (kSize bytes of pattern 3) and dies while no daemon runs; the
 /// daemon is left stopped.
 void orphan_while_stopped(systemd_supervisor& daemon) {

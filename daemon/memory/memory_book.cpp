@@ -37,7 +37,7 @@ memory_book::memory_book(ledger& rows, const access_policy& access, const quota_
 
 void memory_book::open_pools() {
   for (pool_family& family : families_) {
-    open_family(family);
+    if (family.configured) open_family(family);
     for (pool* each : std::vector<pool*>(family.retired)) release_if_retired_and_empty(*each);
   }
 }
@@ -68,12 +68,14 @@ memory_book::pool_family& memory_book::family_named(const pool_config& config) {
   for (pool_family& family : families_) {
     if (family.config.name == config.name) return family;
   }
-  spdlog::warn("pool '{}' is no longer configured: it keeps what a previous gpumemd put in it",
-               config.name);
+  spdlog::warn(
+      "pool '{}' is no longer configured: it serves what a previous gpumemd put in it and takes "
+      "no new allocations",
+      config.name);
   if (families_.size() == families_.capacity()) {
     throw request_error(errc::internal, "too many pools are no longer configured");
   }
-  families_.emplace_back(config);
+  families_.emplace_back(config).configured = false;
   return families_.back();
 }
 
@@ -86,7 +88,7 @@ void memory_book::adopt_pool(std::unique_ptr<pool> adopted, const access_class& 
     pool_owner_.resize(id + 1, {0, tenant});
   }
   pool_owner_[id] = {static_cast<std::size_t>(&family - families_.data()), tenant};
-  if (adopted->takes_allocations() && !family.instances.contains(tenant)) {
+  if (family.configured && adopted->takes_allocations() && !family.instances.contains(tenant)) {
     family.instances.emplace(tenant, adopted.get());
   } else {
     family.retired.push_back(adopted.get());
@@ -127,10 +129,10 @@ std::optional<std::pair<const pool*, placement>> memory_book::placement_of(objec
 }
 
 void memory_book::release_if_retired_and_empty(pool& instance) noexcept {
-  if (instance.takes_allocations() || instance.usage().allocations > 0) return;
+  if (instance.usage().allocations > 0) return;
   const std::uint32_t id = instance.id();
   auto& retired = families_[pool_owner_[id].first].retired;
-  std::erase(retired, &instance);
+  if (std::erase(retired, &instance) == 0) return;
   spdlog::info("pool '{}': instance {} from before the restart holds nothing any more: closed",
                instance.config().name, id);
   pools_[id].reset();
@@ -139,9 +141,14 @@ void memory_book::release_if_retired_and_empty(pool& instance) noexcept {
 
 memory_book::pool_family& memory_book::choose_family(const proto::allocate_request& request) {
   const auto pool_name = request.pool.view();
+  bool no_longer_configured = false;
   for (auto& candidate : families_) {
     if (pool_name.empty() ? candidate.config.device == request.device
                           : candidate.config.name == pool_name) {
+      if (!candidate.configured) {
+        no_longer_configured = true;
+        continue;
+      }
       if (candidate.config.device != request.device) {
         throw request_error(
             errc::invalid_argument,
@@ -150,6 +157,12 @@ memory_book::pool_family& memory_book::choose_family(const proto::allocate_reque
       }
       return candidate;
     }
+  }
+  if (no_longer_configured && !pool_name.empty()) {
+    throw request_error(errc::not_found,
+                        fmt::format("pool '{}' is no longer configured: it serves what it held "
+                                    "before gpumemd restarted and takes no new allocations",
+                                    pool_name));
   }
   if (!pool_name.empty()) {
     throw request_error(errc::not_found, fmt::format("no pool named '{}'", pool_name));

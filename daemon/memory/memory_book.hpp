@@ -149,6 +149,9 @@ class memory_book {
         : config(std::move(settings)), room(std::make_unique<family_room>(config.size)) {}
 
     pool_config config;
+    /// False for a pool that only a previous daemon's state names: it serves what it holds and
+    /// takes nothing new, so nothing is made for it (the device it names may be gone).
+    bool configured = true;
     std::map<access_class, pool*> instances;
     /// Instances adopted from a previous daemon that serve what they hold and take nothing new.
     std::vector<pool*> retired;

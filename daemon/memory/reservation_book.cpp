@@ -348,14 +348,15 @@ void reservation_book::copy_out_when_ready(object_id id) {
   auto job = std::make_shared<copy_out_job>();
   if (from != nullptr) job->copy = entry->take_kept_copy();
   const std::uint64_t bytes = entry->committed();
+  const std::uint64_t attempt = entry->attempt();
   background_->run(
-      [from, job, bytes] {
+      [from, job, bytes, attempt] {
         if (from == nullptr) return;  // discarding
         const auto started = std::chrono::steady_clock::now();
         job->reused = job->copy && job->copy->bytes == bytes;
         if (!job->reused) {
           job->copy.reset();  // another size: its pages go here, off the loop
-          job->copy.emplace(sleep_copy::make(bytes));
+          job->copy.emplace(sleep_copy::make(bytes, attempt));
         }
         const auto populated = std::chrono::steady_clock::now();
         from->copy_out(*job->copy);

@@ -46,9 +46,10 @@ void populate(std::byte* start, std::uint64_t bytes) {
 }
 }  // namespace
 
-sleep_copy sleep_copy::make(std::uint64_t bytes) {
+sleep_copy sleep_copy::make(std::uint64_t bytes, std::uint64_t made_at_attempt) {
   sleep_copy made;
   made.bytes = bytes;
+  made.made_at_attempt = made_at_attempt;
   made.memory = os::make_sealed_memfd("gpumemd:asleep", bytes);
   if (bytes == 0) return made;
   made.mapped = os::mapping::share(made.memory.get(), bytes, os::access::read_write);
@@ -56,8 +57,9 @@ sleep_copy sleep_copy::make(std::uint64_t bytes) {
   return made;
 }
 
-sleep_copy sleep_copy::adopt(unique_fd memory) {
+sleep_copy sleep_copy::adopt(unique_fd memory, std::uint64_t made_at_attempt) {
   sleep_copy kept;
+  kept.made_at_attempt = made_at_attempt;
   kept.bytes = os::file_size(memory.get());
   kept.memory = std::move(memory);
   if (kept.bytes != 0) {

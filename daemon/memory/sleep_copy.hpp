@@ -24,6 +24,11 @@ struct sleep_copy {
   unique_fd memory;
   os::mapping mapped;
   std::uint64_t bytes = 0;
+  /// The reservation's sleep attempt that made it, which names it in systemd's fd store for as
+  /// long as it lives: a copy a later sleep reuses keeps its name, so the store, which drops a
+  /// file it holds already, never sees it under a second name that a removal of the first
+  /// would leave with nothing.
+  std::uint64_t made_at_attempt = 0;
   /// Set by the first device copy and kept with the pages: pinning costs about 50 ms a GiB, as
   /// long as copying 2.5 GiB. Declared after `mapped`, so that it is undone before the unmapping.
   std::unique_ptr<host_pinning> pinned;
@@ -36,6 +41,7 @@ struct sleep_copy {
     memory = std::move(other.memory);
     mapped = std::move(other.mapped);
     bytes = other.bytes;
+    made_at_attempt = other.made_at_attempt;
     pinned = std::move(other.pinned);
     return *this;
   }
@@ -46,9 +52,9 @@ struct sleep_copy {
   /// @brief A memfd of @p bytes, mapped, its pages made resident by several threads at once:
   /// a copy into fresh pages runs at the speed the kernel can hand them out.
   /// @throws std::system_error
-  static sleep_copy make(std::uint64_t bytes);
+  static sleep_copy make(std::uint64_t bytes, std::uint64_t made_at_attempt);
   /// @throws std::system_error
-  static sleep_copy adopt(unique_fd memory);
+  static sleep_copy adopt(unique_fd memory, std::uint64_t made_at_attempt);
 };
 
 }  // namespace gpumem::daemon

@@ -167,7 +167,9 @@ void put_reservation(record_writer& out, const versioned_reservation& entry) {
   }
   out.put(static_cast<std::uint32_t>(entry.writers().size()));
   for (const client_id writer : entry.writers()) out.put(writer);
-  out.put(phase == saved_reservation::phase::asleep && entry.host_copy() != nullptr);
+  const bool copy_kept = phase == saved_reservation::phase::asleep && entry.host_copy() != nullptr;
+  out.put(copy_kept);
+  if (copy_kept) out.put(entry.host_copy()->made_at_attempt);
 }
 
 saved_reservation get_first_reservation(record_reader& in) {
@@ -206,7 +208,11 @@ saved_reservation get_reservation(record_reader& in) {
   }
   backing.writers.resize(in.get_count(8));
   for (client_id& writer : backing.writers) writer = in.get<client_id>();
-  if (in.get_bool()) backing.sleep_copy = backing.attempt;
+  if (in.get_bool()) {
+    // Records before copies were named by the sleep that made them name it by the last one.
+    backing.sleep_copy =
+        in.remaining() >= sizeof(std::uint64_t) ? in.get<std::uint64_t>() : backing.attempt;
+  }
   return backing;
 }
 
@@ -483,7 +489,7 @@ std::vector<std::pair<std::string, int>> descriptors_of(const books& state, reco
         for (const auto& [version, chunks] : entry->older()) add_chunks(chunks.get());
         add_chunks(entry->draft_chunks());
         if (phase == saved_reservation::phase::asleep && entry->host_copy() != nullptr) {
-          named.emplace_back(sleep_copy_fd_name(key.id, entry->attempt()),
+          named.emplace_back(sleep_copy_fd_name(key.id, entry->host_copy()->made_at_attempt),
                              entry->host_copy()->memory.get());
         }
       }

@@ -56,7 +56,7 @@ struct saved_reservation {
   /// The notice page and the sleep copy are in the fd store (a record of the first format, from
   /// before versions, has neither: the notice page is made anew).
   bool notice_kept = false;
-  std::optional<std::uint64_t> sleep_copy;  ///< the copy's attempt, which names its fd
+  std::optional<std::uint64_t> sleep_copy;  ///< the sleep attempt that made the copy: its fd name
   std::uint64_t attempt = 0;
 };
 struct saved_object {

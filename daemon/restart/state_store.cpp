@@ -213,7 +213,7 @@ std::unique_ptr<versioned_reservation> state_store::adopt_reservation(
   if (saved.sleep_copy) {
     unique_fd copy = take_passed(sleep_copy_fd_name(id, *saved.sleep_copy));
     if (!copy) throw std::runtime_error("its sleep copy was not kept");
-    state.host_copy = sleep_copy::adopt(std::move(copy));
+    state.host_copy = sleep_copy::adopt(std::move(copy), *saved.sleep_copy);
   }
   state.asleep = saved.state == saved_reservation::phase::asleep;
   state.lost = saved.state == saved_reservation::phase::lost;
