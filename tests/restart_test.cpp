@@ -107,10 +107,9 @@ TEST(Restart, NamedBufferKeepsItsBytesAndHoldersThroughASigkill) {
 // A pool taken out of the configuration across a restart keeps what its clients hold: read as
 // before, it takes nothing new, and its instance closes once the last holder lets go.
 TEST(Restart, APoolTakenOutOfTheConfigurationServesWhatItHeldAndTakesNothingNew) {
-  const temporary_file two_pools(
-      "gpumemd-two-pools",
-      "pools:\n  - {name: host, device: host, size: 16MiB}\n"
-      "  - {name: scratch, device: host, size: 16MiB}\n");
+  const temporary_file two_pools("gpumemd-two-pools",
+                                 "pools:\n  - {name: host, device: host, size: 16MiB}\n"
+                                 "  - {name: scratch, device: host, size: 16MiB}\n");
   const temporary_file one_pool("gpumemd-one-pool",
                                 "pools:\n  - {name: host, device: host, size: 16MiB}\n");
   systemd_supervisor daemon({.args = {"--config", two_pools.path()}});
@@ -137,9 +136,8 @@ TEST(Restart, APoolTakenOutOfTheConfigurationServesWhatItHeldAndTakesNothingNew)
 
   const auto pools_kept = [&] {
     const auto names = daemon.stored_names();
-    return std::ranges::count_if(names, [](const std::string& name) {
-      return name.starts_with("pool.");
-    });
+    return std::ranges::count_if(names,
+                                 [](const std::string& name) { return name.starts_with("pool."); });
   };
   EXPECT_EQ(pools_kept(), 2);
   seen = gpumem::Buffer();
