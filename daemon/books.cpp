@@ -46,13 +46,25 @@ books::books(const daemon_config& config, pool_maker make_pool, reservation_make
     : access(config.access, ::geteuid(), ::getegid()),
       quotas(config.quotas),
       memory(rows, access, quotas, config, std::move(make_pool)),
-      reservations(rows, access, quotas, std::move(make_reservation)),
+      reservations(rows, access, quotas, descriptors, std::move(make_reservation)),
       sync(rows, access, quotas, std::move(make_signal_page)),
       instance(random_nonzero()) {
+  descriptors.configure(config.fd_store_max, config.max_connections);
   if (adopt) adopt(*this);
   readopted_clients = rows.clients().size();
   memory.open_pools();
   sync.on_owner_death([this](const sync_book::owner_death& death) { tell_owner_death(death); });
+}
+
+void books::set_keeper(state_keeper* keeper) {
+  keeper_ = keeper;
+  events_written_ = events.last_sequence();  // re-adopted: the number came from the state
+  if (keeper == nullptr) {
+    descriptors.count_with({}, {});
+  } else {
+    descriptors.count_with([keeper] { return keeper->stored_descriptors(); },
+                           [this] { return rows.clients().size(); });
+  }
 }
 
 client_id books::add_client(const credentials& who) {

@@ -94,10 +94,7 @@ class books {
   /// @return true when something was kept: depart() must wait for the process to exit.
   bool end_connection(client_id client) noexcept;
 
-  void set_keeper(state_keeper* keeper) noexcept {
-    keeper_ = keeper;
-    events_written_ = events.last_sequence();  // re-adopted: the number came from the state
-  }
+  void set_keeper(state_keeper* keeper);
   void keep_process(client_id client, int pidfd) {
     if (keeper_ != nullptr && pidfd >= 0) keeper_->keep_process(client, pidfd);
   }
@@ -137,6 +134,8 @@ class books {
   // Declared in this order: the books below refer to the ledger and the policies.
   access_policy access;
   quota_policy quotas;
+  /// Room in systemd's fd store, counted once a keeper is set.
+  descriptor_budget descriptors;
   ledger rows;
   memory_book memory;
   reservation_book reservations;

@@ -143,6 +143,19 @@ TEST_F(ConfigFile, PrintedDefaultLoadsAsTheEmbeddedDefault) {
   EXPECT_EQ(load(printed.output), embedded_default_config());
 }
 
+TEST_F(ConfigFile, AnFdStoreTooSmallForTheConnectionsIsValidButSaidToLeaveLittleRoom) {
+  const auto config = load("fd_store_max: 4096\n");
+  EXPECT_EQ(config.fd_store_max, 4096u);
+  const std::vector<std::string> notices = config_notices(config);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].rfind("fd_store_max 4096 leaves little room for reservations beside "
+                             "max_connections 4096",
+                             0),
+            0u)
+      << notices[0];
+  EXPECT_NE(error_of("fd_store_max: 100\n").find("below the minimum of 512"), std::string::npos);
+}
+
 TEST_F(ConfigFile, APoolWithoutReleaseThresholdKeepsAllFreedMemory) {
   const auto config = load("pools:\n  - {name: gpu0, device: 0, size: 8GiB}\n");
   ASSERT_EQ(config.pools.size(), 1u);

@@ -113,6 +113,24 @@ std::size_t first_unstamped_page(const void* data, std::size_t bytes, std::uint6
   return bytes;
 }
 
+/// One word at the start of each of @p reservation's chunks, from @p seed.
+void stamp_chunks(Reservation& reservation, std::uint64_t seed) {
+  for (std::size_t at = 0; at < reservation.size(); at += reservation.chunk_size()) {
+    const std::uint64_t word = seed * 1000003 + at;
+    std::memcpy(static_cast<std::byte*>(reservation.data()) + at, &word, sizeof word);
+  }
+}
+
+/// Whether every chunk starts with the word stamp_chunks() wrote.
+bool chunks_stamped(const Reservation& reservation, std::uint64_t seed) {
+  for (std::size_t at = 0; at < reservation.size(); at += reservation.chunk_size()) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, static_cast<const std::byte*>(reservation.data()) + at, sizeof word);
+    if (word != seed * 1000003 + at) return false;
+  }
+  return true;
+}
+
 // A SIGKILL while the sleep copy is copied back: the restarted daemon has the copy and the
 // reservation asleep, and the wake cut short says it did not take effect (not that it did).
 // The copy was once stored again under a new name as the wake began, which the fd store
@@ -190,6 +208,40 @@ TEST(ReservationRestart, ASleepCopyReusedByTheNextSleepIsFoundAfterASigkill) {
   weights.wake();
   ASSERT_EQ(weights.size(), 2 * kChunk);
   EXPECT_EQ(first_unstamped_page(weights.data(), weights.size(), 4), weights.size());
+}
+
+// systemd drops what passes the unit's FileDescriptorStoreMax without a word, and a reservation
+// whose chunks were dropped is lost at a restart: one that would pass fd_store_max is refused
+// while its client can still be told, and what was kept comes back whole.
+TEST(ReservationRestart, ChunksThatWouldPassTheFdStoreAreRefusedAndWhatWasKeptComesBack) {
+  constexpr std::size_t kStoreMax = 600;
+  const temporary_file config("gpumemd-small-store",
+                              "fd_store_max: 600\nmax_connections: 8\n");
+  systemd_supervisor daemon({.args = {"--config", config.path()}, .fd_store_max = kStoreMax});
+  daemon.start();
+  auto client = daemon.connect("owner");
+  constexpr std::size_t kChunks = 200;
+  auto first = Reservation::create(
+      client, kChunks * kChunk, {.device = kHost, .name = "first", .initial = kChunks * kChunk});
+  stamp_chunks(first, 6);
+  try {
+    Reservation::create(client, kChunks * kChunk,
+                        {.device = kHost, .name = "second", .initial = kChunks * kChunk});
+    ADD_FAILURE() << "a reservation passed the fd store, to be lost at a restart";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.status(), errc::quota_exceeded);
+    EXPECT_NE(std::string(error.what()).find("reservation 'second': 201 more descriptors would "
+                                             "pass fd_store_max"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(first.resize(2 * kChunks * kChunk), Error) << "growing is held to it as well";
+  EXPECT_LT(daemon.stored_count(), kStoreMax);
+
+  daemon.restart(SIGKILL);
+  ASSERT_EQ(first.refresh(), kChunks * kChunk) << daemon.log_tail();
+  EXPECT_TRUE(chunks_stamped(first, 6));
+  EXPECT_EQ(client.reservations().size(), 1u);
 }
 
 TEST(ReservationRestart, AHolderOfAReservationTheRestartCouldNotKeepLearnsItAtItsNextRefresh) {

@@ -21,6 +21,7 @@
 
 #include "config/config_keys.hpp"
 #include "gpumem/proto/wire.hpp"
+#include "policy/descriptor_budget.hpp"
 
 namespace gpumem::daemon {
 
@@ -598,6 +599,13 @@ std::vector<std::string> config_notices(const daemon_config& config) {
         "gpumemd pool's) whatever it says; below the size it only makes the driver's reserved "
         "figure for the pool read low. Leave it out.",
         i, pool.name, size_text(pool.release_threshold)));
+  }
+  if (config.fd_store_max < config.max_connections + descriptor_budget::kKeptForTheDaemon * 2) {
+    notices.push_back(fmt::format(
+        "fd_store_max {} leaves little room for reservations beside max_connections {} (one "
+        "pidfd each) and {} descriptors for the daemon's own: raise it with the unit's "
+        "FileDescriptorStoreMax, or lower max_connections",
+        config.fd_store_max, config.max_connections, descriptor_budget::kKeptForTheDaemon));
   }
   return notices;
 }

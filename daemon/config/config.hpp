@@ -89,6 +89,8 @@ struct daemon_config {
   std::string metrics_listen;
   /// Host memory woken reservations may keep for their next sleep (reservation_book).
   std::uint64_t sleep_memory_kept = 0;
+  /// systemd's FileDescriptorStoreMax for the unit (descriptor_budget).
+  std::uint64_t fd_store_max = 0;
 
   friend bool operator==(const daemon_config&, const daemon_config&) = default;
 };

@@ -246,6 +246,16 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .description = "Host memory a woken reservation may keep, made and pinned, so that its next "
                     "sleep copies at once (all reservations together; 0: none is kept)",
      .lands_in = &daemon_config::sleep_memory_kept},
+    {.key = "fd_store_max",
+     .type = value_type::count,
+     .default_value = "16384",
+     .description = "FileDescriptorStoreMax of gpumemd's unit: keep the two equal. Reservation "
+                    "chunks that would pass it, less room for max_connections pidfds and the "
+                    "daemon's own, are refused, since what systemd's fd store drops is lost at a "
+                    "restart",
+     .lands_in = &daemon_config::fd_store_max,
+     .minimum = 512,
+     .minimum_reason = "the room the daemon keeps for its pools, pages and state files, twice"},
 };
 
 }  // namespace gpumem::daemon

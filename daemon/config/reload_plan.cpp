@@ -98,6 +98,10 @@ reload_plan plan_reload(const daemon_config& running, const daemon_config& wante
     plan.changes.push_back(fmt::format("sleep_memory_kept {} -> {}", running.sleep_memory_kept,
                                        wanted.sleep_memory_kept));
   }
+  if (wanted.fd_store_max != running.fd_store_max) {
+    plan.changes.push_back(
+        fmt::format("fd_store_max {} -> {}", running.fd_store_max, wanted.fd_store_max));
+  }
   plan_pools(running, wanted, plan);
   return plan;
 }

@@ -36,10 +36,12 @@ std::string what_failed(const std::exception_ptr& failure, errc& code) {
 
 reservation_book::reservation_book(ledger& rows, const access_policy& access,
                                    const quota_policy& quotas,
+                                   const descriptor_budget& descriptors,
                                    reservation_maker make_device_reservation)
     : rows_(rows),
       access_(access),
       quotas_(quotas),
+      descriptors_(descriptors),
       make_device_reservation_(std::move(make_device_reservation)) {}
 
 std::unique_ptr<reservation> reservation_book::make(std::int32_t device, std::uint64_t max_size,
@@ -88,6 +90,9 @@ proto::reservation_reply reservation_book::reserve(client_id client,
   std::unique_ptr<reservation> first = make(request.device, request.max_size);
   const std::uint64_t chunks = whole_chunks(request.initial_size, first->chunk_size());
   quotas_.check(rows_, client, charge::memory(request.device, chunks * first->chunk_size()));
+  // Its chunks and its notice page.
+  descriptors_.check(chunks + 1, name.empty() ? std::string("a new reservation")
+                                              : fmt::format("reservation '{}'", name));
   first->resize(chunks);
   auto entry = std::make_shared<versioned_reservation>(std::move(first), notice_page());
   const object_id id =
@@ -140,6 +145,8 @@ proto::reservation_reply reservation_book::resize(client_id client,
     quotas_.check(
         rows_, client,
         charge::memory(backing.device(), chunks * backing.chunk_size() - backing.committed(), 0));
+    descriptors_.check(chunks - backing.chunk_count(),
+                       name_object(request.reservation_id, *rows_.find(request.reservation_id)));
   }
   backing.resize(chunks);
   entry.resized();
@@ -233,6 +240,8 @@ proto::reservation_reply reservation_book::begin_version(
                                     entry.retained_bytes(), refused.what()),
                         refused.logged_only());
   }
+  descriptors_.check(count,
+                     name_object(request.reservation_id, *rows_.find(request.reservation_id)));
   std::unique_ptr<reservation> chunks = make(entry.device(), entry.max_size(), entry.chunk_size());
   chunks->resize(count);
   const std::uint64_t bytes = chunks->committed();
@@ -405,6 +414,8 @@ proto::reservation_status reservation_book::wake(client_id client,
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
+  descriptors_.check(whole_chunks(entry->committed(), entry->chunk_size()),
+                     name_object(id, *rows_.find(id)));
   const auto making = std::chrono::steady_clock::now();
   std::unique_ptr<reservation> fresh =
       make(entry->device(), entry->max_size(), entry->chunk_size());

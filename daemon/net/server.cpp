@@ -262,6 +262,7 @@ void server::reload() {
     books_.access = access_policy(plan.next.access, ::geteuid(), ::getegid());
     books_.quotas = quota_policy(plan.next.quotas);
     books_.reservations.keep_sleep_memory(plan.next.sleep_memory_kept);
+    books_.descriptors.configure(plan.next.fd_store_max, plan.next.max_connections);
     config_ = std::move(plan.next);
     for (const std::string& each : plan.not_applied) spdlog::warn("reload: {}", each);
     spdlog::info("SIGHUP: configuration reloaded: {}",
