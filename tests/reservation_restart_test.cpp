@@ -215,14 +215,13 @@ TEST(ReservationRestart, ASleepCopyReusedByTheNextSleepIsFoundAfterASigkill) {
 // while its client can still be told, and what was kept comes back whole.
 TEST(ReservationRestart, ChunksThatWouldPassTheFdStoreAreRefusedAndWhatWasKeptComesBack) {
   constexpr std::size_t kStoreMax = 600;
-  const temporary_file config("gpumemd-small-store",
-                              "fd_store_max: 600\nmax_connections: 8\n");
+  const temporary_file config("gpumemd-small-store", "fd_store_max: 600\nmax_connections: 8\n");
   systemd_supervisor daemon({.args = {"--config", config.path()}, .fd_store_max = kStoreMax});
   daemon.start();
   auto client = daemon.connect("owner");
   constexpr std::size_t kChunks = 200;
-  auto first = Reservation::create(
-      client, kChunks * kChunk, {.device = kHost, .name = "first", .initial = kChunks * kChunk});
+  auto first = Reservation::create(client, kChunks * kChunk,
+                                   {.device = kHost, .name = "first", .initial = kChunks * kChunk});
   stamp_chunks(first, 6);
   try {
     Reservation::create(client, kChunks * kChunk,
@@ -230,8 +229,9 @@ TEST(ReservationRestart, ChunksThatWouldPassTheFdStoreAreRefusedAndWhatWasKeptCo
     ADD_FAILURE() << "a reservation passed the fd store, to be lost at a restart";
   } catch (const Error& error) {
     EXPECT_EQ(error.status(), errc::quota_exceeded);
-    EXPECT_NE(std::string(error.what()).find("reservation 'second': 201 more descriptors would "
-                                             "pass fd_store_max"),
+    EXPECT_NE(std::string(error.what())
+                  .find("reservation 'second': 201 more descriptors would "
+                        "pass fd_store_max"),
               std::string::npos)
         << error.what();
   }
