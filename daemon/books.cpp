@@ -63,7 +63,7 @@ void books::set_keeper(state_keeper* keeper) {
     descriptors.count_with({}, {});
   } else {
     descriptors.count_with([keeper] { return keeper->stored_descriptors(); },
-                           [this] { return rows.clients().size(); });
+                           [this] { return rows.connections_served(); });
   }
 }
 

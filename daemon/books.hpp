@@ -119,6 +119,7 @@ class books {
     // refusals come with changes anyway; refusals are at most 20 a second.
     if (keeper_ != nullptr && (rows.changed() || events.last_sequence() != events_written_)) {
       keeper_->write_changes();
+      descriptors.written();
       events_written_ = events.last_sequence();
     }
   }

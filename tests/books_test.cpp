@@ -914,6 +914,35 @@ TEST(UnconfiguredPools, AreNotMadeAtTheStartTakeNothingNewAndCloseOnceEmpty) {
   EXPECT_EQ(code_of([&] { book->memory.allocate(client, unnamed); }), errc::no_such_device);
 }
 
+// A reload that configures such a pool again as it was gives it allocations again; with other
+// settings it waits for a restart. An instance kept with settings other than its configured
+// pool's (a host pool's size changed across the restart) takes no new allocation either.
+TEST(UnconfiguredPools, TakeAllocationsAgainOnlyAsTheyWereConfigured) {
+  pool_config gone = embedded_default_config().pools.at(0);
+  gone.name = "gone";
+  pool_config resized = embedded_default_config().pools.at(0);
+  resized.size *= 2;
+  const access_class tenant = access_class::for_memory(1000, 1000, 0600);
+  books book(embedded_default_config(), host_pools, {}, {}, [&](books& state) {
+    state.memory.adopt_pool(std::make_unique<host_pool>(7, gone), tenant);
+    state.memory.adopt_pool(std::make_unique<host_pool>(8, resized), tenant);
+  });
+  EXPECT_EQ(book.memory.pool_by_id(8), nullptr) << "not the configured size: closed, empty";
+  EXPECT_EQ(book.stats().records.size(), 1u) << "'gone' holds nothing: not listed";
+
+  pool_config other = gone;
+  other.size /= 2;
+  EXPECT_THROW(book.memory.add_pool(other), config_error);
+  book.memory.add_pool(gone);
+  const client_id client = book.add_client({100, 1000, 1000, {}});
+  proto::allocate_request request{};
+  request.size = 4096;
+  request.device = proto::kHostDevice;
+  ASSERT_FALSE(proto::make_wire_name("gone", request.pool));
+  EXPECT_NO_THROW(book.memory.allocate(client, request));
+  EXPECT_EQ(book.stats().records.size(), 2u);
+}
+
 /// What the pools of one books heard about their holders, in order.
 struct holder_log {
   std::vector<std::pair<std::uint64_t, bool>> released;  ///< holder, with an event

@@ -143,17 +143,14 @@ TEST_F(ConfigFile, PrintedDefaultLoadsAsTheEmbeddedDefault) {
   EXPECT_EQ(load(printed.output), embedded_default_config());
 }
 
-TEST_F(ConfigFile, AnFdStoreTooSmallForTheConnectionsIsValidButSaidToLeaveLittleRoom) {
-  const auto config = load("fd_store_max: 4096\n");
-  EXPECT_EQ(config.fd_store_max, 4096u);
-  const std::vector<std::string> notices = config_notices(config);
-  ASSERT_EQ(notices.size(), 1u);
-  EXPECT_EQ(notices[0].rfind("fd_store_max 4096 leaves little room for reservations beside "
-                             "max_connections 4096",
-                             0),
-            0u)
-      << notices[0];
-  EXPECT_NE(error_of("fd_store_max: 100\n").find("below the minimum of 512"), std::string::npos);
+TEST_F(ConfigFile, AnFdStoreWithNoRoomForReservationsBesideTheConnectionsIsAnError) {
+  EXPECT_EQ(load("fd_store_max: 4608\n").fd_store_max, 4608u);  // 4096 connections + 512
+  const std::string error = error_of("fd_store_max: 4096\n");
+  EXPECT_NE(error.find("fd_store_max: 4096 leaves reservations no room: at least "
+                       "max_connections (4096, a pidfd each) + 512"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(load("max_connections: 8\nfd_store_max: 520\n").fd_store_max, 520u);
 }
 
 TEST_F(ConfigFile, APoolWithoutReleaseThresholdKeepsAllFreedMemory) {

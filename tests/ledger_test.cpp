@@ -160,24 +160,26 @@ TEST_F(Ledger, RowsErasedBetweenOthersOrRestoredOutOfOrderKeepPagesAndLookupsExa
 }
 
 TEST_F(Ledger, SessionsAwaitingTheirResumesAreCountedByUidAndGid) {
+  // Of uid 1000: awaiting by uid and by gid, and connections; then the connections open now,
+  // bob's among them.
   const auto awaiting = [&] {
-    return std::vector<std::uint64_t>{rows.usage_of_uid(1000).awaiting_resume,
-                                      rows.usage_of_gid(1000).awaiting_resume,
-                                      rows.usage_of_uid(1000).connections};
+    return std::vector<std::uint64_t>{
+        rows.usage_of_uid(1000).awaiting_resume, rows.usage_of_gid(1000).awaiting_resume,
+        rows.usage_of_uid(1000).connections, rows.connections_served()};
   };
-  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{0, 0, 2}));
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{0, 0, 2, 3}));
   rows.set_serving(alice, false);  // its connection broke; its process lives
   rows.set_serving(alice, false);  // told twice, counted once
-  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{1, 1, 2}));
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{1, 1, 2, 2}));
   client_row kept = rows.client(alice_too);
   const client_id restored = alice_too + 100;
   rows.restore_client(restored, kept);  // a restart's: no connection serves it yet
   rows.restore_client(restored, kept);  // restored again, not counted again
-  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{2, 2, 3}));
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{2, 2, 3, 2}));
   rows.set_serving(restored, true);  // its process came back
-  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{1, 1, 3}));
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{1, 1, 3, 3}));
   rows.remove_client(alice, [](object_id, const object_row&) {});
-  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{0, 0, 2}));
+  EXPECT_EQ(awaiting(), (std::vector<std::uint64_t>{0, 0, 2, 3}));
   EXPECT_EQ(rows.usage_of_uid(2000).awaiting_resume, 0u);
 }
 

@@ -21,7 +21,6 @@
 
 #include "config/config_keys.hpp"
 #include "gpumem/proto/wire.hpp"
-#include "policy/descriptor_budget.hpp"
 
 namespace gpumem::daemon {
 
@@ -493,6 +492,16 @@ quota_config read_quotas(const YAML::Node& node, const location& where) {
 daemon_config read_config(const YAML::Node& root, const location& where) {
   daemon_config config;
   read_map<daemon_config>(root, kDaemonKeys, where, config);
+  const std::uint64_t least =
+      config.max_connections + kFdStoreKeptForTheDaemon + kFdStoreLeastForReservations;
+  if (config.fd_store_max < least) {
+    fail(where.key("fd_store_max"),
+         fmt::format("{} leaves reservations no room: at least max_connections ({}, a pidfd "
+                     "each) + {} (the daemon's own descriptors, and some for reservations); "
+                     "raise it with the unit's FileDescriptorStoreMax, or lower max_connections",
+                     config.fd_store_max, config.max_connections,
+                     kFdStoreKeptForTheDaemon + kFdStoreLeastForReservations));
+  }
   return config;
 }
 
@@ -599,13 +608,6 @@ std::vector<std::string> config_notices(const daemon_config& config) {
         "gpumemd pool's) whatever it says; below the size it only makes the driver's reserved "
         "figure for the pool read low. Leave it out.",
         i, pool.name, size_text(pool.release_threshold)));
-  }
-  if (config.fd_store_max < config.max_connections + descriptor_budget::kKeptForTheDaemon * 2) {
-    notices.push_back(fmt::format(
-        "fd_store_max {} leaves little room for reservations beside max_connections {} (one "
-        "pidfd each) and {} descriptors for the daemon's own: raise it with the unit's "
-        "FileDescriptorStoreMax, or lower max_connections",
-        config.fd_store_max, config.max_connections, descriptor_budget::kKeptForTheDaemon));
   }
   return notices;
 }

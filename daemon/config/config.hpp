@@ -70,6 +70,12 @@ struct quota_config {
   friend bool operator==(const quota_config&, const quota_config&) = default;
 };
 
+/// Descriptors of systemd's fd store held back for pool instances, lock and signal pages and the
+/// state's own files (descriptor_budget), and the least that fd_store_max must leave
+/// reservations beside them and a pidfd per connection.
+inline constexpr std::uint64_t kFdStoreKeptForTheDaemon = 256;
+inline constexpr std::uint64_t kFdStoreLeastForReservations = 256;
+
 /// The whole configuration. Its defaults live in kDaemonKeys: start from
 /// embedded_default_config() or load_config_file(), not from a default-constructed value.
 struct daemon_config {

@@ -252,10 +252,8 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
      .description = "FileDescriptorStoreMax of gpumemd's unit: keep the two equal. Reservation "
                     "chunks that would pass it, less room for max_connections pidfds and the "
                     "daemon's own, are refused, since what systemd's fd store drops is lost at a "
-                    "restart",
-     .lands_in = &daemon_config::fd_store_max,
-     .minimum = 512,
-     .minimum_reason = "the room the daemon keeps for its pools, pages and state files, twice"},
+                    "restart. At least max_connections + 512",
+     .lands_in = &daemon_config::fd_store_max},
 };
 
 }  // namespace gpumem::daemon

@@ -107,6 +107,7 @@ void ledger::count_connection(const client_row& client, int sign) noexcept {
     add(account->connections);
     if (!client.serving) add(account->awaiting_resume);
   }
+  if (client.serving) add(connections_served_);
 }
 
 void ledger::set_streams_events(client_id client) {

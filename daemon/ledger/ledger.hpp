@@ -262,6 +262,8 @@ class ledger {
   /// @brief Every uid that owns something or is connected, with what it owns, by uid.
   std::map<uid_t, usage> usage_by_uid() const;
   usage usage_of_gid(gid_t gid) const;
+  /// @brief Clients a connection serves now (client_row::serving): the connections open.
+  std::uint64_t connections_served() const noexcept { return connections_served_; }
   std::size_t count(object_family family) const noexcept { return ids_[index(family)].size(); }
   const std::map<object_id, object_row>& objects() const noexcept { return objects_; }
 
@@ -318,7 +320,7 @@ class ledger {
   /// Adds (sign +1) or takes off (-1) what @p row takes to or from @p into.
   static void count(usage& into, const object_row& row, int sign) noexcept;
   /// Adds (+1) or takes off (-1) @p client's connection, and its wait for a resume while no
-  /// connection serves it, in its uid's and gid's usage.
+  /// connection serves it, in its uid's and gid's usage; or the connection served, node-wide.
   void count_connection(const client_row& client, int sign) noexcept;
   /// The owner client let go: what it owns no longer counts for it.
   void disown(object_row& row) noexcept;
@@ -352,6 +354,7 @@ class ledger {
   std::map<client_id, client_row> clients_;
   std::unordered_map<uid_t, usage> by_uid_;
   std::unordered_map<gid_t, usage> by_gid_;
+  std::uint64_t connections_served_ = 0;
   object_id next_object_id_ = 1;
   client_id next_client_id_ = 1;
   bool tracking_ = false;

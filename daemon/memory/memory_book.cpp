@@ -52,6 +52,19 @@ void memory_book::open_family(pool_family& family) {
 }
 
 void memory_book::add_pool(const pool_config& config) {
+  // A pool that only the kept state still named, configured again: as it was, it takes
+  // allocations again; otherwise two families of one name would share out one name's size twice.
+  for (pool_family& family : families_) {
+    if (family.configured || family.config.name != config.name) continue;
+    if (family.config != config) {
+      throw config_error("pool '" + config.name +
+                         "': a pool of that name with other settings, from before the last "
+                         "restart, still holds memory; added at the next restart");
+    }
+    open_family(family);
+    family.configured = true;
+    return;
+  }
   if (families_.size() == families_.capacity()) {
     throw config_error("pool '" + config.name + "': no room for more pools until gpumemd restarts");
   }
@@ -88,7 +101,10 @@ void memory_book::adopt_pool(std::unique_ptr<pool> adopted, const access_class& 
     pool_owner_.resize(id + 1, {0, tenant});
   }
   pool_owner_[id] = {static_cast<std::size_t>(&family - families_.data()), tenant};
-  if (family.configured && adopted->takes_allocations() && !family.instances.contains(tenant)) {
+  // Only an instance made as the pool is configured now takes allocations (a host pool's size
+  // changed at the restart, or a record that names a configured pool with other settings).
+  if (family.configured && adopted->config() == family.config && adopted->takes_allocations() &&
+      !family.instances.contains(tenant)) {
     family.instances.emplace(tenant, adopted.get());
   } else {
     family.retired.push_back(adopted.get());
@@ -135,6 +151,7 @@ void memory_book::release_if_retired_and_empty(pool& instance) noexcept {
   if (std::erase(retired, &instance) == 0) return;
   spdlog::info("pool '{}': instance {} from before the restart holds nothing any more: closed",
                instance.config().name, id);
+  instance.settle_frees();  // its last free's pages go back now, not with the last client's fd
   pools_[id].reset();
   rows_.touch_pool(id);
 }
@@ -391,11 +408,11 @@ std::uint32_t memory_book::features() const noexcept {
 
 proto::stats_reply memory_book::stats() const {
   proto::stats_reply reply;
-  reply.head.count = static_cast<std::uint32_t>(families_.size());
   reply.head.daemon_pid = static_cast<std::uint32_t>(::getpid());
   reply.head.allocation_count = allocations_.size();
   reply.head.features = features();
   for (const pool_family& family : families_) {
+    if (!listed(family)) continue;
     // A configured pool's line is the sum of its instances; its id is its first instance's.
     proto::pool_stats record{};
     record.name = to_wire(family.config.name);
@@ -420,12 +437,14 @@ proto::stats_reply memory_book::stats() const {
     }
     reply.records.push_back(record);
   }
+  reply.head.count = static_cast<std::uint32_t>(reply.records.size());
   return reply;
 }
 
 std::vector<std::pair<const pool_config*, spare_use>> memory_book::spares() const {
   std::vector<std::pair<const pool_config*, spare_use>> found;
   for (const pool_family& family : families_) {
+    if (!listed(family)) continue;
     spare_use sum{.bytes = family.room->spare_bytes()};
     for (const auto& [tenant, each] : family.instances) {
       const spare_use use = each->spares();

@@ -19,6 +19,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -47,7 +48,7 @@ class memory_book {
 
   /// @brief Makes each configured pool's instance for the daemon's own uid, so that a pool the
   /// machine cannot make stops the start with its name instead of failing a first allocation;
-  /// after re-adoption, lets go of adopted CUDA pools that hold nothing.
+  /// after re-adoption, lets go of adopted instances that take no allocations and hold nothing.
   /// @throws config_error when a configured pool cannot be made.
   void open_pools();
   /// @brief Adds a configured pool while the daemon runs (a reload) and makes its first
@@ -119,7 +120,9 @@ class memory_book {
   bool shares_events(client_id client) const;
 
   /// @brief Configured pools (each may have several instances).
-  std::size_t pool_count() const noexcept { return families_.size(); }
+  std::size_t pool_count() const noexcept {
+    return static_cast<std::size_t>(std::ranges::count_if(families_, &memory_book::listed));
+  }
   /// @brief The instance @p pool_id and the descriptor @p client may have of it.
   /// @throws request_error(not_found) for no such instance, or one the client may not reach
   /// (permission_denied would tell it that the instance exists).
@@ -159,6 +162,10 @@ class memory_book {
     std::unique_ptr<family_room> room;
   };
 
+  /// A configured pool, or one from before the restart that still has an instance.
+  static bool listed(const pool_family& family) noexcept {
+    return family.configured || !family.instances.empty() || !family.retired.empty();
+  }
   pool_family& choose_family(const proto::allocate_request& request);
   pool_family& family_named(const pool_config& config);
   /// @throws config_error naming the pool when its first instance cannot be made.

@@ -35,7 +35,7 @@ std::string what_failed(const std::exception_ptr& failure, errc& code) {
 }  // namespace
 
 reservation_book::reservation_book(ledger& rows, const access_policy& access,
-                                   const quota_policy& quotas, const descriptor_budget& descriptors,
+                                   const quota_policy& quotas, descriptor_budget& descriptors,
                                    reservation_maker make_device_reservation)
     : rows_(rows),
       access_(access),

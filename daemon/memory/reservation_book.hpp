@@ -30,7 +30,7 @@ class reservation_book {
   /// @param make_device_reservation empty when CUDA is unavailable: host reservations only.
   /// @param descriptors what every chunk made must fit: each is kept in systemd's fd store.
   reservation_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
-                   const descriptor_budget& descriptors, reservation_maker make_device_reservation);
+                   descriptor_budget& descriptors, reservation_maker make_device_reservation);
 
   /// @brief Where sleep and wake run their copies; without one they are not_supported.
   void set_background(background* worker) noexcept { background_ = worker; }
@@ -105,7 +105,7 @@ class reservation_book {
   ledger& rows_;
   const access_policy& access_;
   const quota_policy& quotas_;
-  const descriptor_budget& descriptors_;
+  descriptor_budget& descriptors_;
   reservation_maker make_device_reservation_;
   background* background_ = nullptr;
   std::uint64_t keep_at_most_ = 0;

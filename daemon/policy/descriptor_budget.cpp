@@ -4,22 +4,26 @@
 
 #include <algorithm>
 
+#include "config/config.hpp"
 #include "request_error.hpp"
 
 namespace gpumem::daemon {
 
-void descriptor_budget::check(std::size_t more, std::string_view what) const {
+void descriptor_budget::check(std::size_t more, std::string_view what) {
   if (!kept_now_ || more == 0) return;
-  const std::size_t kept = kept_now_();
+  const std::size_t kept = kept_now_() + promised_;
   const std::size_t connecting = max_connections_ - std::min(max_connections_, connections_now_());
-  const std::size_t room_left = store_max_ - std::min(store_max_, kept + connecting);
-  if (more + kKeptForTheDaemon <= room_left) return;
-  throw request_error(
-      proto::errc::quota_exceeded,
-      fmt::format("{}: {} more descriptors would pass fd_store_max ({} of {} kept, {} + {} left "
-                  "for connections and the daemon); what systemd's fd store drops is lost at a "
-                  "restart",
-                  what, more, kept, store_max_, connecting, kKeptForTheDaemon));
+  const std::size_t held_back = connecting + kFdStoreKeptForTheDaemon;
+  const std::size_t room = store_max_ - std::min(store_max_, kept + held_back);
+  if (more > room) {
+    throw request_error(
+        proto::errc::quota_exceeded,
+        fmt::format("{}: {} more descriptors would pass fd_store_max ({} of {} kept, {} + {} "
+                    "held back for connections and the daemon); what systemd's fd store drops "
+                    "is lost at a restart",
+                    what, more, kept, store_max_, connecting, kFdStoreKeptForTheDaemon));
+  }
+  promised_ += more;
 }
 
 }  // namespace gpumem::daemon

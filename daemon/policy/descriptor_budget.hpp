@@ -14,30 +14,32 @@ namespace gpumem::daemon {
 
 class descriptor_budget {
  public:
-  /// Kept for pool instances, lock and signal pages and the state's own files.
-  static constexpr std::size_t kKeptForTheDaemon = 256;
-
   /// @param store_max fd_store_max, the unit's FileDescriptorStoreMax.
   /// @param max_connections each connection's process is kept as a pidfd.
   void configure(std::size_t store_max, std::size_t max_connections) noexcept {
     store_max_ = store_max;
     max_connections_ = max_connections;
   }
-  /// @param kept_now the descriptors kept in the store now; empty when nothing is kept (no
-  /// systemd), which checks nothing.
-  /// @param connections_now the connections counted in kept_now already.
+  /// @param kept_now the descriptors kept in the store as of its last write; empty when nothing
+  /// is kept (no systemd), which checks nothing.
+  /// @param connections_now the connections open now, whose pidfds kept_now counts.
   void count_with(std::function<std::size_t()> kept_now,
                   std::function<std::size_t()> connections_now) {
     kept_now_ = std::move(kept_now);
     connections_now_ = std::move(connections_now);
   }
-  /// @throws request_error(quota_exceeded) naming fd_store_max when @p more descriptors for
-  /// @p what would leave too little room.
-  void check(std::size_t more, std::string_view what) const;
+  /// @brief Counts @p more descriptors for @p what as kept until the next write: several
+  /// requests are answered before one write stores what they made.
+  /// @throws request_error(quota_exceeded) naming fd_store_max when they would leave too little
+  /// room.
+  void check(std::size_t more, std::string_view what);
+  /// @brief The state was written: what the requests since made is counted in kept_now.
+  void written() noexcept { promised_ = 0; }
 
  private:
   std::size_t store_max_ = 0;
   std::size_t max_connections_ = 0;
+  std::size_t promised_ = 0;
   std::function<std::size_t()> kept_now_;
   std::function<std::size_t()> connections_now_;
 };
