@@ -266,7 +266,18 @@ TEST(ReservationRestart, ChunksThatWouldPassTheFdStoreAreRefusedAndWhatWasKeptCo
   EXPECT_EQ(refusal_of([&] { first.wake(); }).first, errc::quota_exceeded);
   EXPECT_EQ(first.status().state, ReservationState::asleep);
   second.reset();
-  first.wake();
+  // A wake under way stores its chunks when its copy ends: their room stays taken meanwhile.
+  auto watcher = daemon.connect("watcher");
+  std::thread waking([&] { first.wake(); });
+  bool copying = false;
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       !copying && std::chrono::steady_clock::now() < until;) {
+    copying = reservation_status(watcher, "first").busy;
+  }
+  const auto during_wake = refusal_of([&] { reserve("third"); });
+  waking.join();
+  EXPECT_TRUE(copying) << "the wake was never seen under way";
+  EXPECT_EQ(during_wake.first, errc::quota_exceeded) << during_wake.second;
   EXPECT_TRUE(chunks_stamped(first, 6));
   EXPECT_LE(daemon.stored_count(), kStoreMax - 256);
 

@@ -413,8 +413,8 @@ proto::reservation_status reservation_book::wake(client_id client,
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
-  descriptors_.check(whole_chunks(entry->committed(), entry->chunk_size()),
-                     name_object(id, *rows_.find(id)));
+  const std::uint64_t chunks = whole_chunks(entry->committed(), entry->chunk_size());
+  descriptors_.check(chunks, name_object(id, *rows_.find(id)));
   const auto making = std::chrono::steady_clock::now();
   std::unique_ptr<reservation> fresh =
       make(entry->device(), entry->max_size(), entry->chunk_size());
@@ -426,6 +426,8 @@ proto::reservation_status reservation_book::wake(client_id client,
   sleep_copy* from = entry->host_copy_to_wake_from();
   const bool sealed = entry->version() > 1;
   const auto started = std::chrono::steady_clock::now();
+  // Its chunks are stored when the copy ends, many writes later: counted until then.
+  descriptors_.defer(chunks);
   background_->run(
       [&into, from, sealed] {
         if (from == nullptr) {
@@ -435,7 +437,8 @@ proto::reservation_status reservation_book::wake(client_id client,
         }
         if (sealed) into.seal();
       },
-      [this, id = id, kept, started, making_ms](std::exception_ptr failure) {
+      [this, id = id, kept, started, making_ms, chunks](std::exception_ptr failure) {
+        descriptors_.stop_deferring(chunks);
         if (!still_held(id, kept.get())) {  // released meanwhile: its bytes have no one to serve
           let_go_off_loop(kept->lose());
           let_go_off_loop(kept->take_kept_copy());

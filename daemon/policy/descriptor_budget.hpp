@@ -6,6 +6,7 @@
 /// hundred, so what would take them past the store's size (less what every connection and the
 /// daemon's own files need) is refused at the request, while the client can still be told.
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <string_view>
@@ -35,11 +36,24 @@ class descriptor_budget {
   void check(std::size_t more, std::string_view what);
   /// @brief The state was written: what the requests since made is counted in kept_now.
   void written() noexcept { promised_ = 0; }
+  /// @brief After check(): @p more are stored only when background work ends (a wake's chunks,
+  /// once their bytes are copied in), so they stay counted across writes until
+  /// stop_deferring(@p more).
+  void defer(std::size_t more) noexcept {
+    promised_ -= std::min(promised_, more);
+    deferred_ += more;
+  }
+  /// @brief The work ended: its descriptors are stored with the next write, or were let go.
+  void stop_deferring(std::size_t more) noexcept {
+    deferred_ -= std::min(deferred_, more);
+    promised_ += more;
+  }
 
  private:
   std::size_t store_max_ = 0;
   std::size_t max_connections_ = 0;
   std::size_t promised_ = 0;
+  std::size_t deferred_ = 0;
   std::function<std::size_t()> kept_now_;
   std::function<std::size_t()> connections_now_;
 };
