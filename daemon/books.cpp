@@ -45,9 +45,9 @@ books::books(const daemon_config& config, pool_maker make_pool, reservation_make
     // The socket is made by this process, so its group is the daemon's group.
     : access(config.access, ::geteuid(), ::getegid()),
       quotas(config.quotas),
-      memory(rows, access, quotas, config, std::move(make_pool)),
+      memory(rows, access, quotas, descriptors, config, std::move(make_pool)),
       reservations(rows, access, quotas, descriptors, std::move(make_reservation)),
-      sync(rows, access, quotas, std::move(make_signal_page)),
+      sync(rows, access, quotas, descriptors, std::move(make_signal_page)),
       instance(random_nonzero()) {
   descriptors.configure(config.fd_store_max, config.max_connections);
   if (adopt) adopt(*this);
@@ -60,10 +60,11 @@ void books::set_keeper(state_keeper* keeper) {
   keeper_ = keeper;
   events_written_ = events.last_sequence();  // re-adopted: the number came from the state
   if (keeper == nullptr) {
-    descriptors.count_with({}, {});
+    descriptors.count_with({});
   } else {
-    descriptors.count_with([keeper] { return keeper->stored_descriptors(); },
-                           [this] { return rows.connections_served(); });
+    descriptors.count_with({.kept_now = [keeper] { return keeper->stored_descriptors(); },
+                            .connections_now = [this] { return rows.connections_served(); },
+                            .to_come = [this] { return reservations.descriptors_to_come(); }});
   }
 }
 

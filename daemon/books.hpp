@@ -101,9 +101,13 @@ class books {
   /// @brief Starts the background work the requests just answered left (memory_book::
   /// start_deferred_work()); after the replies went out.
   void start_deferred_work() noexcept { memory.start_deferred_work(); }
-  /// @brief Whether a restart finds what clients were told: systemd keeps the state, and its
-  /// last write succeeded.
-  bool state_kept() const noexcept { return keeper_ != nullptr && !keeper_->failing(); }
+  /// @brief Whether a restart finds what clients were told: systemd keeps the state, its last
+  /// write succeeded, and it asked systemd to keep no more than fd_store_max descriptors (past
+  /// them, systemd drops some without a word).
+  bool state_kept() const noexcept {
+    return keeper_ != nullptr && !keeper_->failing() &&
+           keeper_->stored_descriptors() <= descriptors.store_max();
+  }
   std::uint64_t state_write_failures() const noexcept {
     return keeper_ != nullptr ? keeper_->failed_writes() : 0;
   }

@@ -914,10 +914,11 @@ TEST(UnconfiguredPools, AreNotMadeAtTheStartTakeNothingNewAndCloseOnceEmpty) {
   EXPECT_EQ(code_of([&] { book->memory.allocate(client, unnamed); }), errc::no_such_device);
 }
 
-// A reload that configures such a pool again as it was gives it allocations again; with other
-// settings it waits for a restart. An instance kept with settings other than its configured
-// pool's (a host pool's size changed across the restart) takes no new allocation either.
-TEST(UnconfiguredPools, TakeAllocationsAgainOnlyAsTheyWereConfigured) {
+// A reload that configures such a pool again gives it allocations again: with any settings once
+// it holds nothing (while it holds memory, only as it was). An instance kept with settings other
+// than its configured pool's (a host pool's size changed across the restart) takes no new
+// allocation.
+TEST(UnconfiguredPools, AreConfiguredAgainByAReloadAndKeptInstancesOfOtherSettingsRetire) {
   pool_config gone = embedded_default_config().pools.at(0);
   gone.name = "gone";
   pool_config resized = embedded_default_config().pools.at(0);
@@ -930,17 +931,80 @@ TEST(UnconfiguredPools, TakeAllocationsAgainOnlyAsTheyWereConfigured) {
   EXPECT_EQ(book.memory.pool_by_id(8), nullptr) << "not the configured size: closed, empty";
   EXPECT_EQ(book.stats().records.size(), 1u) << "'gone' holds nothing: not listed";
 
+  // It held nothing: configured again with any settings. (One that still holds memory takes
+  // other settings only at a restart: Restart.APoolTakenOutOfTheConfiguration...)
   pool_config other = gone;
   other.size /= 2;
-  EXPECT_THROW(book.memory.add_pool(other), config_error);
-  book.memory.add_pool(gone);
+  book.memory.add_pool(other);
   const client_id client = book.add_client({100, 1000, 1000, {}});
   proto::allocate_request request{};
   request.size = 4096;
   request.device = proto::kHostDevice;
   ASSERT_FALSE(proto::make_wire_name("gone", request.pool));
   EXPECT_NO_THROW(book.memory.allocate(client, request));
-  EXPECT_EQ(book.stats().records.size(), 2u);
+  ASSERT_EQ(book.stats().records.size(), 2u);
+  EXPECT_EQ(book.stats().records.at(1).size_limit, other.size);
+}
+
+/// A keeper whose store holds as many descriptors as a test says.
+class counted_keeper final : public state_keeper {
+ public:
+  std::size_t stored = 0;
+  void keep_process(client_id, int) override {}
+  void write_changes() noexcept override {}
+  bool failing() const noexcept override { return false; }
+  std::uint64_t failed_writes() const noexcept override { return 0; }
+  std::size_t stored_descriptors() const noexcept override { return stored; }
+};
+
+/// The text of the request_error @p work throws, or "not refused".
+std::string refusal_of(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const request_error& error) {
+    EXPECT_EQ(error.code(), errc::quota_exceeded) << error.what();
+    return error.what();
+  }
+  return "not refused";
+}
+
+// Whatever a tenant's request makes that the fd store keeps must fit in it: a pool instance and
+// a lock page of a new access class as much as a reservation's chunks, or a tenant could fill
+// the store until systemd drops the daemon's own state files.
+TEST(DescriptorBudget, EveryDescriptorARequestMakesMustFitTheStore) {
+  daemon_config config = embedded_default_config();
+  config.fd_store_max = 1000;
+  config.max_connections = 8;
+  books book(config, host_pools);
+  counted_keeper keeper;
+  book.set_keeper(&keeper);
+  const std::uint32_t uid = ::geteuid() + 1000;  // a class of its own: a new instance, a new page
+  const client_id client = book.add_client({100, uid, uid, {}});
+  keeper.stored = 1000 - (8 - 1) - 256;  // full: one connection open, 7 more allowed
+  proto::allocate_request allocation{};
+  allocation.size = 4096;
+  allocation.device = proto::kHostDevice;
+  const std::string instance = refusal_of([&] { book.memory.allocate(client, allocation); });
+  EXPECT_NE(instance.find("pool 'host' (an instance for uid " + std::to_string(uid) +
+                          "): 1 more descriptors would pass fd_store_max (737 of 1000 kept, 7 + "
+                          "256 held back"),
+            std::string::npos)
+      << instance;
+  EXPECT_NE(refusal_of([&] { book.sync.attach(client); }).find("a lock and barrier page"),
+            std::string::npos);
+
+  keeper.stored -= 2;  // room for two: what is answered before the next write counts
+  EXPECT_NO_THROW(book.memory.allocate(client, allocation));
+  EXPECT_NO_THROW(book.sync.attach(client));
+  const client_id other = book.add_client({101, uid + 1, uid + 1, {}});  // 6 more connections
+  keeper.stored += 1;
+  EXPECT_NE(refusal_of([&] { book.memory.allocate(other, allocation); }).find("738 of 1000"),
+            std::string::npos);
+
+  // Past the store's size systemd drops descriptors without a word: not kept, says the daemon.
+  EXPECT_TRUE(book.state_kept());
+  keeper.stored = 1001;
+  EXPECT_FALSE(book.state_kept());
 }
 
 /// What the pools of one books heard about their holders, in order.

@@ -492,16 +492,6 @@ quota_config read_quotas(const YAML::Node& node, const location& where) {
 daemon_config read_config(const YAML::Node& root, const location& where) {
   daemon_config config;
   read_map<daemon_config>(root, kDaemonKeys, where, config);
-  const std::uint64_t least =
-      config.max_connections + kFdStoreKeptForTheDaemon + kFdStoreLeastForReservations;
-  if (config.fd_store_max < least) {
-    fail(where.key("fd_store_max"),
-         fmt::format("{} leaves reservations no room: at least max_connections ({}, a pidfd "
-                     "each) + {} (the daemon's own descriptors, and some for reservations); "
-                     "raise it with the unit's FileDescriptorStoreMax, or lower max_connections",
-                     config.fd_store_max, config.max_connections,
-                     kFdStoreKeptForTheDaemon + kFdStoreLeastForReservations));
-  }
   return config;
 }
 
@@ -608,6 +598,19 @@ std::vector<std::string> config_notices(const daemon_config& config) {
         "gpumemd pool's) whatever it says; below the size it only makes the driver's reserved "
         "figure for the pool read low. Leave it out.",
         i, pool.name, size_text(pool.release_threshold)));
+  }
+  // A notice rather than an error: a configuration that ran before fd_store_max existed must
+  // not stop a restart, which would lose the state the fd store keeps.
+  constexpr std::uint64_t kBesideConnections =
+      kFdStoreKeptForTheDaemon + kFdStoreLeastForReservations;
+  if (config.max_connections > config.fd_store_max ||
+      config.fd_store_max - config.max_connections < kBesideConnections) {
+    notices.push_back(fmt::format(
+        "fd_store_max {} leaves reservations, pool instances and lock pages little or no room "
+        "beside max_connections {} (a pidfd each) and the {} descriptors held back for the "
+        "daemon: they are refused (quota_exceeded). Make fd_store_max at least max_connections + "
+        "{}, with the unit's FileDescriptorStoreMax, or lower max_connections",
+        config.fd_store_max, config.max_connections, kFdStoreKeptForTheDaemon, kBesideConnections));
   }
   return notices;
 }

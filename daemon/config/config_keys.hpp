@@ -249,10 +249,10 @@ inline constexpr config_key<daemon_config> kDaemonKeys[] = {
     {.key = "fd_store_max",
      .type = value_type::count,
      .default_value = "16384",
-     .description = "FileDescriptorStoreMax of gpumemd's unit: keep the two equal. Reservation "
-                    "chunks that would pass it, less room for max_connections pidfds and the "
-                    "daemon's own, are refused, since what systemd's fd store drops is lost at a "
-                    "restart. At least max_connections + 512",
+     .description = "FileDescriptorStoreMax of gpumemd's unit: keep the two equal, at least "
+                    "max_connections + 512. What would pass it (reservation chunks, pool "
+                    "instances, lock pages), less a pidfd per connection and the daemon's own, "
+                    "is refused, since what systemd's fd store drops is lost at a restart",
      .lands_in = &daemon_config::fd_store_max},
 };
 

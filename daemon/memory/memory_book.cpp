@@ -23,11 +23,13 @@ std::string device_text(std::int32_t device) {
 }  // namespace
 
 memory_book::memory_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
-                         const daemon_config& config, pool_maker make_pool)
+                         descriptor_budget& descriptors, const daemon_config& config,
+                         pool_maker make_pool)
     : daemon_uid_(::geteuid()),
       rows_(rows),
       access_(access),
       quotas_(quotas),
+      descriptors_(descriptors),
       make_pool_(std::move(make_pool)) {
   // Room for pools a previous daemon had that the configuration no longer names (adopt_pool):
   // instances point into families_, so it must never move.
@@ -56,7 +58,10 @@ void memory_book::add_pool(const pool_config& config) {
   // allocations again; otherwise two families of one name would share out one name's size twice.
   for (pool_family& family : families_) {
     if (family.configured || family.config.name != config.name) continue;
-    if (family.config != config) {
+    if (!listed(family)) {  // it holds nothing any more: configured anew
+      family.config = config;
+      family.room = std::make_unique<family_room>(config.size);
+    } else if (family.config != config) {
       throw config_error("pool '" + config.name +
                          "': a pool of that name with other settings, from before the last "
                          "restart, still holds memory; added at the next restart");
@@ -79,7 +84,15 @@ void memory_book::add_pool(const pool_config& config) {
 
 memory_book::pool_family& memory_book::family_named(const pool_config& config) {
   for (pool_family& family : families_) {
-    if (family.config.name == config.name) return family;
+    if (family.config.name != config.name) continue;
+    // Instances come in the order of their ids, the later made under the later configuration:
+    // a pool no longer configured keeps the settings it had last. Its allocations are adopted
+    // after its instances, so its room is still empty.
+    if (!family.configured && family.config != config) {
+      family.config = config;
+      family.room = std::make_unique<family_room>(config.size);
+    }
+    return family;
   }
   spdlog::warn(
       "pool '{}' is no longer configured: it serves what a previous gpumemd put in it and takes "
@@ -205,6 +218,8 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
   pools_.reserve(pools_.size() + 1);
   pool_owner_.reserve(pool_owner_.size() + 1);
   room_for_notes(pools_.size() + 1);
+  descriptors_.check(
+      1, fmt::format("pool '{}' (an instance for uid {})", family.config.name, tenant.owner));
   std::unique_ptr<pool> made;
   try {
     made = make_pool_(id, family.config, *family.room);

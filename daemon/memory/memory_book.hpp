@@ -36,6 +36,7 @@
 #include "memory/pool_factory.hpp"
 #include "policy/access_class.hpp"
 #include "policy/access_policy.hpp"
+#include "policy/descriptor_budget.hpp"
 #include "policy/quota_policy.hpp"
 
 namespace gpumem::daemon {
@@ -43,8 +44,9 @@ namespace gpumem::daemon {
 class memory_book {
  public:
   /// @param config its pools; open_pools() makes their first instances.
+  /// @param descriptors what a new instance's descriptor must fit: it is kept in the fd store.
   memory_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
-              const daemon_config& config, pool_maker make_pool);
+              descriptor_budget& descriptors, const daemon_config& config, pool_maker make_pool);
 
   /// @brief Makes each configured pool's instance for the daemon's own uid, so that a pool the
   /// machine cannot make stops the start with its name instead of failing a first allocation;
@@ -195,6 +197,7 @@ class memory_book {
   ledger& rows_;
   const access_policy& access_;
   const quota_policy& quotas_;
+  descriptor_budget& descriptors_;
   pool_maker make_pool_;
   std::vector<pool_family> families_;
   std::vector<std::unique_ptr<pool>> pools_;  ///< every instance, by id; empty once released

@@ -303,7 +303,10 @@ proto::reservation_status reservation_book::sleep(client_id client,
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
+  // Its copy is stored when the sleep ends, however long its holders take to let go.
+  descriptors_.check(1, name_object(id, *rows_.find(id)));
   entry->begin_sleep(name_object(id, *rows_.find(id)), (request.flags & proto::kSleepDiscard) != 0);
+  under_way_.insert(id);
   rows_.touch(id);
   spdlog::info("reservation {}: going to sleep ({}), {} holder(s) to let go within {} ms", id,
                entry->discards() ? "discarding" : "copying", entry->holders_mapping().size(),
@@ -426,8 +429,7 @@ proto::reservation_status reservation_book::wake(client_id client,
   sleep_copy* from = entry->host_copy_to_wake_from();
   const bool sealed = entry->version() > 1;
   const auto started = std::chrono::steady_clock::now();
-  // Its chunks are stored when the copy ends, many writes later: counted until then.
-  descriptors_.defer(chunks);
+  under_way_.insert(id);  // its chunks are stored when the copy ends: counted until then
   background_->run(
       [&into, from, sealed] {
         if (from == nullptr) {
@@ -437,8 +439,7 @@ proto::reservation_status reservation_book::wake(client_id client,
         }
         if (sealed) into.seal();
       },
-      [this, id = id, kept, started, making_ms, chunks](std::exception_ptr failure) {
-        descriptors_.stop_deferring(chunks);
+      [this, id = id, kept, started, making_ms](std::exception_ptr failure) {
         if (!still_held(id, kept.get())) {  // released meanwhile: its bytes have no one to serve
           let_go_off_loop(kept->lose());
           let_go_off_loop(kept->take_kept_copy());
@@ -515,6 +516,28 @@ void reservation_book::keep_sleep_memory(std::uint64_t most_bytes) {
     kept -= entry->kept_bytes();
     let_go_off_loop(entry->take_kept_copy());
   }
+}
+
+std::size_t reservation_book::descriptors_to_come() {
+  using phase = versioned_reservation::phase;
+  std::size_t coming = 0;
+  std::erase_if(under_way_, [&](object_id id) {
+    const auto found = entries_.find(id);
+    if (found == entries_.end()) return true;
+    const versioned_reservation& entry = *found->second;
+    switch (entry.current_phase()) {
+      case phase::draining:
+      case phase::copying_out:
+        coming += 1;
+        return false;
+      case phase::copying_in:
+        coming += whole_chunks(entry.committed(), entry.chunk_size());
+        return false;
+      default:
+        return true;
+    }
+  });
+  return coming;
 }
 
 std::uint64_t reservation_book::sleep_memory_kept() const noexcept {

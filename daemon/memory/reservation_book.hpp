@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +41,9 @@ class reservation_book {
   void keep_sleep_memory(std::uint64_t most_bytes);
   /// Bytes kept that way now, all reservations together.
   std::uint64_t sleep_memory_kept() const noexcept;
+  /// @brief Descriptors that sleeps and wakes under way store when their copies end: a sleep's
+  /// copy, a wake's chunks (descriptor_budget's to_come).
+  std::size_t descriptors_to_come();
 
   /// @name Requests. The replies of reserve and open go with the notice page's read-only fd.
   /// @{
@@ -106,6 +110,8 @@ class reservation_book {
   const access_policy& access_;
   const quota_policy& quotas_;
   descriptor_budget& descriptors_;
+  /// Reservations with a sleep or wake asked for: descriptors_to_come() drops those done.
+  std::set<object_id> under_way_;
   reservation_maker make_device_reservation_;
   background* background_ = nullptr;
   std::uint64_t keep_at_most_ = 0;

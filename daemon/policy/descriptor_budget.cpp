@@ -10,9 +10,10 @@
 namespace gpumem::daemon {
 
 void descriptor_budget::check(std::size_t more, std::string_view what) {
-  if (!kept_now_ || more == 0) return;
-  const std::size_t kept = kept_now_() + promised_ + deferred_;
-  const std::size_t connecting = max_connections_ - std::min(max_connections_, connections_now_());
+  if (!counts_.kept_now || more == 0) return;
+  const std::size_t kept = counts_.kept_now() + promised_ + counts_.to_come();
+  const std::size_t open = counts_.connections_now();
+  const std::size_t connecting = max_connections_ - std::min(max_connections_, open);
   const std::size_t held_back = connecting + kFdStoreKeptForTheDaemon;
   const std::size_t room = store_max_ - std::min(store_max_, kept + held_back);
   if (more > room) {

@@ -62,10 +62,11 @@ sync_kind wire_kind(object_kind kind) noexcept {
 }  // namespace
 
 sync_book::sync_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
-                     signal_page_maker make_signal_page)
+                     descriptor_budget& descriptors, signal_page_maker make_signal_page)
     : rows_(rows),
       access_(access),
       quotas_(quotas),
+      descriptors_(descriptors),
       make_signal_page_(std::move(make_signal_page)) {}
 
 sync_book::attachment sync_book::attach(client_id client) {
@@ -103,6 +104,7 @@ sync_page& sync_book::make_page(const access_class& tenant) {
     throw request_error(errc::out_of_memory,
                         fmt::format("all {} lock and barrier pages are taken", sync::kMaxPages));
   }
+  descriptors_.check(1, fmt::format("a lock and barrier page for uid {}", tenant.owner));
   auto made = std::make_unique<sync_page>(id, tenant);
   std::set<std::uint32_t>& of_class = class_pages_[tenant];
   try {
@@ -500,8 +502,13 @@ const signal_page& sync_book::signal_page_of(client_id client, std::uint32_t pag
                         "stream-ordered and device locks and barriers need CUDA, which this "
                         "daemon does not have");
   }
+  sync_page& held = *pages_.at(page.id());
+  if (held.signal_page_on(device) == nullptr) {
+    descriptors_.check(1, fmt::format("the signal page of lock and barrier page {} on device {}",
+                                      page.id(), device));
+  }
   rows_.touch_page(page.id());
-  return pages_.at(page.id())->make_signal_page(device, make_signal_page_);
+  return held.make_signal_page(device, make_signal_page_);
 }
 
 client_id sync_book::client_of_slot(std::uint16_t slot) const noexcept {

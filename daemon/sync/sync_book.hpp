@@ -44,6 +44,7 @@
 #include "gpumem/shared/sync/layout.hpp"
 #include "ledger/ledger.hpp"
 #include "policy/access_policy.hpp"
+#include "policy/descriptor_budget.hpp"
 #include "policy/quota_policy.hpp"
 #include "sync/signal_page.hpp"
 #include "sync/sync_page.hpp"
@@ -53,8 +54,9 @@ namespace gpumem::daemon {
 class sync_book {
  public:
   /// @param make_signal_page empty when there is no CUDA: stream and device forms are refused.
+  /// @param descriptors what a new page's descriptor must fit: it is kept in the fd store.
   sync_book(ledger& rows, const access_policy& access, const quota_policy& quotas,
-            signal_page_maker make_signal_page = {});
+            descriptor_budget& descriptors, signal_page_maker make_signal_page = {});
   sync_book(const sync_book&) = delete;
   sync_book& operator=(const sync_book&) = delete;
 
@@ -251,6 +253,7 @@ class sync_book {
   ledger& rows_;
   const access_policy& access_;
   const quota_policy& quotas_;
+  descriptor_budget& descriptors_;
   signal_page_maker make_signal_page_;
   std::map<std::uint32_t, std::unique_ptr<sync_page>> pages_;
   /// Each class's pages by id; a class has at least one while it has any.
