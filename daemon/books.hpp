@@ -123,9 +123,11 @@ class books {
     // refusals come with changes anyway; refusals are at most 20 a second.
     if (keeper_ != nullptr && (rows.changed() || events.last_sequence() != events_written_)) {
       keeper_->write_changes();
-      descriptors.written();
       events_written_ = events.last_sequence();
     }
+    // What was promised is stored now, or was never made (a request that failed past its
+    // check changed nothing); a write that failed stores it with the next whole snapshot.
+    if (keeper_ != nullptr && !keeper_->failing()) descriptors.written();
   }
 
   /// @brief The kFeature* bits, for hello and stats.

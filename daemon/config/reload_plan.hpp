@@ -5,7 +5,7 @@
 ///
 /// Live: log_level, socket_mode, access (and open_across_users), quotas, max_output_bytes,
 /// max_connections, frame_deadline, sleep_memory_kept, fd_store_max, and pools with new names
-/// (or a pool only the kept state named, configured again as it was). New requests
+/// (or a pool only the kept state named, configured again: see memory_book::add_pool). New requests
 /// see the new values; nothing that exists is taken back (a client over a lowered quota keeps
 /// what it owns and is refused more) but host copies kept beyond a lowered sleep_memory_kept. For a
 /// restart: the socket path (clients find the daemon by it), an existing pool's device, size,

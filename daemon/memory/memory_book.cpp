@@ -218,8 +218,11 @@ pool& memory_book::instance(pool_family& family, const access_class& tenant, std
   pools_.reserve(pools_.size() + 1);
   pool_owner_.reserve(pool_owner_.size() + 1);
   room_for_notes(pools_.size() + 1);
-  descriptors_.check(
-      1, fmt::format("pool '{}' (an instance for uid {})", family.config.name, tenant.owner));
+  // The daemon's own instance of a pool (open_family) draws on the room held back for it.
+  if (tenant != access_class::for_memory(daemon_uid_, ::getegid(), 0600)) {
+    descriptors_.check(
+        1, fmt::format("pool '{}' (an instance for uid {})", family.config.name, tenant.owner));
+  }
   std::unique_ptr<pool> made;
   try {
     made = make_pool_(id, family.config, *family.room);

@@ -303,10 +303,14 @@ proto::reservation_status reservation_book::sleep(client_id client,
   if (background_ == nullptr) {
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
-  // Its copy is stored when the sleep ends, however long its holders take to let go.
-  descriptors_.check(1, name_object(id, *rows_.find(id)));
-  entry->begin_sleep(name_object(id, *rows_.find(id)), (request.flags & proto::kSleepDiscard) != 0);
-  under_way_.insert(id);
+  const std::string named = name_object(id, *rows_.find(id));
+  const bool discard = (request.flags & proto::kSleepDiscard) != 0;
+  entry->check_may_sleep(named);
+  // Its copy is stored when the sleep ends, however long its holders take to let go, and before
+  // its chunks are removed.
+  if (!discard) descriptors_.check_coming(1, named);
+  entry->begin_sleep(named, discard);
+  note_under_way(id);
   rows_.touch(id);
   spdlog::info("reservation {}: going to sleep ({}), {} holder(s) to let go within {} ms", id,
                entry->discards() ? "discarding" : "copying", entry->holders_mapping().size(),
@@ -417,7 +421,7 @@ proto::reservation_status reservation_book::wake(client_id client,
     throw request_error(errc::not_supported, "this daemon has no worker for sleep and wake");
   }
   const std::uint64_t chunks = whole_chunks(entry->committed(), entry->chunk_size());
-  descriptors_.check(chunks, name_object(id, *rows_.find(id)));
+  descriptors_.check_coming(chunks, name_object(id, *rows_.find(id)));
   const auto making = std::chrono::steady_clock::now();
   std::unique_ptr<reservation> fresh =
       make(entry->device(), entry->max_size(), entry->chunk_size());
@@ -429,7 +433,7 @@ proto::reservation_status reservation_book::wake(client_id client,
   sleep_copy* from = entry->host_copy_to_wake_from();
   const bool sealed = entry->version() > 1;
   const auto started = std::chrono::steady_clock::now();
-  under_way_.insert(id);  // its chunks are stored when the copy ends: counted until then
+  note_under_way(id);  // its chunks are stored when the copy ends: counted until then
   background_->run(
       [&into, from, sealed] {
         if (from == nullptr) {
@@ -528,7 +532,7 @@ std::size_t reservation_book::descriptors_to_come() {
     switch (entry.current_phase()) {
       case phase::draining:
       case phase::copying_out:
-        coming += 1;
+        coming += entry.discards() ? 0 : 1;
         return false;
       case phase::copying_in:
         coming += whole_chunks(entry.committed(), entry.chunk_size());
@@ -538,6 +542,11 @@ std::size_t reservation_book::descriptors_to_come() {
     }
   });
   return coming;
+}
+
+void reservation_book::note_under_way(object_id id) {
+  descriptors_to_come();  // drops those done, so that the set holds what is under way
+  under_way_.insert(id);
 }
 
 std::uint64_t reservation_book::sleep_memory_kept() const noexcept {

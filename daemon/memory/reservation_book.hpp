@@ -112,6 +112,7 @@ class reservation_book {
   descriptor_budget& descriptors_;
   /// Reservations with a sleep or wake asked for: descriptors_to_come() drops those done.
   std::set<object_id> under_way_;
+  void note_under_way(object_id id);
   reservation_maker make_device_reservation_;
   background* background_ = nullptr;
   std::uint64_t keep_at_most_ = 0;

@@ -211,7 +211,7 @@ const char* versioned_reservation::where_it_stands() const noexcept {
   return "it is lost";
 }
 
-void versioned_reservation::begin_sleep(std::string_view named, bool discard) {
+void versioned_reservation::check_may_sleep(std::string_view named) const {
   if (phase_ != phase::awake) {
     throw request_error(errc::wrong_state,
                         fmt::format("{} cannot go to sleep: {}", named, where_it_stands()));
@@ -221,6 +221,10 @@ void versioned_reservation::begin_sleep(std::string_view named, bool discard) {
                                                        "written: commit or abandon it first",
                                                        named, version_ + 1));
   }
+}
+
+void versioned_reservation::begin_sleep(std::string_view named, bool discard) {
+  check_may_sleep(named);
   ++attempt_;
   discard_ = discard;
   failure_ = errc::ok;

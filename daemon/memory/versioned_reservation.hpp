@@ -104,6 +104,8 @@ class versioned_reservation {
   void finish_sleep(std::optional<sleep_copy> copy);
   /// @throws request_error(wrong_state), naming the reservation as @p named, unless asleep.
   void check_may_wake(std::string_view named) const;
+  /// @throws request_error(wrong_state) naming @p named unless it is awake with no draft.
+  void check_may_sleep(std::string_view named) const;
   /// @return the new chunks, for the worker to fill from host_copy() (or clear).
   reservation& begin_copy_in(std::unique_ptr<reservation> fresh);
   /// @return the host copy the bytes came back from (none after a discarding sleep), for the

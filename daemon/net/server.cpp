@@ -242,6 +242,8 @@ void server::reload() {
   try {
     if (!reread_) throw config_error("this gpumemd cannot read its configuration again");
     reload_plan plan = plan_reload(config_, reread_());
+    // Before the pools: a new pool's first instance is held to the new store size.
+    books_.descriptors.configure(plan.next.fd_store_max, plan.next.max_connections);
     for (const pool_config& pool : plan.new_pools) {
       try {
         books_.memory.add_pool(pool);
@@ -262,7 +264,6 @@ void server::reload() {
     books_.access = access_policy(plan.next.access, ::geteuid(), ::getegid());
     books_.quotas = quota_policy(plan.next.quotas);
     books_.reservations.keep_sleep_memory(plan.next.sleep_memory_kept);
-    books_.descriptors.configure(plan.next.fd_store_max, plan.next.max_connections);
     config_ = std::move(plan.next);
     for (const std::string& each : plan.not_applied) spdlog::warn("reload: {}", each);
     spdlog::info("SIGHUP: configuration reloaded: {}",

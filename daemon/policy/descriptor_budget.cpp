@@ -10,6 +10,11 @@
 namespace gpumem::daemon {
 
 void descriptor_budget::check(std::size_t more, std::string_view what) {
+  check_coming(more, what);
+  if (counts_.kept_now) promised_ += more;
+}
+
+void descriptor_budget::check_coming(std::size_t more, std::string_view what) const {
   if (!counts_.kept_now || more == 0) return;
   const std::size_t kept = counts_.kept_now() + promised_ + counts_.to_come();
   const std::size_t open = counts_.connections_now();
@@ -24,7 +29,6 @@ void descriptor_budget::check(std::size_t more, std::string_view what) {
                     "is lost at a restart",
                     what, more, kept, store_max_, connecting, kFdStoreKeptForTheDaemon));
   }
-  promised_ += more;
 }
 
 }  // namespace gpumem::daemon

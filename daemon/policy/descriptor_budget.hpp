@@ -36,7 +36,11 @@ class descriptor_budget {
   /// @throws request_error(quota_exceeded) naming fd_store_max when they would leave too little
   /// room.
   void check(std::size_t more, std::string_view what);
-  /// @brief The state was written: what the requests since made is counted in kept_now.
+  /// @brief As check(), for descriptors that to_come counts from now on (a sleep's copy, a
+  /// wake's chunks): not counted twice.
+  void check_coming(std::size_t more, std::string_view what) const;
+  /// @brief The state was written, or nothing was made: what the requests since made is
+  /// counted in kept_now.
   void written() noexcept { promised_ = 0; }
   std::size_t store_max() const noexcept { return store_max_; }
 
