@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "gpumem/events.hpp"
 #include "gpumem/gpumem.hpp"
+#include "gpumem/shared/unique_fd.hpp"
 #include "gpumem/sync.hpp"
 #include "restart/journal.hpp"
 #include "support/child_process.hpp"
@@ -901,6 +903,34 @@ TEST(Restart, AnUnreadableStateMeansACleanStartNotACrashLoop) {
   daemon.restart(SIGKILL);
   auto after = daemon.connect();
   EXPECT_TRUE(opens(after, "after.clean.start"));
+}
+
+// A store that an earlier gpumemd filled (here with descriptors nothing refers to, and a state
+// that cannot be read): the new gpumemd lets go of what it does not adopt before it stores its
+// own state, which systemd would otherwise drop, and the restart after it would start clean.
+TEST(Restart, AStoreFullOfAnEarlierDaemonsLeftoversLeavesRoomForTheNewState) {
+  constexpr std::size_t kStoreMax = 32;
+  systemd_supervisor daemon({.fd_store_max = kStoreMax});
+  auto holder = hold_then_kill(daemon, "lost.state", 6);
+  const int journal = daemon.stored_descriptor(stored_journal(daemon));
+  ASSERT_GE(journal, 0);
+  const std::string garbage(64, 'x');
+  ASSERT_EQ(::pwrite(journal, garbage.data(), garbage.size(), 0),
+            static_cast<ssize_t>(garbage.size()));
+  for (int junk = 0; daemon.stored_count() < kStoreMax; ++junk) {
+    unique_fd memfd(::memfd_create("leftover", MFD_CLOEXEC));
+    ASSERT_TRUE(memfd);
+    daemon.add_stored("leftover." + std::to_string(junk), std::move(memfd));
+  }
+  daemon.start();
+  auto client = daemon.connect();
+  auto kept = client.allocate(4096, {.name = "after.full.store"});
+  daemon.restart(SIGKILL);
+  auto after = daemon.connect();
+  EXPECT_TRUE(opens(after, "after.full.store")) << daemon.log_tail();
+  for (const std::string& name : daemon.stored_names()) {
+    EXPECT_FALSE(name.starts_with("leftover.")) << name;
+  }
 }
 
 // A wedged loop sends no watchdog pings: systemd kills the daemon and starts it again, and that

@@ -375,6 +375,17 @@ void state_store::start(books& state, bool readopted) {
   // free in its records with its bytes still there. Every adopted memfd's free space is
   // punched before anything is placed.
   if (readopted && adopted_) state.memory.zero_free_space();
+  // What systemd passed that nothing adopted goes before anything is stored: in a store that a
+  // previous gpumemd filled, systemd would drop what is stored next, the new snapshot among it.
+  // The state files stay until the new snapshot replaces them.
+  for (auto each = passed_.begin(); each != passed_.end();) {
+    if (generation_in(each->first, kSnapshotPrefix) || generation_in(each->first, kJournalPrefix)) {
+      ++each;
+      continue;
+    }
+    remove_fd(each->first);
+    each = passed_.erase(each);
+  }
   // Every descriptor in the store: those passed back are there, the pool instances made at
   // start are stored now. Pools and pages are few: all are written again.
   std::vector<std::string> removed;
