@@ -884,16 +884,21 @@ TEST(Restart, AJournalThatCannotBeAppendedToAtTheRestartGoesOnInANewSnapshot) {
   EXPECT_TRUE(opens(after, "after.seal"));
 }
 
-// A state that cannot be read is a clean start with a clear line in the log, every time: never
-// a daemon that fails to start (and is restarted, and fails again).
-TEST(Restart, AnUnreadableStateMeansACleanStartNotACrashLoop) {
-  systemd_supervisor daemon({});
-  auto holder = hold_then_kill(daemon, "lost.state", 6);
+/// Overwrites the start of the stored journal, so that the next start cannot read the state.
+void make_state_unreadable(systemd_supervisor& daemon) {
   const int journal = daemon.stored_descriptor(stored_journal(daemon));
   ASSERT_GE(journal, 0);
   const std::string garbage(64, 'x');
   ASSERT_EQ(::pwrite(journal, garbage.data(), garbage.size(), 0),
             static_cast<ssize_t>(garbage.size()));
+}
+
+// A state that cannot be read is a clean start with a clear line in the log, every time: never
+// a daemon that fails to start (and is restarted, and fails again).
+TEST(Restart, AnUnreadableStateMeansACleanStartNotACrashLoop) {
+  systemd_supervisor daemon({});
+  auto holder = hold_then_kill(daemon, "lost.state", 6);
+  ASSERT_NO_FATAL_FAILURE(make_state_unreadable(daemon));
   daemon.start();
   EXPECT_NE(daemon.log_tail().find("unreadable"), std::string::npos) << daemon.log_tail();
   auto client = daemon.connect();
@@ -912,11 +917,7 @@ TEST(Restart, AStoreFullOfAnEarlierDaemonsLeftoversLeavesRoomForTheNewState) {
   constexpr std::size_t kStoreMax = 32;
   systemd_supervisor daemon({.fd_store_max = kStoreMax});
   auto holder = hold_then_kill(daemon, "lost.state", 6);
-  const int journal = daemon.stored_descriptor(stored_journal(daemon));
-  ASSERT_GE(journal, 0);
-  const std::string garbage(64, 'x');
-  ASSERT_EQ(::pwrite(journal, garbage.data(), garbage.size(), 0),
-            static_cast<ssize_t>(garbage.size()));
+  ASSERT_NO_FATAL_FAILURE(make_state_unreadable(daemon));
   for (int junk = 0; daemon.stored_count() < kStoreMax; ++junk) {
     unique_fd memfd(::memfd_create("leftover", MFD_CLOEXEC));
     ASSERT_TRUE(memfd);
